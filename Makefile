@@ -1,0 +1,47 @@
+# buildsmith: the two commands a fresh machine needs are `make demo` and
+# `make test`; each builds what it needs into bin/ first (cached).
+
+SHELL := /usr/bin/env bash
+GO    ?= go
+GO_FILES = $(shell find . -name '*.go' -not -path './bin/*' -not -path './.git/*')
+
+.PHONY: all
+all: build
+
+.PHONY: tools
+tools: ## build etcd, kube-apiserver, kubectl and controller-gen into bin/ (cached)
+	hack/tools.sh
+
+.PHONY: build
+build:
+	$(GO) build ./...
+
+.PHONY: codegen
+codegen: ## regenerate pkg/client, deepcopy and config/crd from the API types
+	hack/update-codegen.sh
+
+.PHONY: verify-codegen
+verify-codegen:
+	hack/verify-codegen.sh
+
+.PHONY: vet
+vet:
+	$(GO) vet ./...
+
+.PHONY: fmt-check
+fmt-check:
+	@out="$$(gofmt -l $(GO_FILES))"; if [[ -n "$$out" ]]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+.PHONY: test
+test: tools verify-codegen vet fmt-check ## everything CI runs
+	$(GO) test -count=1 ./...
+
+.PHONY: demo
+demo:
+	@echo "make demo is not built yet: it arrives with the issue 'Run it like users do'." >&2
+	@echo "Until then, 'make test' starts a real control plane and applies config/samples." >&2
+	@exit 2
+
+.PHONY: help
+help:
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'

@@ -1,0 +1,172 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Builder is a CNB builder image, assembled from a ClusterStack's build image,
+// the lifecycle and a ClusterStore's buildpacks in the given order, and pushed
+// to spec.tag with the credentials of a ServiceAccount in its namespace.
+//
+// +genclient
+// +genreconciler
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+// +kubebuilder:resource:shortName=bldr,categories=buildsmith
+// +kubebuilder:subresource:status
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
+// +kubebuilder:printcolumn:name="LatestImage",type=string,JSONPath=`.status.latestImage`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type Builder struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec NamespacedBuilderSpec `json:"spec"`
+	// +optional
+	Status BuilderStatus `json:"status,omitzero"`
+}
+
+// ClusterBuilder is a Builder that any namespace may use; its credentials come
+// from a ServiceAccount named by namespace and name.
+//
+// +genclient
+// +genclient:nonNamespaced
+// +genreconciler
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+// +kubebuilder:resource:scope=Cluster,shortName=cbldr,categories=buildsmith
+// +kubebuilder:subresource:status
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
+// +kubebuilder:printcolumn:name="LatestImage",type=string,JSONPath=`.status.latestImage`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type ClusterBuilder struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec ClusterBuilderSpec `json:"spec"`
+	// +optional
+	Status BuilderStatus `json:"status,omitzero"`
+}
+
+// BuilderSpec is what Builder and ClusterBuilder have in common.
+type BuilderSpec struct {
+	// Tag is where the builder image is pushed.
+	// +kubebuilder:validation:MinLength=1
+	Tag   string   `json:"tag"`
+	Stack StackRef `json:"stack"`
+	Store StoreRef `json:"store"`
+	// Order is the detection order: the lifecycle tries each group in turn.
+	// +kubebuilder:validation:MinItems=1
+	Order []OrderEntry `json:"order"`
+	// AdditionalLabels are added to the builder image; they may not set any
+	// io.buildpacks.* label.
+	// +optional
+	// +kubebuilder:validation:MaxProperties=256
+	// +kubebuilder:validation:XValidation:rule="self.all(k, !k.startsWith('io.buildpacks.'))",message="additionalLabels may not set io.buildpacks.* labels"
+	AdditionalLabels map[string]string `json:"additionalLabels,omitempty"`
+}
+
+// NamespacedBuilderSpec is the spec of a Builder.
+type NamespacedBuilderSpec struct {
+	BuilderSpec `json:",inline"`
+	// ServiceAccountName names the ServiceAccount in the Builder's namespace
+	// whose secrets hold the credentials to push the tag and read the images.
+	// +optional
+	// +kubebuilder:default=default
+	ServiceAccountName string `json:"serviceAccountName,omitempty"`
+}
+
+// ClusterBuilderSpec is the spec of a ClusterBuilder.
+type ClusterBuilderSpec struct {
+	BuilderSpec `json:",inline"`
+	// ServiceAccountRef names the ServiceAccount whose secrets hold the
+	// credentials to push the tag and read the images; anonymous when empty.
+	// +optional
+	ServiceAccountRef *ServiceAccountRef `json:"serviceAccountRef,omitempty"`
+}
+
+// BuilderStatus is the observed state of a Builder or ClusterBuilder.
+type BuilderStatus struct {
+	ConditionedStatus `json:",inline"`
+
+	// LatestImage is the last builder image pushed, as repository@digest. A
+	// failed reconcile never clears it.
+	// +optional
+	LatestImage string `json:"latestImage,omitempty"`
+	// BuilderMetadata lists the buildpacks in the image.
+	// +optional
+	BuilderMetadata []BuildpackMetadata `json:"builderMetadata,omitempty"`
+	// Order is the spec's order with every version resolved.
+	// +optional
+	Order []OrderEntry `json:"order,omitempty"`
+	// +optional
+	Stack BuiltStack `json:"stack,omitzero"`
+	// +optional
+	Lifecycle LifecycleStatus `json:"lifecycle,omitzero"`
+	// ObservedStackGeneration and ObservedStoreGeneration are the generations
+	// of the stack and store that LatestImage was built from.
+	// +optional
+	ObservedStackGeneration int64 `json:"observedStackGeneration,omitempty"`
+	// +optional
+	ObservedStoreGeneration int64 `json:"observedStoreGeneration,omitempty"`
+}
+
+// BuildpackMetadata describes a buildpack in a builder image.
+type BuildpackMetadata struct {
+	ID      string `json:"id"`
+	Version string `json:"version"`
+	// +optional
+	Homepage string `json:"homepage,omitempty"`
+}
+
+// BuiltStack is the stack a builder image was built from.
+type BuiltStack struct {
+	// +optional
+	ID string `json:"id,omitempty"`
+	// RunImage is the run image apps built by this builder run on.
+	// +optional
+	RunImage string `json:"runImage,omitempty"`
+}
+
+// LifecycleStatus is the CNB lifecycle inside a builder image.
+type LifecycleStatus struct {
+	// +optional
+	Version string `json:"version,omitempty"`
+	// +optional
+	APIs LifecycleAPIs `json:"apis,omitzero"`
+}
+
+// LifecycleAPIs are the buildpack and platform API versions a lifecycle
+// supports.
+type LifecycleAPIs struct {
+	// +optional
+	Buildpack APIVersions `json:"buildpack,omitzero"`
+	// +optional
+	Platform APIVersions `json:"platform,omitzero"`
+}
+
+// APIVersions lists API versions, e.g. "0.12".
+type APIVersions struct {
+	// +optional
+	Deprecated []string `json:"deprecated,omitempty"`
+	// +optional
+	Supported []string `json:"supported,omitempty"`
+}
+
+// BuilderList is a list of Builders.
+//
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+type BuilderList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []Builder `json:"items"`
+}
+
+// ClusterBuilderList is a list of ClusterBuilders.
+//
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+type ClusterBuilderList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []ClusterBuilder `json:"items"`
+}

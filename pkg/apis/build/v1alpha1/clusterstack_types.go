@@ -1,0 +1,85 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// ClusterStack is a build image and a run image that belong together: they
+// share a stack id, or (for stack-less images) os, architecture and distro.
+//
+// +genclient
+// +genclient:nonNamespaced
+// +genreconciler
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+// +kubebuilder:resource:scope=Cluster,shortName=cstack,categories=buildsmith
+// +kubebuilder:subresource:status
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type ClusterStack struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec ClusterStackSpec `json:"spec"`
+	// +optional
+	Status ClusterStackStatus `json:"status,omitzero"`
+}
+
+// ClusterStackSpec names a stack's images.
+type ClusterStackSpec struct {
+	// ID is the stack id, e.g. io.buildpacks.stacks.jammy. Images that carry
+	// io.buildpacks.stack.id must carry this one.
+	// +kubebuilder:validation:MinLength=1
+	ID         string      `json:"id"`
+	BuildImage ImageSource `json:"buildImage"`
+	RunImage   ImageSource `json:"runImage"`
+	// ServiceAccountRef names the ServiceAccount with credentials to read the
+	// images; anonymous when empty.
+	// +optional
+	ServiceAccountRef *ServiceAccountRef `json:"serviceAccountRef,omitempty"`
+}
+
+// ClusterStackStatus is the observed state of a ClusterStack. Its resolved
+// fields are kept from the last success while a reconcile fails.
+type ClusterStackStatus struct {
+	ConditionedStatus `json:",inline"`
+
+	// +optional
+	ID string `json:"id,omitempty"`
+	// +optional
+	Mixins []string `json:"mixins,omitempty"`
+	// UserID and GroupID are CNB_USER_ID and CNB_GROUP_ID of the build image.
+	// +optional
+	UserID int `json:"userId,omitempty"`
+	// +optional
+	GroupID int `json:"groupId,omitempty"`
+	// +optional
+	OS string `json:"os,omitempty"`
+	// +optional
+	Arch string `json:"arch,omitempty"`
+	// +optional
+	Distro *Distro `json:"distro,omitempty"`
+	// +optional
+	BuildImage ResolvedImage `json:"buildImage,omitzero"`
+	// +optional
+	RunImage ResolvedImage `json:"runImage,omitzero"`
+}
+
+// ResolvedImage is an image reference and the digest it resolved to.
+type ResolvedImage struct {
+	// Image is the reference from the spec.
+	// +optional
+	Image string `json:"image,omitempty"`
+	// LatestImage is Image resolved to repository@digest.
+	// +optional
+	LatestImage string `json:"latestImage,omitempty"`
+}
+
+// ClusterStackList is a list of ClusterStacks.
+//
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+type ClusterStackList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []ClusterStack `json:"items"`
+}

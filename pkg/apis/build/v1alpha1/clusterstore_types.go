@@ -1,0 +1,83 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// ClusterStore is a list of buildpackage images. Its status lists every
+// buildpack they hold, so that builders can resolve their order against it
+// without reading the images again.
+//
+// +genclient
+// +genclient:nonNamespaced
+// +genreconciler
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+// +kubebuilder:resource:scope=Cluster,shortName=cstore,categories=buildsmith
+// +kubebuilder:subresource:status
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type ClusterStore struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec ClusterStoreSpec `json:"spec"`
+	// +optional
+	Status ClusterStoreStatus `json:"status,omitzero"`
+}
+
+// ClusterStoreSpec lists the buildpackages of a store.
+type ClusterStoreSpec struct {
+	// Sources are buildpackage images; each must hold the
+	// io.buildpacks.buildpack.layers label.
+	// +kubebuilder:validation:MinItems=1
+	Sources []ImageSource `json:"sources"`
+	// ServiceAccountRef names the ServiceAccount with credentials to read the
+	// sources; anonymous when empty.
+	// +optional
+	ServiceAccountRef *ServiceAccountRef `json:"serviceAccountRef,omitempty"`
+}
+
+// ClusterStoreStatus is the observed state of a ClusterStore.
+type ClusterStoreStatus struct {
+	ConditionedStatus `json:",inline"`
+
+	// Buildpacks are the buildpacks of all sources, sorted by id, then
+	// version. Kept from the last success while a reconcile fails.
+	// +optional
+	Buildpacks []StoreBuildpack `json:"buildpacks,omitempty"`
+}
+
+// StoreBuildpack is one buildpack found in a store's sources.
+type StoreBuildpack struct {
+	ID      string `json:"id"`
+	Version string `json:"version"`
+	// +optional
+	Homepage string `json:"homepage,omitempty"`
+	// API is the buildpack API version the buildpack implements.
+	// +optional
+	API string `json:"api,omitempty"`
+	// DiffID is the uncompressed digest of the layer holding the buildpack.
+	DiffID string `json:"diffId"`
+	// Digest is the compressed digest of that layer, Size its size in bytes.
+	Digest string `json:"digest"`
+	Size   int64  `json:"size"`
+	// StoreImage is the buildpackage the layer comes from, by digest.
+	StoreImage ImageSource `json:"storeImage"`
+	// Order is set on meta-buildpacks: the groups of buildpacks they stand for.
+	// +optional
+	Order []OrderEntry `json:"order,omitempty"`
+	// +optional
+	Stacks []BuildpackStack `json:"stacks,omitempty"`
+	// +optional
+	Targets []BuildpackTarget `json:"targets,omitempty"`
+}
+
+// ClusterStoreList is a list of ClusterStores.
+//
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+type ClusterStoreList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []ClusterStore `json:"items"`
+}

@@ -1,0 +1,123 @@
+package v1alpha1
+
+import (
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"knative.dev/pkg/apis"
+	duckv1 "knative.dev/pkg/apis/duck/v1"
+)
+
+// Condition types, chosen so that kstatus (and so Flux, Argo CD and kpt) read
+// every object without custom health checks:
+//
+//   - Ready: True once the current generation is fully reconciled; False with
+//     a reason and message saying what is wrong.
+//   - Reconciling: True while the controller will try again by itself (a
+//     retry or a poll is scheduled); kstatus reads InProgress.
+//   - Stalled: True when nothing changes until a person changes something;
+//     kstatus reads Failed.
+//
+// Reconciling and Stalled never both hold, and both go away when Ready turns
+// True. Neither drives Ready: they are not dependents of the condition set.
+const (
+	ConditionReady       apis.ConditionType = apis.ConditionReady
+	ConditionReconciling apis.ConditionType = "Reconciling"
+	ConditionStalled     apis.ConditionType = "Stalled"
+)
+
+// conditionSet is the condition set of every kind: Ready alone is the happy
+// condition.
+var conditionSet = apis.NewLivingConditionSet()
+
+// ConditionedStatus is the conditions and observedGeneration of every kind,
+// with the transitions that keep their kstatus meaning.
+type ConditionedStatus struct {
+	duckv1.Status `json:",inline"`
+}
+
+func (s *ConditionedStatus) manage() apis.ConditionManager { return conditionSet.Manage(&s.Status) }
+
+// MarkReady records a fully reconciled generation.
+func (s *ConditionedStatus) MarkReady() {
+	m := s.manage()
+	m.MarkTrue(ConditionReady)
+	_ = m.ClearCondition(ConditionReconciling)
+	_ = m.ClearCondition(ConditionStalled)
+}
+
+// MarkRetrying records a failure that the controller will retry by itself:
+// Ready is False with reason and message, Reconciling is True with the same
+// reason and retryMessage (e.g. "retrying in 16s").
+func (s *ConditionedStatus) MarkRetrying(reason, message, retryMessage string) {
+	m := s.manage()
+	// Ready last: knative marks the happy condition True whenever a condition
+	// is marked True and no dependent is unhappy, and we have no dependents.
+	m.MarkTrueWithReason(ConditionReconciling, reason, "%s", retryMessage)
+	_ = m.ClearCondition(ConditionStalled)
+	m.MarkFalse(ConditionReady, reason, "%s", message)
+}
+
+// MarkStalled records a failure that needs a person: Ready and Stalled say
+// why, and nothing is retried until the object or a dependency changes.
+func (s *ConditionedStatus) MarkStalled(reason, message string) {
+	m := s.manage()
+	m.MarkTrueWithReason(ConditionStalled, reason, "%s", message)
+	_ = m.ClearCondition(ConditionReconciling)
+	m.MarkFalse(ConditionReady, reason, "%s", message) // last, as in MarkRetrying
+}
+
+// IsReady reports whether Ready is True. Callers that depend on another
+// object also compare its observedGeneration with its generation.
+func (s *ConditionedStatus) IsReady() bool { return s.manage().IsHappy() }
+
+// Every kind is KRShaped, so that the generated reconcilers manage
+// observedGeneration and the Ready condition of a new generation.
+var (
+	_ duckv1.KRShaped = (*ClusterStore)(nil)
+	_ duckv1.KRShaped = (*ClusterStack)(nil)
+	_ duckv1.KRShaped = (*Builder)(nil)
+	_ duckv1.KRShaped = (*ClusterBuilder)(nil)
+)
+
+// GetConditionSet implements duckv1.KRShaped.
+func (*ClusterStore) GetConditionSet() apis.ConditionSet { return conditionSet }
+
+// GetStatus implements duckv1.KRShaped.
+func (c *ClusterStore) GetStatus() *duckv1.Status { return &c.Status.Status }
+
+// GetGroupVersionKind implements kmeta.OwnerRefable.
+func (*ClusterStore) GetGroupVersionKind() schema.GroupVersionKind {
+	return SchemeGroupVersion.WithKind("ClusterStore")
+}
+
+// GetConditionSet implements duckv1.KRShaped.
+func (*ClusterStack) GetConditionSet() apis.ConditionSet { return conditionSet }
+
+// GetStatus implements duckv1.KRShaped.
+func (c *ClusterStack) GetStatus() *duckv1.Status { return &c.Status.Status }
+
+// GetGroupVersionKind implements kmeta.OwnerRefable.
+func (*ClusterStack) GetGroupVersionKind() schema.GroupVersionKind {
+	return SchemeGroupVersion.WithKind("ClusterStack")
+}
+
+// GetConditionSet implements duckv1.KRShaped.
+func (*Builder) GetConditionSet() apis.ConditionSet { return conditionSet }
+
+// GetStatus implements duckv1.KRShaped.
+func (b *Builder) GetStatus() *duckv1.Status { return &b.Status.Status }
+
+// GetGroupVersionKind implements kmeta.OwnerRefable.
+func (*Builder) GetGroupVersionKind() schema.GroupVersionKind {
+	return SchemeGroupVersion.WithKind("Builder")
+}
+
+// GetConditionSet implements duckv1.KRShaped.
+func (*ClusterBuilder) GetConditionSet() apis.ConditionSet { return conditionSet }
+
+// GetStatus implements duckv1.KRShaped.
+func (b *ClusterBuilder) GetStatus() *duckv1.Status { return &b.Status.Status }
+
+// GetGroupVersionKind implements kmeta.OwnerRefable.
+func (*ClusterBuilder) GetGroupVersionKind() schema.GroupVersionKind {
+	return SchemeGroupVersion.WithKind("ClusterBuilder")
+}

@@ -1,0 +1,227 @@
+package v1alpha1
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"knative.dev/pkg/apis"
+)
+
+// The CRD schemas reject what a schema can express (types, required fields,
+// kinds, reserved label keys); Validate checks the rest, above all that image
+// references parse as the registry client will parse them. The reconcilers run
+// it first and report a failure as a permanent error in status.
+
+// maxFieldErrors bounds how many errors one list reports: a status message
+// listing ten thousand broken order entries helps nobody, and knative's
+// FieldError aggregation is quadratic in the number of errors.
+const maxFieldErrors = 10
+
+// reservedLabelPrefix marks the labels the builder image assembly owns.
+const reservedLabelPrefix = "io.buildpacks."
+
+// Validate implements apis.Validatable.
+func (c *ClusterStore) Validate(context.Context) *apis.FieldError {
+	return c.Spec.validate().ViaField("spec")
+}
+
+func (s *ClusterStoreSpec) validate() *apis.FieldError {
+	var errs *apis.FieldError
+	if len(s.Sources) == 0 {
+		errs = errs.Also(apis.ErrMissingField("sources"))
+	}
+	list := fieldErrorList{field: "sources"}
+	firstIndex := make(map[string]int, len(s.Sources))
+	for i, source := range s.Sources {
+		ref, err := validateImage(source.Image)
+		if err != nil {
+			list.add(i, err)
+			continue
+		}
+		// Compare parsed names so that "busybox" and
+		// "index.docker.io/library/busybox:latest" count as one source.
+		if j, dup := firstIndex[ref.Name()]; dup {
+			list.add(i, apis.ErrGeneric(fmt.Sprintf("duplicate source: same image as sources[%d]", j), "image"))
+			continue
+		}
+		firstIndex[ref.Name()] = i
+	}
+	errs = errs.Also(list.result())
+	if s.ServiceAccountRef != nil {
+		errs = errs.Also(s.ServiceAccountRef.validate().ViaField("serviceAccountRef"))
+	}
+	return errs
+}
+
+// Validate implements apis.Validatable.
+func (c *ClusterStack) Validate(context.Context) *apis.FieldError {
+	return c.Spec.validate().ViaField("spec")
+}
+
+func (s *ClusterStackSpec) validate() *apis.FieldError {
+	var errs *apis.FieldError
+	if s.ID == "" {
+		errs = errs.Also(apis.ErrMissingField("id"))
+	}
+	if _, err := validateImage(s.BuildImage.Image); err != nil {
+		errs = errs.Also(err.ViaField("buildImage"))
+	}
+	if _, err := validateImage(s.RunImage.Image); err != nil {
+		errs = errs.Also(err.ViaField("runImage"))
+	}
+	if s.ServiceAccountRef != nil {
+		errs = errs.Also(s.ServiceAccountRef.validate().ViaField("serviceAccountRef"))
+	}
+	return errs
+}
+
+// Validate implements apis.Validatable.
+func (b *Builder) Validate(context.Context) *apis.FieldError {
+	errs := b.Spec.BuilderSpec.validate()
+	if name := b.Spec.ServiceAccountName; name != "" {
+		errs = errs.Also(validateObjectName(name, "serviceAccountName"))
+	}
+	return errs.ViaField("spec")
+}
+
+// Validate implements apis.Validatable.
+func (b *ClusterBuilder) Validate(context.Context) *apis.FieldError {
+	errs := b.Spec.BuilderSpec.validate()
+	if b.Spec.ServiceAccountRef != nil {
+		errs = errs.Also(b.Spec.ServiceAccountRef.validate().ViaField("serviceAccountRef"))
+	}
+	return errs.ViaField("spec")
+}
+
+func (s *BuilderSpec) validate() *apis.FieldError {
+	errs := validateTag(s.Tag)
+	errs = errs.Also(validateRef(s.Stack.Kind, "ClusterStack", s.Stack.Name).ViaField("stack"))
+	errs = errs.Also(validateRef(s.Store.Kind, "ClusterStore", s.Store.Name).ViaField("store"))
+	errs = errs.Also(validateOrder(s.Order).ViaField("order"))
+	var reserved []string
+	for key := range s.AdditionalLabels {
+		if key == "" || strings.HasPrefix(key, reservedLabelPrefix) {
+			reserved = append(reserved, key)
+		}
+	}
+	sort.Strings(reserved)
+	for _, key := range reserved {
+		errs = errs.Also(apis.ErrInvalidKeyName(key, "additionalLabels",
+			"label keys must be non-empty and may not start with "+reservedLabelPrefix))
+	}
+	return errs
+}
+
+// validateOrder returns the errors of an order, with paths relative to it.
+func validateOrder(order []OrderEntry) *apis.FieldError {
+	if len(order) == 0 {
+		return apis.ErrMissingField(apis.CurrentField)
+	}
+	list := fieldErrorList{}
+	for i, entry := range order {
+		if len(entry.Group) == 0 {
+			list.add(i, apis.ErrMissingField("group"))
+			continue
+		}
+		for j, ref := range entry.Group {
+			if ref.ID == "" {
+				list.add(i, apis.ErrMissingField("id").ViaFieldIndex("group", j))
+			}
+		}
+	}
+	return list.result()
+}
+
+func validateTag(tag string) *apis.FieldError {
+	if tag == "" {
+		return apis.ErrMissingField("tag")
+	}
+	if _, err := name.NewTag(tag); err != nil {
+		if _, digestErr := name.NewDigest(tag); digestErr == nil {
+			return apis.ErrInvalidValue(tag, "tag", "must be a tag, not a digest")
+		}
+		return apis.ErrInvalidValue(tag, "tag", err.Error())
+	}
+	return nil
+}
+
+// validateImage parses an image reference; errors have the path "image".
+func validateImage(image string) (name.Reference, *apis.FieldError) {
+	if image == "" {
+		return nil, apis.ErrMissingField("image")
+	}
+	ref, err := name.ParseReference(image)
+	if err != nil {
+		return nil, apis.ErrInvalidValue(image, "image", err.Error())
+	}
+	return ref, nil
+}
+
+func validateRef(kind, wantKind, objectName string) *apis.FieldError {
+	var errs *apis.FieldError
+	if kind != "" && kind != wantKind {
+		errs = apis.ErrInvalidValue(kind, "kind", "must be "+wantKind)
+	}
+	return errs.Also(validateObjectName(objectName, "name"))
+}
+
+func (r *ServiceAccountRef) validate() *apis.FieldError {
+	return validateObjectName(r.Name, "name").Also(validateNamespace(r.Namespace, "namespace"))
+}
+
+func validateObjectName(value, field string) *apis.FieldError {
+	if value == "" {
+		return apis.ErrMissingField(field)
+	}
+	if msgs := validation.IsDNS1123Subdomain(value); len(msgs) > 0 {
+		return apis.ErrInvalidValue(value, field, msgs...)
+	}
+	return nil
+}
+
+func validateNamespace(value, field string) *apis.FieldError {
+	if value == "" {
+		return apis.ErrMissingField(field)
+	}
+	if msgs := validation.IsDNS1123Label(value); len(msgs) > 0 {
+		return apis.ErrInvalidValue(value, field, msgs...)
+	}
+	return nil
+}
+
+// fieldErrorList collects the errors of a list's elements, keeping the first
+// maxFieldErrors and counting the rest.
+type fieldErrorList struct {
+	field   string // the list's field name, or "" when the caller adds it
+	errs    []*apis.FieldError
+	dropped int
+}
+
+func (l *fieldErrorList) add(index int, err *apis.FieldError) {
+	if len(l.errs) >= maxFieldErrors {
+		l.dropped++
+		return
+	}
+	if l.field == "" {
+		l.errs = append(l.errs, err.ViaIndex(index))
+	} else {
+		l.errs = append(l.errs, err.ViaFieldIndex(l.field, index))
+	}
+}
+
+func (l *fieldErrorList) result() *apis.FieldError {
+	var errs *apis.FieldError
+	errs = errs.Also(l.errs...)
+	if l.dropped > 0 {
+		path := l.field
+		if path == "" {
+			path = apis.CurrentField
+		}
+		errs = errs.Also(apis.ErrGeneric(fmt.Sprintf("and %d more invalid entries", l.dropped), path))
+	}
+	return errs
+}

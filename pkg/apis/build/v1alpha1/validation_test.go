@@ -1,0 +1,258 @@
+package v1alpha1
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"knative.dev/pkg/apis"
+)
+
+const digest = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+
+func validBuilderSpec() BuilderSpec {
+	return BuilderSpec{
+		Tag:   "registry.example.com/builders/go:latest",
+		Stack: StackRef{Kind: "ClusterStack", Name: "jammy"},
+		Store: StoreRef{Kind: "ClusterStore", Name: "default"},
+		Order: []OrderEntry{{Group: []BuildpackRef{{ID: "paketo-buildpacks/go", Version: "4.1.0"}}}},
+	}
+}
+
+func builder(mutate func(*NamespacedBuilderSpec)) *Builder {
+	b := &Builder{
+		ObjectMeta: metav1.ObjectMeta{Name: "b", Namespace: "ns"},
+		Spec:       NamespacedBuilderSpec{BuilderSpec: validBuilderSpec(), ServiceAccountName: "default"},
+	}
+	if mutate != nil {
+		mutate(&b.Spec)
+	}
+	return b
+}
+
+func clusterBuilder(mutate func(*ClusterBuilderSpec)) *ClusterBuilder {
+	b := &ClusterBuilder{
+		ObjectMeta: metav1.ObjectMeta{Name: "b"},
+		Spec:       ClusterBuilderSpec{BuilderSpec: validBuilderSpec()},
+	}
+	if mutate != nil {
+		mutate(&b.Spec)
+	}
+	return b
+}
+
+func store(images ...string) *ClusterStore {
+	s := &ClusterStore{ObjectMeta: metav1.ObjectMeta{Name: "s"}}
+	for _, image := range images {
+		s.Spec.Sources = append(s.Spec.Sources, ImageSource{Image: image})
+	}
+	return s
+}
+
+func stack(mutate func(*ClusterStackSpec)) *ClusterStack {
+	s := &ClusterStack{
+		ObjectMeta: metav1.ObjectMeta{Name: "s"},
+		Spec: ClusterStackSpec{
+			ID:         "io.buildpacks.stacks.jammy",
+			BuildImage: ImageSource{Image: "registry.example.com/stack/build@" + digest},
+			RunImage:   ImageSource{Image: "registry.example.com/stack/run:1"},
+		},
+	}
+	if mutate != nil {
+		mutate(&s.Spec)
+	}
+	return s
+}
+
+func longOrder(n int, id string) []OrderEntry {
+	order := make([]OrderEntry, n)
+	for i := range order {
+		order[i] = OrderEntry{Group: []BuildpackRef{{ID: id}}}
+	}
+	return order
+}
+
+func TestValidate(t *testing.T) {
+	tests := []struct {
+		name string
+		obj  apis.Validatable
+		// want lists the "message: paths" lines of the error, in
+		// knative's order; empty means valid.
+		want []string
+	}{
+		{name: "valid builder", obj: builder(nil)},
+		{name: "valid cluster builder", obj: clusterBuilder(nil)},
+		{name: "valid store", obj: store("busybox", "registry.example.com/bp/go@"+digest)},
+		{name: "valid stack", obj: stack(nil)},
+		{
+			name: "empty builder spec",
+			obj:  &Builder{},
+			want: []string{
+				"missing field(s): spec.order, spec.stack.name, spec.store.name, spec.tag",
+			},
+		},
+		{
+			name: "upper-case tag",
+			obj:  builder(func(s *NamespacedBuilderSpec) { s.Tag = "UPPER/Case" }),
+			want: []string{"invalid value: UPPER/Case: spec.tag"},
+		},
+		{
+			name: "digest instead of tag",
+			obj:  builder(func(s *NamespacedBuilderSpec) { s.Tag = "registry.example.com/b@" + digest }),
+			want: []string{"invalid value: registry.example.com/b@" + digest + ": spec.tag"},
+		},
+		{
+			name: "malformed digest in tag",
+			obj:  builder(func(s *NamespacedBuilderSpec) { s.Tag = "registry.example.com/b@sha256:abc" }),
+			want: []string{"invalid value: registry.example.com/b@sha256:abc: spec.tag"},
+		},
+		{
+			name: "wrong kinds and bad names",
+			obj: builder(func(s *NamespacedBuilderSpec) {
+				s.Stack = StackRef{Kind: "Stack", Name: "Bad_Name"}
+				s.Store = StoreRef{Kind: "ClusterStack", Name: "ok"}
+				s.ServiceAccountName = "no spaces allowed"
+			}),
+			want: []string{
+				"invalid value: Bad_Name: spec.stack.name",
+				"invalid value: ClusterStack: spec.store.kind",
+				"invalid value: Stack: spec.stack.kind",
+				"invalid value: no spaces allowed: spec.serviceAccountName",
+			},
+		},
+		{
+			name: "empty group and empty id",
+			obj: builder(func(s *NamespacedBuilderSpec) {
+				s.Order = []OrderEntry{{}, {Group: []BuildpackRef{{ID: "a"}, {ID: ""}}}}
+			}),
+			want: []string{"missing field(s): spec.order[0].group, spec.order[1].group[1].id"},
+		},
+		{
+			name: "10,000 valid order entries",
+			obj:  builder(func(s *NamespacedBuilderSpec) { s.Order = longOrder(10000, "a") }),
+		},
+		{
+			name: "10,000 invalid order entries report ten and count the rest",
+			obj:  builder(func(s *NamespacedBuilderSpec) { s.Order = longOrder(10000, "") }),
+			want: []string{
+				"and 9990 more invalid entries: spec.order",
+				"missing field(s): " + strings.Join(orderIDPaths(10), ", "),
+			},
+		},
+		{
+			name: "reserved and empty label keys",
+			obj: builder(func(s *NamespacedBuilderSpec) {
+				s.AdditionalLabels = map[string]string{"io.buildpacks.stack.id": "x", "": "y", "team": "z"}
+			}),
+			want: []string{
+				"invalid key name \"\": spec.additionalLabels",
+				"invalid key name \"io.buildpacks.stack.id\": spec.additionalLabels",
+			},
+		},
+		{
+			name: "cluster builder with half a service account ref",
+			obj: clusterBuilder(func(s *ClusterBuilderSpec) {
+				s.ServiceAccountRef = &ServiceAccountRef{Name: "builder"}
+			}),
+			want: []string{"missing field(s): spec.serviceAccountRef.namespace"},
+		},
+		{
+			name: "store without sources",
+			obj:  store(),
+			want: []string{"missing field(s): spec.sources"},
+		},
+		{
+			name: "store with empty, malformed and duplicate sources",
+			obj: store("", "busybox@sha256:xyz", "busybox",
+				"index.docker.io/library/busybox:latest", "docker.io/library/busybox"),
+			want: []string{
+				"duplicate source: same image as sources[2]: spec.sources[3].image, spec.sources[4].image",
+				"invalid value: busybox@sha256:xyz: spec.sources[1].image",
+				"missing field(s): spec.sources[0].image",
+			},
+		},
+		{
+			name: "stack without id and images",
+			obj: stack(func(s *ClusterStackSpec) {
+				s.ID = ""
+				s.BuildImage.Image = ""
+				s.RunImage.Image = "Run:Image"
+				s.ServiceAccountRef = &ServiceAccountRef{Name: "sa", Namespace: "Not_A_Namespace"}
+			}),
+			want: []string{
+				"invalid value: Not_A_Namespace: spec.serviceAccountRef.namespace",
+				"invalid value: Run:Image: spec.runImage.image",
+				"missing field(s): spec.buildImage.image, spec.id",
+			},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.obj.Validate(context.Background())
+			if diff := cmp.Diff(tc.want, summarize(err)); diff != "" {
+				t.Errorf("Validate() (-want +got):\n%s\nfull error: %v", diff, err)
+			}
+		})
+	}
+}
+
+func orderIDPaths(n int) []string {
+	paths := make([]string, n)
+	for i := range paths {
+		paths[i] = fmt.Sprintf("spec.order[%d].group[0].id", i)
+	}
+	// knative sorts merged paths as strings.
+	sort.Strings(paths)
+	return paths
+}
+
+// summarize renders a FieldError as "message: paths" lines without the
+// details, which come from ggcr and Kubernetes and may change wording.
+func summarize(err *apis.FieldError) []string {
+	var lines []string
+	for _, e := range err.WrappedErrors() {
+		lines = append(lines, e.Message+": "+strings.Join(e.Paths, ", "))
+	}
+	return lines
+}
+
+func TestSetDefaults(t *testing.T) {
+	b := &Builder{Spec: NamespacedBuilderSpec{BuilderSpec: BuilderSpec{
+		Stack: StackRef{Name: "s"}, Store: StoreRef{Name: "s"},
+	}}}
+	b.SetDefaults(context.Background())
+	want := NamespacedBuilderSpec{
+		BuilderSpec: BuilderSpec{
+			Stack: StackRef{Kind: "ClusterStack", Name: "s"},
+			Store: StoreRef{Kind: "ClusterStore", Name: "s"},
+		},
+		ServiceAccountName: "default",
+	}
+	if diff := cmp.Diff(want, b.Spec); diff != "" {
+		t.Errorf("Builder defaults (-want +got):\n%s", diff)
+	}
+
+	cb := &ClusterBuilder{}
+	cb.SetDefaults(context.Background())
+	if cb.Spec.Stack.Kind != "ClusterStack" || cb.Spec.Store.Kind != "ClusterStore" || cb.Spec.ServiceAccountRef != nil {
+		t.Errorf("ClusterBuilder defaults: got %+v", cb.Spec)
+	}
+
+	// Defaults never overwrite what the user wrote, and are idempotent.
+	set := builder(func(s *NamespacedBuilderSpec) { s.ServiceAccountName = "pusher" })
+	before := set.DeepCopy()
+	set.SetDefaults(context.Background())
+	set.SetDefaults(context.Background())
+	if diff := cmp.Diff(before, set); diff != "" {
+		t.Errorf("defaults changed a complete Builder (-before +after):\n%s", diff)
+	}
+
+	// A defaulted object with a valid spec validates.
+	if err := b.Validate(context.Background()); err == nil {
+		t.Error("Builder without tag and order validated after defaulting")
+	}
+}

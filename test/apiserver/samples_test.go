@@ -1,0 +1,85 @@
+package apiserver
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"knative.dev/pkg/apis"
+)
+
+// TestKubectlApplySamples applies config/samples with kubectl, as the README
+// tells users to, and reads them back by short name and category.
+func TestKubectlApplySamples(t *testing.T) {
+	out, err := env.Kubectl("apply", "-f", "config/samples/").CombinedOutput()
+	if err != nil {
+		t.Fatalf("kubectl apply -f config/samples/: %v\n%s", err, out)
+	}
+	for _, want := range []string{
+		"clusterstore.buildsmith.dev/demo created",
+		"clusterstack.buildsmith.dev/demo created",
+		"builder.buildsmith.dev/demo created",
+		"clusterbuilder.buildsmith.dev/demo created",
+	} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("kubectl apply output lacks %q:\n%s", want, out)
+		}
+	}
+
+	// Applying again changes nothing.
+	out, err = env.Kubectl("apply", "-f", "config/samples/").CombinedOutput()
+	if err != nil || strings.Contains(string(out), "configured") {
+		t.Errorf("second apply: %v\n%s", err, out)
+	}
+
+	// The category lists every kind; short names and printer columns work.
+	out, err = env.Kubectl("get", "buildsmith", "--all-namespaces", "-o", "name").CombinedOutput()
+	if err != nil {
+		t.Fatalf("kubectl get buildsmith: %v\n%s", err, out)
+	}
+	for _, want := range []string{"clusterstore.buildsmith.dev/demo", "clusterstack.buildsmith.dev/demo",
+		"builder.buildsmith.dev/demo", "clusterbuilder.buildsmith.dev/demo"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("kubectl get buildsmith lacks %s:\n%s", want, out)
+		}
+	}
+	out, err = env.Kubectl("get", "bldr,cbldr", "--all-namespaces").CombinedOutput()
+	if err != nil {
+		t.Fatalf("kubectl get bldr,cbldr: %v\n%s", err, out)
+	}
+	for _, column := range []string{"READY", "REASON", "LATESTIMAGE"} {
+		if !strings.Contains(string(out), column) {
+			t.Errorf("kubectl get bldr,cbldr lacks column %s:\n%s", column, out)
+		}
+	}
+	out, err = env.Kubectl("get", "cstore,cstack").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "READY") {
+		t.Errorf("kubectl get cstore,cstack: %v\n%s", err, out)
+	}
+
+	// The samples are valid by the controller's rules too, not just the schema.
+	ctx := context.Background()
+	bc := client.BuildsmithV1alpha1()
+	store, err := bc.ClusterStores().Get(ctx, "demo", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stack, err := bc.ClusterStacks().Get(ctx, "demo", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	builder, err := bc.Builders("default").Get(ctx, "demo", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	clusterBuilder, err := bc.ClusterBuilders().Get(ctx, "demo", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, err := range []*apis.FieldError{store.Validate(ctx), stack.Validate(ctx), builder.Validate(ctx), clusterBuilder.Validate(ctx)} {
+		if err != nil {
+			t.Errorf("sample does not validate: %v", err)
+		}
+	}
+}

@@ -1,0 +1,128 @@
+package apiserver
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/yaml"
+
+	"github.com/buildsmith/buildsmith/pkg/apis/build/v1alpha1"
+)
+
+// TestSchemaRejects checks that the generated CRD schemas make the API server
+// refuse malformed objects, naming the offending field.
+func TestSchemaRejects(t *testing.T) {
+	tests := []struct {
+		name     string
+		manifest string
+		// want are substrings of the API server's error message.
+		want []string
+	}{{
+		name: "store sources is a string",
+		manifest: `
+kind: ClusterStore
+spec: {sources: registry.example.com/bp:1}`,
+		want: []string{"spec.sources", "must be of type array"},
+	}, {
+		name:     "store without sources",
+		manifest: `{kind: ClusterStore, spec: {}}`,
+		want:     []string{"spec.sources", "Required value"},
+	}, {
+		name:     "store with no sources",
+		manifest: `{kind: ClusterStore, spec: {sources: []}}`,
+		want:     []string{"spec.sources", "at least 1 items"},
+	}, {
+		name:     "store source without image",
+		manifest: `{kind: ClusterStore, spec: {sources: [{}]}}`,
+		want:     []string{"spec.sources[0].image", "Required value"},
+	}, {
+		name:     "store without spec",
+		manifest: `{kind: ClusterStore}`,
+		want:     []string{"spec", "Required value"},
+	}, {
+		name:     "stack without id",
+		manifest: `{kind: ClusterStack, spec: {buildImage: {image: a}, runImage: {image: b}}}`,
+		want:     []string{"spec.id", "Required value"},
+	}, {
+		name:     "stack with empty id and numeric image",
+		manifest: `{kind: ClusterStack, spec: {id: "", buildImage: {image: 5}, runImage: {image: b}}}`,
+		want:     []string{"spec.id", "spec.buildImage.image", "must be of type string"},
+	}, {
+		name:     "stack service account ref without namespace",
+		manifest: `{kind: ClusterStack, spec: {id: s, buildImage: {image: a}, runImage: {image: b}, serviceAccountRef: {name: x}}}`,
+		want:     []string{"spec.serviceAccountRef.namespace", "Required value"},
+	}, {
+		name:     "builder without tag",
+		manifest: `{kind: Builder, spec: {stack: {name: s}, store: {name: s}, order: [{group: [{id: a}]}]}}`,
+		want:     []string{"spec.tag", "Required value"},
+	}, {
+		name:     "builder with empty order",
+		manifest: `{kind: Builder, spec: {tag: t, stack: {name: s}, store: {name: s}, order: []}}`,
+		want:     []string{"spec.order", "at least 1 items"},
+	}, {
+		name:     "builder with empty group",
+		manifest: `{kind: Builder, spec: {tag: t, stack: {name: s}, store: {name: s}, order: [{group: []}]}}`,
+		want:     []string{"spec.order[0].group", "at least 1 items"},
+	}, {
+		name:     "builder order entry without id",
+		manifest: `{kind: Builder, spec: {tag: t, stack: {name: s}, store: {name: s}, order: [{group: [{version: "1"}]}]}}`,
+		want:     []string{"spec.order[0].group[0].id", "Required value"},
+	}, {
+		name:     "builder optional is a string",
+		manifest: `{kind: Builder, spec: {tag: t, stack: {name: s}, store: {name: s}, order: [{group: [{id: a, optional: "yes"}]}]}}`,
+		want:     []string{"spec.order[0].group[0].optional", "must be of type boolean"},
+	}, {
+		name:     "builder stack of the wrong kind",
+		manifest: `{kind: Builder, spec: {tag: t, stack: {kind: Stack, name: s}, store: {name: s}, order: [{group: [{id: a}]}]}}`,
+		want:     []string{"spec.stack.kind", "Unsupported value", "ClusterStack"},
+	}, {
+		name:     "builder store without name",
+		manifest: `{kind: Builder, spec: {tag: t, stack: {name: s}, store: {kind: ClusterStore}, order: [{group: [{id: a}]}]}}`,
+		want:     []string{"spec.store.name", "Required value"},
+	}, {
+		name:     "builder reserved label",
+		manifest: `{kind: Builder, spec: {tag: t, stack: {name: s}, store: {name: s}, order: [{group: [{id: a}]}], additionalLabels: {io.buildpacks.stack.id: x}}}`,
+		want:     []string{"spec.additionalLabels", "may not set io.buildpacks.* labels"},
+	}, {
+		name:     "builder label value is a number",
+		manifest: `{kind: Builder, spec: {tag: t, stack: {name: s}, store: {name: s}, order: [{group: [{id: a}]}], additionalLabels: {team: 1}}}`,
+		want:     []string{"spec.additionalLabels.team", "must be of type string"},
+	}, {
+		name:     "cluster builder store of the wrong kind",
+		manifest: `{kind: ClusterBuilder, spec: {tag: t, stack: {name: s}, store: {kind: ClusterStack, name: s}, order: [{group: [{id: a}]}]}}`,
+		want:     []string{"spec.store.kind", "Unsupported value"},
+	}}
+	for i, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			u := &unstructured.Unstructured{}
+			if err := yaml.Unmarshal([]byte(tc.manifest), &u.Object); err != nil {
+				t.Fatalf("bad test manifest: %v", err)
+			}
+			u.SetAPIVersion(v1alpha1.SchemeGroupVersion.String())
+			u.SetName("rejected-" + strings.ToLower(strings.ReplaceAll(tc.name, " ", "-")))
+			resource := v1alpha1.SchemeGroupVersion.WithResource(strings.ToLower(u.GetKind()) + "s")
+			var err error
+			if u.GetKind() == "Builder" {
+				u.SetNamespace("default")
+				_, err = dynamicClient.Resource(resource).Namespace("default").Create(context.Background(), u, metav1.CreateOptions{})
+			} else {
+				_, err = dynamicClient.Resource(resource).Create(context.Background(), u, metav1.CreateOptions{})
+			}
+			if err == nil {
+				t.Fatalf("case %d: the API server accepted %s", i, tc.manifest)
+			}
+			if !apierrors.IsInvalid(err) {
+				t.Fatalf("error is not Invalid: %v", err)
+			}
+			for _, want := range tc.want {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("error %q does not mention %q", err, want)
+				}
+			}
+		})
+	}
+}
