@@ -1,0 +1,368 @@
+package registry
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/authn"
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
+	"k8s.io/utils/lru"
+)
+
+// Options tunes a Client. The zero value of every field means its default.
+type Options struct {
+	// Timeout bounds each read (Resolve, ReadImage), in-call retries
+	// included. ggcr's retry sleeps ignore cancellation, so the deadline is
+	// what keeps a worker from being parked on a hung registry. Default 30s.
+	Timeout time.Duration
+	// WriteTimeout bounds each Write. Default 10m.
+	WriteTimeout time.Duration
+	// Retry is the in-call retry of one request. Keep it short: long
+	// outages are the caller's requeue's job. Steps must be ≥ 1 (ggcr fails
+	// every request with Steps 0). Default: 3 tries, sleeping ≈200ms and
+	// ≈600ms in between.
+	Retry remote.Backoff
+	// RetryStatusCodes are retried in-call, unless the answer carries a
+	// Retry-After, which the caller's requeue honours instead. Default 408,
+	// 429, 500, 502, 503, 504.
+	RetryStatusCodes []int
+	// Transport carries the requests. Default: http.DefaultTransport's
+	// settings with bounded dial, TLS handshake and response header waits.
+	Transport http.RoundTripper
+	// UserAgent is prepended to ggcr's user agent. Default "buildsmith".
+	UserAgent string
+	// Health tunes the per-registry health probes.
+	Health HealthOptions
+	// Sessions bounds how many credential sets keep their authenticated
+	// transports (tokens) cached. Default 512.
+	Sessions int
+}
+
+func (o Options) withDefaults() Options {
+	if o.Timeout <= 0 {
+		o.Timeout = 30 * time.Second
+	}
+	if o.WriteTimeout <= 0 {
+		o.WriteTimeout = 10 * time.Minute
+	}
+	if o.Retry.Steps < 1 {
+		o.Retry = remote.Backoff{Duration: 200 * time.Millisecond, Factor: 3, Jitter: 0.1, Steps: 3}
+	}
+	if o.RetryStatusCodes == nil {
+		o.RetryStatusCodes = []int{
+			http.StatusRequestTimeout, http.StatusTooManyRequests, http.StatusInternalServerError,
+			http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout,
+		}
+	}
+	if o.Transport == nil {
+		o.Transport = defaultTransport()
+	}
+	if o.UserAgent == "" {
+		o.UserAgent = "buildsmith"
+	}
+	if o.Sessions <= 0 {
+		o.Sessions = 512
+	}
+	o.Health = o.Health.withDefaults()
+	return o
+}
+
+func defaultTransport() http.RoundTripper {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.DialContext = (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext
+	t.TLSHandshakeTimeout = 10 * time.Second
+	t.ResponseHeaderTimeout = 60 * time.Second
+	t.MaxIdleConnsPerHost = 16
+	return t
+}
+
+// Client reads and writes images. It is safe for concurrent use; share one.
+type Client struct {
+	opts Options
+	// lifetime is the context of lazy layers, which are read long after the
+	// call that made them returned (when a builder image is written).
+	lifetime  context.Context
+	transport *accountingTransport
+	health    *Health
+
+	mu       sync.Mutex
+	sessions *lru.Cache // keychain cache key → *session
+}
+
+// session is a puller and a pusher sharing one set of credentials; they keep
+// authenticated transports (and bearer tokens) per repository, so repeated
+// calls skip the /v2/ ping and the token exchange.
+type session struct {
+	puller *remote.Puller
+	pusher *remote.Pusher
+}
+
+// New returns a Client. Lazy layers of images it returns stay readable, and
+// health probes run, until lifetime is done.
+func New(lifetime context.Context, opts Options) *Client {
+	opts = opts.withDefaults()
+	c := &Client{
+		opts:      opts,
+		lifetime:  lifetime,
+		transport: newAccountingTransport(opts.Transport),
+		sessions:  lru.New(opts.Sessions),
+	}
+	c.health = newHealth(lifetime, opts.Health, c.probe)
+	return c
+}
+
+// Health returns the registries' health, to wait on after a transient error.
+func (c *Client) Health() *Health { return c.health }
+
+// Stats returns the requests and bytes exchanged so far.
+func (c *Client) Stats() Stats { return c.transport.stats() }
+
+// Descriptor is what a reference resolves to.
+type Descriptor struct {
+	// Ref is the reference's repository at the digest it points to.
+	Ref       name.Digest
+	MediaType string
+	Size      int64
+}
+
+// Resolve returns the digest ref points to, with one HEAD request when the
+// registry answers it. When HEAD fails for a reason other than a transient
+// one, a GET follows: HEAD answers carry no diagnostics (a missing tag and a
+// missing repository look the same), and some registries do not serve HEAD.
+func (c *Client) Resolve(ctx context.Context, ref name.Reference, kc authn.Keychain) (Descriptor, error) {
+	var out Descriptor
+	err := c.do(ctx, ref, c.opts.Timeout, func(ctx context.Context, s *session) error {
+		desc, err := s.puller.Head(ctx, ref)
+		if err != nil {
+			if Classify(err) == Transient {
+				return err
+			}
+			full, getErr := s.puller.Get(ctx, ref)
+			if getErr != nil {
+				return getErr
+			}
+			desc = &full.Descriptor
+		}
+		out = Descriptor{Ref: ref.Context().Digest(desc.Digest.String()), MediaType: string(desc.MediaType), Size: desc.Size}
+		return nil
+	}, kc)
+	return out, err
+}
+
+// maxConfigSize bounds the image config read into memory.
+const maxConfigSize = 16 << 20
+
+var errBlobTooLarge = errors.New("blob larger than allowed")
+
+// Image is an image read from a registry. Its manifest and config are in
+// memory; its layers are not fetched until something reads them, and when an
+// image built on them is written to the same registry they are mounted or
+// skipped rather than uploaded again.
+type Image struct {
+	// Ref is what the reference resolved to: the index's digest when it
+	// names an index, else the image's.
+	Ref name.Digest
+	// Digest is the image manifest's digest (different from Ref's when Ref
+	// is an index).
+	Digest   v1.Hash
+	Manifest *v1.Manifest
+	Config   *v1.ConfigFile
+	// Platform is the platform chosen from an index; nil for a plain image.
+	Platform *v1.Platform
+	// Image is the lazy image itself, for building on.
+	Image v1.Image
+}
+
+// ReadImage reads the manifest and config of the image ref names. When ref
+// names an index, the image for platform is chosen from it (linux/amd64 when
+// platform is nil).
+func (c *Client) ReadImage(ctx context.Context, ref name.Reference, platform *v1.Platform, kc authn.Keychain) (*Image, error) {
+	var out *Image
+	err := c.do(ctx, ref, c.opts.Timeout, func(ctx context.Context, s *session) error {
+		var err error
+		out, err = c.readImage(ctx, s, ref, platform)
+		return err
+	}, kc)
+	return out, err
+}
+
+func (c *Client) readImage(ctx context.Context, s *session, ref name.Reference, platform *v1.Platform) (*Image, error) {
+	host := ref.Context().RegistryStr()
+	desc, err := s.puller.Get(ctx, ref)
+	if err != nil {
+		return nil, err
+	}
+	img := &Image{Ref: ref.Context().Digest(desc.Digest.String()), Digest: desc.Digest}
+	raw, mediaType := desc.Manifest, desc.MediaType
+	if mediaType.IsIndex() {
+		index, err := v1.ParseIndexManifest(bytes.NewReader(raw))
+		if err != nil {
+			return nil, permanentError(ReasonInvalidImage, host, fmt.Errorf("index %s: %w", img.Ref, err))
+		}
+		want := v1.Platform{OS: "linux", Architecture: "amd64"}
+		if platform != nil {
+			want = *platform
+		}
+		child, ok := choosePlatform(index.Manifests, want)
+		if !ok {
+			return nil, permanentError(ReasonPlatformNotFound, host,
+				fmt.Errorf("index %s has no image for %s", img.Ref, platformString(want)))
+		}
+		childDesc, err := s.puller.Get(ctx, ref.Context().Digest(child.Digest.String()))
+		if err != nil {
+			return nil, err
+		}
+		raw, mediaType, img.Digest = childDesc.Manifest, childDesc.MediaType, childDesc.Digest
+		img.Platform = child.Platform
+	}
+	if !mediaType.IsImage() {
+		return nil, permanentError(ReasonInvalidImage, host, fmt.Errorf("%s is not an image: media type %q", img.Ref, mediaType))
+	}
+	if img.Manifest, err = v1.ParseManifest(bytes.NewReader(raw)); err != nil {
+		return nil, permanentError(ReasonInvalidImage, host, fmt.Errorf("manifest of %s: %w", img.Ref, err))
+	}
+	configLayer, err := s.puller.Layer(ctx, ref.Context().Digest(img.Manifest.Config.Digest.String()))
+	if err != nil {
+		return nil, err
+	}
+	rawConfig, err := readAll(configLayer, maxConfigSize)
+	if errors.Is(err, errBlobTooLarge) {
+		return nil, permanentError(ReasonInvalidImage, host, fmt.Errorf("config of %s: %w", img.Ref, err))
+	} else if err != nil {
+		return nil, err
+	}
+	if img.Config, err = v1.ParseConfigFile(bytes.NewReader(rawConfig)); err != nil {
+		return nil, permanentError(ReasonInvalidImage, host, fmt.Errorf("config of %s: %w", img.Ref, err))
+	}
+	img.Image = &remoteImage{
+		repo: ref.Context(), rawManifest: raw, mediaType: mediaType, manifest: img.Manifest,
+		rawConfig: rawConfig, config: img.Config,
+		layer: func(h v1.Hash) (v1.Layer, error) {
+			return s.puller.Layer(c.lifetime, ref.Context().Digest(h.String()))
+		},
+	}
+	return img, nil
+}
+
+// Write pushes img to tag. ggcr skips blobs the repository has and mounts
+// layers from other repositories of the same registry; layers read through
+// this Client are such layers.
+func (c *Client) Write(ctx context.Context, tag name.Tag, img v1.Image, kc authn.Keychain) (name.Digest, error) {
+	digest, err := img.Digest()
+	if err != nil {
+		return name.Digest{}, permanentError(ReasonInvalidImage, tag.RegistryStr(), fmt.Errorf("computing the digest of the image for %s: %w", tag, err))
+	}
+	err = c.do(ctx, tag, c.opts.WriteTimeout, func(ctx context.Context, s *session) error {
+		return s.pusher.Push(ctx, tag, img)
+	}, kc)
+	return tag.Context().Digest(digest.String()), err
+}
+
+// do runs op with a deadline and a call state, classifies its error, and
+// updates the registry's health.
+func (c *Client) do(ctx context.Context, ref name.Reference, timeout time.Duration, op func(context.Context, *session) error, kc authn.Keychain) error {
+	host := ref.Context().RegistryStr()
+	s, err := c.session(kc)
+	if err != nil {
+		return newError(host, 0, err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	ctx, state := withCall(ctx)
+	if err := op(ctx, s); err != nil {
+		classified := newError(host, state.RetryAfter(), err)
+		if classified.Class == Transient && classified.Reason == ReasonRegistryUnavailable {
+			c.health.markUnhealthy(host)
+		}
+		return classified
+	}
+	c.health.markHealthy(host)
+	return nil
+}
+
+// Keychains that implement CacheKey share cached sessions: equal keys must
+// mean equal credentials.
+type cacheKeyer interface{ CacheKey() string }
+
+func (c *Client) session(kc authn.Keychain) (*session, error) {
+	if kc == nil {
+		kc = Anonymous
+	}
+	keyer, cacheable := kc.(cacheKeyer)
+	if cacheable {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if s, ok := c.sessions.Get(keyer.CacheKey()); ok {
+			return s.(*session), nil
+		}
+	}
+	opts := []remote.Option{
+		remote.WithAuthFromKeychain(kc),
+		remote.WithTransport(c.transport),
+		remote.WithRetryBackoff(c.opts.Retry),
+		remote.WithRetryStatusCodes(c.opts.RetryStatusCodes...),
+		remote.WithRetryPredicate(retryInCall),
+		remote.WithUserAgent(c.opts.UserAgent),
+	}
+	puller, err := remote.NewPuller(opts...)
+	if err != nil {
+		return nil, err
+	}
+	pusher, err := remote.NewPusher(opts...)
+	if err != nil {
+		return nil, err
+	}
+	s := &session{puller: puller, pusher: pusher}
+	if cacheable {
+		c.sessions.Add(keyer.CacheKey(), s)
+	}
+	return s, nil
+}
+
+// retryInCall decides ggcr's in-call retries. It replaces ggcr's default
+// predicate, so it repeats its conditions: answers ggcr marks temporary (the
+// retried status codes and diagnostic codes) and connections cut short. It
+// adds one rule: an answer with Retry-After is not retried in-call, because
+// ggcr's sleep would ignore it; the caller requeues after it instead.
+// Refused connections, DNS failures and timeouts are not retried in-call
+// either: the registry is down, and the health probe watches it.
+func retryInCall(err error) bool {
+	var te *transport.Error
+	if errors.As(err, &te) {
+		if te.Request != nil {
+			if state := callFrom(te.Request.Context()); state != nil && state.RetryAfter() > 0 {
+				return false
+			}
+		}
+		return te.Temporary()
+	}
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) || errors.Is(err, net.ErrClosed)
+}
+
+func readAll(l v1.Layer, limit int64) ([]byte, error) {
+	rc, err := l.Compressed()
+	if err != nil {
+		return nil, err
+	}
+	defer rc.Close()
+	b, err := io.ReadAll(io.LimitReader(rc, limit+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(b)) > limit {
+		return nil, fmt.Errorf("%w (%d bytes)", errBlobTooLarge, limit)
+	}
+	return b, nil
+}

@@ -1,0 +1,223 @@
+package registry
+
+import (
+	"context"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+)
+
+// HealthOptions tunes the probing of registries that are down.
+type HealthOptions struct {
+	// ProbeInterval is the wait before the first probe; it doubles after
+	// each failed probe up to MaxProbeInterval. Default 100ms.
+	ProbeInterval time.Duration
+	// MaxProbeInterval caps the wait between probes, and so how long a
+	// recovery goes unnoticed. Default 1s: one small GET a second per
+	// registry that is down is nothing, and waiters wake within a second.
+	MaxProbeInterval time.Duration
+	// ProbeTimeout bounds one probe. Default 2s.
+	ProbeTimeout time.Duration
+}
+
+func (o HealthOptions) withDefaults() HealthOptions {
+	if o.ProbeInterval <= 0 {
+		o.ProbeInterval = 100 * time.Millisecond
+	}
+	if o.MaxProbeInterval <= 0 {
+		o.MaxProbeInterval = time.Second
+	}
+	if o.MaxProbeInterval < o.ProbeInterval {
+		o.MaxProbeInterval = o.ProbeInterval
+	}
+	if o.ProbeTimeout <= 0 {
+		o.ProbeTimeout = 2 * time.Second
+	}
+	return o
+}
+
+// Health tracks which registries are down and wakes those waiting on them.
+//
+// A registry is marked down when a request to it fails in a way that says it
+// is unreachable (refused, reset, timed out, 5xx), and up when any request
+// to it succeeds. Callers whose work failed on a down registry register a
+// callback under a key; while anyone waits on a registry, one prober per
+// registry sends GET /v2/ with backoff, and when the registry answers every
+// callback fires once. So an outage costs O(registries) requests rather than
+// O(objects), and recovery is noticed within MaxProbeInterval rather than at
+// the end of each object's backoff. Registries nobody waits on cost nothing.
+type Health struct {
+	opts     HealthOptions
+	lifetime context.Context
+	probe    func(ctx context.Context, host string) bool
+
+	mu    sync.Mutex
+	hosts map[string]*hostHealth
+}
+
+type hostHealth struct {
+	down    bool
+	probing bool
+	waiters map[string]func()
+}
+
+func newHealth(lifetime context.Context, opts HealthOptions, probe func(context.Context, string) bool) *Health {
+	return &Health{opts: opts.withDefaults(), lifetime: lifetime, probe: probe, hosts: map[string]*hostHealth{}}
+}
+
+// Healthy reports whether host is believed up (true until a request to it
+// fails as unreachable).
+func (h *Health) Healthy(host string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	hh := h.hosts[host]
+	return hh == nil || !hh.down
+}
+
+// NotifyWhenHealthy calls wake once host is up again. A later call with the
+// same key replaces the earlier callback. If host is up already, wake is
+// called at once: it recovered between the failure and this call.
+func (h *Health) NotifyWhenHealthy(host, key string, wake func()) {
+	h.mu.Lock()
+	hh := h.host(host)
+	if !hh.down {
+		h.mu.Unlock()
+		wake()
+		return
+	}
+	hh.waiters[key] = wake
+	startProber := !hh.probing
+	hh.probing = true
+	h.mu.Unlock()
+	if startProber {
+		go h.runProber(host)
+	}
+}
+
+// Forget drops the callbacks registered under key, for instance when the
+// object succeeded by other means or was deleted.
+func (h *Health) Forget(key string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, hh := range h.hosts {
+		delete(hh.waiters, key)
+	}
+}
+
+// Waiting returns how many keys wait on host.
+func (h *Health) Waiting(host string) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if hh := h.hosts[host]; hh != nil {
+		return len(hh.waiters)
+	}
+	return 0
+}
+
+// host returns host's entry, creating it; h.mu must be held.
+func (h *Health) host(host string) *hostHealth {
+	hh := h.hosts[host]
+	if hh == nil {
+		hh = &hostHealth{waiters: map[string]func(){}}
+		h.hosts[host] = hh
+	}
+	return hh
+}
+
+func (h *Health) markUnhealthy(host string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.host(host).down = true
+}
+
+// markHealthy records that host answered, and wakes everyone waiting on it.
+func (h *Health) markHealthy(host string) {
+	h.mu.Lock()
+	hh := h.hosts[host]
+	if hh == nil || (!hh.down && len(hh.waiters) == 0) {
+		h.mu.Unlock()
+		return
+	}
+	hh.down = false
+	waiters := hh.waiters
+	hh.waiters = map[string]func(){}
+	h.mu.Unlock()
+	for _, wake := range waiters {
+		wake()
+	}
+}
+
+// runProber probes host until it answers, nobody waits on it any more, or
+// the lifetime ends. At most one runs per host: hostHealth.probing.
+func (h *Health) runProber(host string) {
+	interval := h.opts.ProbeInterval
+	timer := time.NewTimer(interval)
+	defer timer.Stop()
+	for {
+		select {
+		case <-h.lifetime.Done():
+			h.stopProbing(host)
+			return
+		case <-timer.C:
+		}
+		h.mu.Lock()
+		hh := h.hosts[host]
+		if !hh.down || len(hh.waiters) == 0 {
+			// Up again by another request's success, or nobody cares.
+			hh.probing = false
+			h.mu.Unlock()
+			return
+		}
+		h.mu.Unlock()
+
+		ctx, cancel := context.WithTimeout(h.lifetime, h.opts.ProbeTimeout)
+		up := h.probe(ctx, host)
+		cancel()
+		if up {
+			h.stopProbing(host)
+			h.markHealthy(host)
+			return
+		}
+		interval = min(2*interval, h.opts.MaxProbeInterval)
+		timer.Reset(interval)
+	}
+}
+
+func (h *Health) stopProbing(host string) {
+	h.mu.Lock()
+	h.hosts[host].probing = false
+	h.mu.Unlock()
+}
+
+// probe asks host's /v2/ endpoint whether it is up: any answer but a 5xx or
+// a 429 counts (401 is the usual answer of a registry that is up). For hosts
+// ggcr talks to over plain HTTP (localhost, private addresses) it tries
+// https as well, as ggcr does.
+func (c *Client) probe(ctx context.Context, host string) bool {
+	reg, err := name.NewRegistry(host)
+	if err != nil {
+		return false
+	}
+	schemes := []string{reg.Scheme()}
+	if schemes[0] == "http" {
+		schemes = append(schemes, "https")
+	}
+	for _, scheme := range schemes {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, scheme+"://"+host+"/v2/", nil)
+		if err != nil {
+			return false
+		}
+		req.Header.Set("User-Agent", c.opts.UserAgent)
+		resp, err := c.transport.RoundTrip(req)
+		if err != nil {
+			continue
+		}
+		_ = resp.Body.Close()
+		if resp.StatusCode < 500 && resp.StatusCode != http.StatusTooManyRequests {
+			return true
+		}
+	}
+	return false
+}

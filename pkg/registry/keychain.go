@@ -1,0 +1,99 @@
+package registry
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/google/go-containerregistry/pkg/authn"
+	k8schain "github.com/google/go-containerregistry/pkg/authn/kubernetes"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	corev1listers "k8s.io/client-go/listers/core/v1"
+)
+
+// Anonymous is the keychain without credentials.
+var Anonymous authn.Keychain = anonymous{}
+
+type anonymous struct{}
+
+func (anonymous) Resolve(authn.Resource) (authn.Authenticator, error) { return authn.Anonymous, nil }
+func (anonymous) CacheKey() string                                    { return "anonymous" }
+
+// Keychains builds keychains from ServiceAccounts, reading them and their
+// Secrets from informer caches: no API request per reconcile.
+type Keychains struct {
+	ServiceAccounts corev1listers.ServiceAccountLister
+	Secrets         corev1listers.SecretLister
+}
+
+// ForServiceAccount returns the credentials of a ServiceAccount: its
+// imagePullSecrets, then its secrets, of the docker config types
+// (kubernetes.io/dockerconfigjson and kubernetes.io/dockercfg; others are
+// ignored). ggcr's own constructor only logs a missing ServiceAccount or
+// Secret and goes on anonymously, which later shows as a puzzling 401; here
+// they are Waiting errors (ServiceAccountNotFound, SecretNotFound) that name
+// what is missing. Errors never contain secret data.
+func (k Keychains) ForServiceAccount(ctx context.Context, namespace, serviceAccount string) (authn.Keychain, error) {
+	sa, err := k.ServiceAccounts.ServiceAccounts(namespace).Get(serviceAccount)
+	if apierrors.IsNotFound(err) {
+		return nil, waitingError(ReasonServiceAccountNotFound,
+			fmt.Errorf("serviceaccount %s/%s not found", namespace, serviceAccount))
+	} else if err != nil {
+		return nil, err
+	}
+	var names []string
+	for _, ref := range sa.ImagePullSecrets {
+		names = append(names, ref.Name)
+	}
+	for _, ref := range sa.Secrets {
+		names = append(names, ref.Name)
+	}
+
+	var secrets []corev1.Secret
+	key := []string{"sa", namespace, serviceAccount}
+	seen := map[string]bool{}
+	for _, secretName := range names {
+		if seen[secretName] {
+			continue
+		}
+		seen[secretName] = true
+		secret, err := k.Secrets.Secrets(namespace).Get(secretName)
+		if apierrors.IsNotFound(err) {
+			return nil, waitingError(ReasonSecretNotFound, fmt.Errorf(
+				"secret %s/%s, referenced by serviceaccount %s, not found", namespace, secretName, serviceAccount))
+		} else if err != nil {
+			return nil, err
+		}
+		if secret.Type != corev1.SecretTypeDockerConfigJson && secret.Type != corev1.SecretTypeDockercfg {
+			continue
+		}
+		// Check each secret alone so that the error can name it; the
+		// parse error itself is left out, as it may quote secret data.
+		if _, err := k8schain.NewFromPullSecrets(ctx, []corev1.Secret{*secret}); err != nil {
+			return nil, &Error{Class: Permanent, Reason: ReasonInvalidSecret, Err: fmt.Errorf(
+				"secret %s/%s does not hold a valid docker config of type %s", namespace, secretName, secret.Type)}
+		}
+		secrets = append(secrets, *secret)
+		key = append(key, string(secret.UID)+"@"+secret.ResourceVersion)
+	}
+	if len(secrets) == 0 {
+		return Anonymous, nil
+	}
+	kc, err := k8schain.NewFromPullSecrets(ctx, secrets)
+	if err != nil {
+		return nil, &Error{Class: Permanent, Reason: ReasonInvalidSecret, Err: fmt.Errorf(
+			"the secrets of serviceaccount %s/%s do not hold valid docker configs", namespace, serviceAccount)}
+	}
+	return keychain{Keychain: kc, key: strings.Join(key, "/")}, nil
+}
+
+// keychain is a keychain with a cache key that changes whenever one of its
+// secrets does, so that the Client's cached sessions never outlive the
+// credentials they were made with.
+type keychain struct {
+	authn.Keychain
+	key string
+}
+
+func (k keychain) CacheKey() string { return k.key }

@@ -1,0 +1,225 @@
+package registry
+
+import (
+	"context"
+	"io"
+	"maps"
+	"net/http"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// RequestKey groups counted requests.
+type RequestKey struct {
+	Host   string
+	Method string
+	// Status is "2xx", "3xx", "4xx", "5xx", or "error" when no answer came.
+	Status string
+}
+
+// Stats is a snapshot of a Client's requests. ggcr's in-call retries and
+// token exchanges are counted one by one: these are requests on the wire.
+type Stats struct {
+	Requests map[RequestKey]int64
+	// BytesUp and BytesDown count request and response bodies by host.
+	BytesUp   map[string]int64
+	BytesDown map[string]int64
+}
+
+// Total returns the number of requests, optionally only those with the
+// given method (e.g. Total("HEAD")).
+func (s Stats) Total(methods ...string) int64 {
+	var n int64
+	for k, v := range s.Requests {
+		if len(methods) == 0 || slices.Contains(methods, k.Method) {
+			n += v
+		}
+	}
+	return n
+}
+
+// TotalBytesUp returns the bytes sent to all registries.
+func (s Stats) TotalBytesUp() int64 { return sum(s.BytesUp) }
+
+// TotalBytesDown returns the bytes received from all registries.
+func (s Stats) TotalBytesDown() int64 { return sum(s.BytesDown) }
+
+// Sub returns the requests and bytes in s that are not in before.
+func (s Stats) Sub(before Stats) Stats {
+	out := Stats{Requests: map[RequestKey]int64{}, BytesUp: map[string]int64{}, BytesDown: map[string]int64{}}
+	for k, v := range s.Requests {
+		if d := v - before.Requests[k]; d != 0 {
+			out.Requests[k] = d
+		}
+	}
+	for k, v := range s.BytesUp {
+		if d := v - before.BytesUp[k]; d != 0 {
+			out.BytesUp[k] = d
+		}
+	}
+	for k, v := range s.BytesDown {
+		if d := v - before.BytesDown[k]; d != 0 {
+			out.BytesDown[k] = d
+		}
+	}
+	return out
+}
+
+// accountingTransport is the innermost RoundTripper under ggcr's retry and
+// auth layers, so it sees every attempt. It counts requests and bytes, and
+// records Retry-After answers on the call state of the request's context.
+type accountingTransport struct {
+	inner http.RoundTripper
+
+	mu        sync.Mutex
+	requests  map[RequestKey]int64
+	bytesUp   map[string]int64
+	bytesDown map[string]int64
+}
+
+func newAccountingTransport(inner http.RoundTripper) *accountingTransport {
+	return &accountingTransport{
+		inner:     inner,
+		requests:  map[RequestKey]int64{},
+		bytesUp:   map[string]int64{},
+		bytesDown: map[string]int64{},
+	}
+}
+
+func (t *accountingTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	host := req.URL.Host
+	if req.Body != nil && req.Body != http.NoBody {
+		body := &countingReader{r: req.Body}
+		req = req.Clone(req.Context())
+		req.Body = body
+		defer func() { t.add(host, &t.bytesUp, body.n.Load()) }()
+	}
+	resp, err := t.inner.RoundTrip(req)
+	status := "error"
+	if err == nil {
+		status = strconv.Itoa(resp.StatusCode/100) + "xx"
+		if call := callFrom(req.Context()); call != nil {
+			if d := parseRetryAfter(resp, time.Now()); d > 0 {
+				call.noteRetryAfter(d)
+			}
+		}
+		resp.Body = &countingBody{ReadCloser: resp.Body, done: func(n int64) { t.add(host, &t.bytesDown, n) }}
+	}
+	t.mu.Lock()
+	t.requests[RequestKey{Host: host, Method: req.Method, Status: status}]++
+	t.mu.Unlock()
+	return resp, err
+}
+
+func (t *accountingTransport) add(host string, m *map[string]int64, n int64) {
+	if n == 0 {
+		return
+	}
+	t.mu.Lock()
+	(*m)[host] += n
+	t.mu.Unlock()
+}
+
+func (t *accountingTransport) stats() Stats {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return Stats{Requests: maps.Clone(t.requests), BytesUp: maps.Clone(t.bytesUp), BytesDown: maps.Clone(t.bytesDown)}
+}
+
+// parseRetryAfter reads Retry-After (seconds or an HTTP date) from a 429 or
+// 503 answer, the two statuses for which RFC 9110 gives it this meaning.
+func parseRetryAfter(resp *http.Response, now time.Time) time.Duration {
+	if resp.StatusCode != http.StatusTooManyRequests && resp.StatusCode != http.StatusServiceUnavailable {
+		return 0
+	}
+	v := resp.Header.Get("Retry-After")
+	if v == "" {
+		return 0
+	}
+	if secs, err := strconv.ParseInt(v, 10, 64); err == nil {
+		if secs <= 0 {
+			return 0
+		}
+		// Clamp absurd values: a day is long enough to mean "much later".
+		return min(time.Duration(secs)*time.Second, 24*time.Hour)
+	}
+	if at, err := http.ParseTime(v); err == nil && at.After(now) {
+		return min(at.Sub(now), 24*time.Hour)
+	}
+	return 0
+}
+
+// call is the state of one Client operation, carried in the context of the
+// requests it makes.
+type call struct {
+	retryAfter atomic.Int64 // the longest Retry-After seen, in ns
+}
+
+func (c *call) noteRetryAfter(d time.Duration) {
+	for {
+		old := c.retryAfter.Load()
+		if int64(d) <= old || c.retryAfter.CompareAndSwap(old, int64(d)) {
+			return
+		}
+	}
+}
+
+func (c *call) RetryAfter() time.Duration { return time.Duration(c.retryAfter.Load()) }
+
+type callKey struct{}
+
+func withCall(ctx context.Context) (context.Context, *call) {
+	c := &call{}
+	return context.WithValue(ctx, callKey{}, c), c
+}
+
+func callFrom(ctx context.Context) *call {
+	c, _ := ctx.Value(callKey{}).(*call)
+	return c
+}
+
+type countingReader struct {
+	r io.ReadCloser
+	n atomic.Int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n.Add(int64(n))
+	return n, err
+}
+
+func (c *countingReader) Close() error { return c.r.Close() }
+
+// countingBody reports the bytes read from a response body when it is closed.
+type countingBody struct {
+	io.ReadCloser
+	n    int64
+	once sync.Once
+	done func(int64)
+}
+
+func (b *countingBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	b.n += int64(n)
+	if err == io.EOF {
+		b.once.Do(func() { b.done(b.n) })
+	}
+	return n, err
+}
+
+func (b *countingBody) Close() error {
+	b.once.Do(func() { b.done(b.n) })
+	return b.ReadCloser.Close()
+}
+
+func sum(m map[string]int64) int64 {
+	var n int64
+	for _, v := range m {
+		n += v
+	}
+	return n
+}
