@@ -1,0 +1,164 @@
+package registry
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+)
+
+// TestHealthWakesWaitersOnRecovery: while a registry refuses connections,
+// 100 waiting keys cost one prober's requests; when it comes back, every key
+// is woken once, within a second.
+func TestHealthWakesWaitersOnRecovery(t *testing.T) {
+	f := newFaultyRegistry(t)
+	f.push("team/app:1")
+	c := newTestClient(t, Options{})
+	ctx := context.Background()
+
+	f.down()
+	if _, err := c.Resolve(ctx, f.ref("team/app:1"), nil); Reason(err) != ReasonRegistryUnavailable {
+		t.Fatalf("Resolve on a down registry: %v", err)
+	}
+	before := c.Stats()
+
+	const keys = 100
+	var (
+		mu    sync.Mutex
+		woken = map[string]int{}
+		all   = make(chan time.Time, 1)
+	)
+	for i := range keys {
+		key := fmt.Sprintf("ns/builder-%d", i)
+		c.Health().NotifyWhenHealthy(f.addr, key, func() {
+			mu.Lock()
+			defer mu.Unlock()
+			woken[key]++
+			if len(woken) == keys {
+				all <- time.Now()
+			}
+		})
+	}
+	if n := c.Health().Waiting(f.addr); n != keys {
+		t.Fatalf("%d keys waiting, want %d", n, keys)
+	}
+
+	const outage = 2 * time.Second
+	time.Sleep(outage)
+	probes := c.Stats().Sub(before)
+	// One prober: probes after 100, 200, 400, 800ms, then every 1s, each
+	// dialling http and https: at most 2×4 requests in 2s. A prober per key
+	// would have made hundreds.
+	if n := probes.Total(); n < 2 || n > 8 {
+		t.Errorf("%d probe requests during a %v outage with %d waiters, want 2..8: %v", n, outage, keys, probes.Requests)
+	}
+	if n := probes.Total("GET"); n != probes.Total() {
+		t.Errorf("probes are not all GETs: %v", probes.Requests)
+	}
+	mu.Lock()
+	if len(woken) != 0 {
+		t.Errorf("%d keys woken while the registry is down", len(woken))
+	}
+	mu.Unlock()
+
+	f.up()
+	recovered := time.Now()
+	select {
+	case at := <-all:
+		if d := at.Sub(recovered); d > time.Second {
+			t.Errorf("all keys woken %v after recovery, want ≤ 1s", d)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatalf("keys not woken 5s after recovery: %d of %d", len(woken), keys)
+	}
+	time.Sleep(100 * time.Millisecond)
+	mu.Lock()
+	for key, n := range woken {
+		if n != 1 {
+			t.Errorf("%s woken %d times", key, n)
+		}
+	}
+	mu.Unlock()
+	if !c.Health().Healthy(f.addr) || c.Health().Waiting(f.addr) != 0 {
+		t.Errorf("after recovery: healthy %v, %d waiting", c.Health().Healthy(f.addr), c.Health().Waiting(f.addr))
+	}
+}
+
+// TestHealthIdleCostsNothing: a down registry nobody waits on is not probed,
+// and probing stops when the last waiter is forgotten.
+func TestHealthIdleCostsNothing(t *testing.T) {
+	f := newFaultyRegistry(t)
+	c := newTestClient(t, Options{})
+	f.down()
+	_, _ = c.Resolve(context.Background(), f.ref("team/app:1"), nil)
+
+	before := c.Stats()
+	time.Sleep(500 * time.Millisecond)
+	if n := c.Stats().Sub(before).Total(); n != 0 {
+		t.Errorf("%d requests to a down registry nobody waits on", n)
+	}
+
+	c.Health().NotifyWhenHealthy(f.addr, "ns/a", func() { t.Error("woken while down") })
+	time.Sleep(300 * time.Millisecond)
+	c.Health().Forget("ns/a")
+	time.Sleep(1200 * time.Millisecond) // let a sleeping prober notice
+	before = c.Stats()
+	time.Sleep(1200 * time.Millisecond)
+	if n := c.Stats().Sub(before).Total(); n != 0 {
+		t.Errorf("%d probe requests after the last waiter was forgotten", n)
+	}
+}
+
+// TestHealthSuccessWakesWaiters: a successful request by anyone marks the
+// registry up and wakes those waiting on it, without waiting for a probe;
+// and a key registering on a registry that is up is woken at once.
+func TestHealthSuccessWakesWaiters(t *testing.T) {
+	f := newFaultyRegistry(t)
+	f.push("team/app:1")
+	c := newTestClient(t, Options{Health: HealthOptions{ProbeInterval: time.Hour}})
+	ctx := context.Background()
+
+	f.inject("", "/manifests/", 1, answer(503, nil, ""))
+	f.inject("", "/manifests/", 2, answer(503, nil, "")) // exhaust the 3 in-call tries
+	if _, err := c.Resolve(ctx, f.ref("team/app:1"), nil); Reason(err) != ReasonRegistryUnavailable {
+		t.Fatalf("Resolve: %v", err)
+	}
+	if c.Health().Healthy(f.addr) {
+		t.Fatal("registry answering 503 is considered healthy")
+	}
+	woken := make(chan struct{})
+	c.Health().NotifyWhenHealthy(f.addr, "ns/a", func() { close(woken) })
+	if _, err := c.Resolve(ctx, f.ref("team/app:1"), nil); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-woken:
+	case <-time.After(time.Second):
+		t.Fatal("a successful request did not wake the waiter")
+	}
+
+	now := make(chan struct{})
+	c.Health().NotifyWhenHealthy(f.addr, "ns/b", func() { close(now) })
+	select {
+	case <-now:
+	default:
+		t.Error("a waiter on a healthy registry was not woken at once")
+	}
+}
+
+// TestRateLimitDoesNotMarkDown: a 429 means the registry is up and busy;
+// waking everyone the moment /v2/ answers would only make it busier.
+func TestRateLimitDoesNotMarkDown(t *testing.T) {
+	f := newFaultyRegistry(t)
+	f.push("team/app:1")
+	f.inject("", "/manifests/", -1, answer(429, map[string]string{"Retry-After": "5"}, ""))
+	c := newTestClient(t, Options{})
+	_, err := c.Resolve(context.Background(), f.ref("team/app:1"), nil)
+	if Reason(err) != ReasonRateLimited {
+		t.Fatalf("Resolve: %v", err)
+	}
+	if !c.Health().Healthy(f.addr) {
+		t.Error("a rate-limiting registry was marked down")
+	}
+}

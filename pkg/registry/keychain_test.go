@@ -1,0 +1,190 @@
+package registry
+
+import (
+	"context"
+	"encoding/base64"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/google/go-containerregistry/pkg/authn"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	corev1listers "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+)
+
+// staticKeychain answers every registry with one username and password.
+type staticKeychain struct{ user, password string }
+
+func (k staticKeychain) Resolve(authn.Resource) (authn.Authenticator, error) {
+	return &authn.Basic{Username: k.user, Password: k.password}, nil
+}
+
+// requireBasicAuth makes the registry demand user:password on every request.
+func requireBasicAuth(f *faultyRegistry, user, password string) {
+	want := "Basic " + base64.StdEncoding.EncodeToString([]byte(user+":"+password))
+	f.inject("", "/v2/", -1, func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") == want {
+			f.handler.ServeHTTP(w, r)
+			return
+		}
+		w.Header().Set("WWW-Authenticate", `Basic realm="buildsmith-test"`)
+		answer(http.StatusUnauthorized, nil, ociError("UNAUTHORIZED", "authentication required"))(w, r)
+	})
+}
+
+func listers(t *testing.T, objs ...runtime.Object) Keychains {
+	t.Helper()
+	sas := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+	secrets := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+	for _, o := range objs {
+		var err error
+		switch o.(type) {
+		case *corev1.ServiceAccount:
+			err = sas.Add(o)
+		case *corev1.Secret:
+			err = secrets.Add(o)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return Keychains{ServiceAccounts: corev1listers.NewServiceAccountLister(sas), Secrets: corev1listers.NewSecretLister(secrets)}
+}
+
+func serviceAccount(name string, pullSecrets []string, secrets []string) *corev1.ServiceAccount {
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: name}}
+	for _, s := range pullSecrets {
+		sa.ImagePullSecrets = append(sa.ImagePullSecrets, corev1.LocalObjectReference{Name: s})
+	}
+	for _, s := range secrets {
+		sa.Secrets = append(sa.Secrets, corev1.ObjectReference{Name: s})
+	}
+	return sa
+}
+
+func dockerConfigSecret(name, registry, user, password string) *corev1.Secret {
+	auth := base64.StdEncoding.EncodeToString([]byte(user + ":" + password))
+	return &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: name, UID: "uid-" + "name", ResourceVersion: "1"},
+		Type:       corev1.SecretTypeDockerConfigJson,
+		Data: map[string][]byte{corev1.DockerConfigJsonKey: []byte(
+			`{"auths":{"` + registry + `":{"auth":"` + auth + `"}}}`)},
+	}
+}
+
+func TestKeychainFromServiceAccount(t *testing.T) {
+	f := newFaultyRegistry(t)
+	f.push("team/app:1")
+	requireBasicAuth(f, "robot", "s3cr3t")
+	ctx := context.Background()
+
+	tests := []struct {
+		name       string
+		objects    []runtime.Object
+		account    string
+		keychainOK bool   // ForServiceAccount succeeds
+		reason     string // of ForServiceAccount's error, or of Resolve's
+	}{
+		{
+			name: "image pull secret with the right credentials",
+			objects: []runtime.Object{serviceAccount("builder", []string{"pull"}, nil),
+				dockerConfigSecret("pull", f.addr, "robot", "s3cr3t")},
+			account: "builder", keychainOK: true,
+		},
+		{
+			name: "mountable secret of type dockercfg",
+			objects: []runtime.Object{serviceAccount("builder", nil, []string{"legacy", "token"}),
+				&corev1.Secret{
+					ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: "legacy"},
+					Type:       corev1.SecretTypeDockercfg,
+					Data: map[string][]byte{corev1.DockerConfigKey: []byte(`{"` + f.addr + `":{"auth":"` +
+						base64.StdEncoding.EncodeToString([]byte("robot:s3cr3t")) + `"}}`)},
+				},
+				// Other types are skipped.
+				&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: "token"},
+					Type: corev1.SecretTypeServiceAccountToken, Data: map[string][]byte{"token": []byte("xyz")}},
+			},
+			account: "builder", keychainOK: true,
+		},
+		{
+			name: "wrong password",
+			objects: []runtime.Object{serviceAccount("builder", []string{"pull"}, nil),
+				dockerConfigSecret("pull", f.addr, "robot", "wrong")},
+			account: "builder", keychainOK: true, reason: ReasonUnauthorized,
+		},
+		{
+			name:    "no secrets at all is anonymous",
+			objects: []runtime.Object{serviceAccount("builder", nil, nil)},
+			account: "builder", keychainOK: true, reason: ReasonUnauthorized,
+		},
+		{
+			name:    "missing service account",
+			account: "builder", reason: ReasonServiceAccountNotFound,
+		},
+		{
+			name:    "missing secret",
+			objects: []runtime.Object{serviceAccount("builder", []string{"pull"}, nil)},
+			account: "builder", reason: ReasonSecretNotFound,
+		},
+		{
+			name: "malformed docker config",
+			objects: []runtime.Object{serviceAccount("builder", []string{"pull"}, nil),
+				&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: "pull"},
+					Type: corev1.SecretTypeDockerConfigJson,
+					Data: map[string][]byte{corev1.DockerConfigJsonKey: []byte(`{"auths": s3cr3t`)}}},
+			account: "builder", reason: ReasonInvalidSecret,
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			kc, err := listers(t, tc.objects...).ForServiceAccount(ctx, "apps", tc.account)
+			if !tc.keychainOK {
+				if err == nil || Reason(err) != tc.reason {
+					t.Fatalf("ForServiceAccount: %v (reason %q), want reason %q", err, Reason(err), tc.reason)
+				}
+				if strings.Contains(err.Error(), "s3cr3t") {
+					t.Errorf("error leaks secret data: %v", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("ForServiceAccount: %v", err)
+			}
+			c := newTestClient(t, Options{})
+			_, err = c.Resolve(ctx, f.ref("team/app:1"), kc)
+			if Reason(err) != tc.reason {
+				t.Fatalf("Resolve: %v (reason %q), want reason %q", err, Reason(err), tc.reason)
+			}
+			if err != nil && strings.Contains(err.Error(), "s3cr3t") {
+				t.Errorf("error leaks the password: %v", err)
+			}
+		})
+	}
+}
+
+func TestKeychainCacheKeyFollowsSecrets(t *testing.T) {
+	ctx := context.Background()
+	sa := serviceAccount("builder", []string{"pull"}, nil)
+	secret := dockerConfigSecret("pull", "r.example", "robot", "one")
+	kc1, err := listers(t, sa, secret).ForServiceAccount(ctx, "apps", "builder")
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, _ := listers(t, sa, secret).ForServiceAccount(ctx, "apps", "builder")
+	changed := secret.DeepCopy()
+	changed.ResourceVersion = "2"
+	kc2, _ := listers(t, sa, changed).ForServiceAccount(ctx, "apps", "builder")
+	key := func(kc authn.Keychain) string { return kc.(cacheKeyer).CacheKey() }
+	if key(kc1) != key(again) {
+		t.Errorf("same secrets, different keys: %q, %q", key(kc1), key(again))
+	}
+	if key(kc1) == key(kc2) {
+		t.Errorf("a changed secret kept the cache key %q", key(kc1))
+	}
+	if strings.Contains(key(kc1), "one") {
+		t.Errorf("cache key holds secret data: %q", key(kc1))
+	}
+}
