@@ -5,6 +5,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"github.com/buildsmith/buildsmith/test/registrytest"
 	"net"
 	"net/http"
 	"net/url"
@@ -36,7 +37,7 @@ func TestFaults(t *testing.T) {
 		name   string
 		op     op
 		method string // the faulty request's method
-		fault  func(f *faultyRegistry) func(http.ResponseWriter, *http.Request)
+		fault  func(f *registrytest.Registry) func(http.ResponseWriter, *http.Request)
 		times  int // how often the fault fires; 0 means always
 		// want
 		class      Class // 0: success
@@ -47,96 +48,112 @@ func TestFaults(t *testing.T) {
 		{name: "HEAD 404 falls back to one GET for diagnostics", op: resolve, method: "GET",
 			fault: nil, class: Waiting, reason: ReasonImageNotFound, requests: 1},
 		{name: "HEAD 401", op: resolve, method: "HEAD",
-			fault: func(*faultyRegistry) func(http.ResponseWriter, *http.Request) { return answer(401, nil, "") },
+			fault: func(*registrytest.Registry) func(http.ResponseWriter, *http.Request) {
+				return registrytest.Answer(401, nil, "")
+			},
 			class: Waiting, reason: ReasonUnauthorized, requests: 1},
 		{name: "GET 401 with diagnostics", op: read, method: "GET",
-			fault: func(*faultyRegistry) func(http.ResponseWriter, *http.Request) {
-				return answer(401, nil, ociError("UNAUTHORIZED", "authentication required"))
+			fault: func(*registrytest.Registry) func(http.ResponseWriter, *http.Request) {
+				return registrytest.Answer(401, nil, registrytest.OCIError("UNAUTHORIZED", "authentication required"))
 			},
 			class: Waiting, reason: ReasonUnauthorized, requests: 1},
 		{name: "GET 403 DENIED", op: read, method: "GET",
-			fault: func(*faultyRegistry) func(http.ResponseWriter, *http.Request) {
-				return answer(403, nil, ociError("DENIED", "requested access to the resource is denied"))
+			fault: func(*registrytest.Registry) func(http.ResponseWriter, *http.Request) {
+				return registrytest.Answer(403, nil, registrytest.OCIError("DENIED", "requested access to the resource is denied"))
 			},
 			class: Waiting, reason: ReasonUnauthorized, requests: 1},
 		{name: "GET 404 MANIFEST_UNKNOWN", op: read, method: "GET",
-			fault: func(*faultyRegistry) func(http.ResponseWriter, *http.Request) {
-				return answer(404, nil, ociError("MANIFEST_UNKNOWN", "manifest unknown"))
+			fault: func(*registrytest.Registry) func(http.ResponseWriter, *http.Request) {
+				return registrytest.Answer(404, nil, registrytest.OCIError("MANIFEST_UNKNOWN", "manifest unknown"))
 			},
 			class: Waiting, reason: ReasonImageNotFound, requests: 1},
 		{name: "429 with Retry-After seconds is not retried in-call", op: resolve, method: "HEAD",
-			fault: func(*faultyRegistry) func(http.ResponseWriter, *http.Request) {
-				return answer(429, map[string]string{"Retry-After": "7"}, "")
+			fault: func(*registrytest.Registry) func(http.ResponseWriter, *http.Request) {
+				return registrytest.Answer(429, map[string]string{"Retry-After": "7"}, "")
 			},
 			class: Transient, reason: ReasonRateLimited, retryAfter: 7 * time.Second, requests: 1},
 		{name: "429 with Retry-After date", op: read, method: "GET",
-			fault: func(*faultyRegistry) func(http.ResponseWriter, *http.Request) {
+			fault: func(*registrytest.Registry) func(http.ResponseWriter, *http.Request) {
 				at := time.Now().Add(90 * time.Second).UTC().Format(http.TimeFormat)
-				return answer(429, map[string]string{"Retry-After": at}, ociError("TOOMANYREQUESTS", "slow down"))
+				return registrytest.Answer(429, map[string]string{"Retry-After": at}, registrytest.OCIError("TOOMANYREQUESTS", "slow down"))
 			},
 			class: Transient, reason: ReasonRateLimited, retryAfter: 89 * time.Second, requests: 1},
 		{name: "429 without Retry-After is retried in-call", op: resolve, method: "HEAD",
-			fault: func(*faultyRegistry) func(http.ResponseWriter, *http.Request) { return answer(429, nil, "") },
+			fault: func(*registrytest.Registry) func(http.ResponseWriter, *http.Request) {
+				return registrytest.Answer(429, nil, "")
+			},
 			class: Transient, reason: ReasonRateLimited, requests: 3},
 		// ggcr retries in-call by status code only, so a 403 is not retried
 		// even when its diagnostic says rate limit; the requeue is.
 		{name: "403 TOOMANYREQUESTS is a rate limit", op: read, method: "GET",
-			fault: func(*faultyRegistry) func(http.ResponseWriter, *http.Request) {
-				return answer(403, nil, ociError("TOOMANYREQUESTS", "pull rate limit"))
+			fault: func(*registrytest.Registry) func(http.ResponseWriter, *http.Request) {
+				return registrytest.Answer(403, nil, registrytest.OCIError("TOOMANYREQUESTS", "pull rate limit"))
 			},
 			class: Transient, reason: ReasonRateLimited, requests: 1},
 		{name: "500", op: resolve, method: "HEAD",
-			fault: func(*faultyRegistry) func(http.ResponseWriter, *http.Request) { return answer(500, nil, "") },
+			fault: func(*registrytest.Registry) func(http.ResponseWriter, *http.Request) {
+				return registrytest.Answer(500, nil, "")
+			},
 			class: Transient, reason: ReasonRegistryUnavailable, requests: 3},
 		{name: "502", op: read, method: "GET",
-			fault: func(*faultyRegistry) func(http.ResponseWriter, *http.Request) { return answer(502, nil, "bad gateway") },
+			fault: func(*registrytest.Registry) func(http.ResponseWriter, *http.Request) {
+				return registrytest.Answer(502, nil, "bad gateway")
+			},
 			class: Transient, reason: ReasonRegistryUnavailable, requests: 3},
 		{name: "503 with Retry-After", op: resolve, method: "HEAD",
-			fault: func(*faultyRegistry) func(http.ResponseWriter, *http.Request) {
-				return answer(503, map[string]string{"Retry-After": "2"}, "")
+			fault: func(*registrytest.Registry) func(http.ResponseWriter, *http.Request) {
+				return registrytest.Answer(503, map[string]string{"Retry-After": "2"}, "")
 			},
 			class: Transient, reason: ReasonRegistryUnavailable, retryAfter: 2 * time.Second, requests: 1},
 		{name: "503 UNAVAILABLE", op: read, method: "GET",
-			fault: func(*faultyRegistry) func(http.ResponseWriter, *http.Request) {
-				return answer(503, nil, ociError("UNAVAILABLE", "maintenance"))
+			fault: func(*registrytest.Registry) func(http.ResponseWriter, *http.Request) {
+				return registrytest.Answer(503, nil, registrytest.OCIError("UNAVAILABLE", "maintenance"))
 			},
 			class: Transient, reason: ReasonRegistryUnavailable, requests: 3},
 		{name: "504", op: resolve, method: "HEAD",
-			fault: func(*faultyRegistry) func(http.ResponseWriter, *http.Request) { return answer(504, nil, "") },
+			fault: func(*registrytest.Registry) func(http.ResponseWriter, *http.Request) {
+				return registrytest.Answer(504, nil, "")
+			},
 			class: Transient, reason: ReasonRegistryUnavailable, requests: 3},
 		{name: "two 503s then success: in-call retries recover", op: resolve, method: "HEAD", times: 2,
-			fault:    func(*faultyRegistry) func(http.ResponseWriter, *http.Request) { return answer(503, nil, "") },
+			fault: func(*registrytest.Registry) func(http.ResponseWriter, *http.Request) {
+				return registrytest.Answer(503, nil, "")
+			},
 			requests: 3},
 		// Three tries by ggcr; the first is on the connection kept alive from
 		// the ping, and net/http redials once by itself when a reused
 		// connection breaks before any answer.
 		{name: "connection reset", op: read, method: "GET",
-			fault: func(*faultyRegistry) func(http.ResponseWriter, *http.Request) { return reset },
+			fault: func(*registrytest.Registry) func(http.ResponseWriter, *http.Request) { return registrytest.Reset },
 			class: Transient, reason: ReasonRegistryUnavailable, requests: 4},
 		{name: "answer cut short", op: read, method: "GET",
-			fault: func(*faultyRegistry) func(http.ResponseWriter, *http.Request) { return cutShort },
+			fault: func(*registrytest.Registry) func(http.ResponseWriter, *http.Request) { return registrytest.CutShort },
 			class: Transient, reason: ReasonRegistryUnavailable, requests: 1},
 		{name: "hang", op: resolve, method: "HEAD",
-			fault: func(f *faultyRegistry) func(http.ResponseWriter, *http.Request) { return f.hang },
+			fault: func(f *registrytest.Registry) func(http.ResponseWriter, *http.Request) { return f.Hang },
 			class: Transient, reason: ReasonRegistryUnavailable, requests: 1},
 		{name: "malformed manifest", op: read, method: "GET",
-			fault: func(*faultyRegistry) func(http.ResponseWriter, *http.Request) { return malformedManifest },
+			fault: func(*registrytest.Registry) func(http.ResponseWriter, *http.Request) {
+				return registrytest.MalformedManifest
+			},
 			class: Permanent, reason: ReasonInvalidImage, requests: 1},
 		{name: "push rejected with 400 MANIFEST_INVALID", op: write, method: "PUT",
-			fault: func(*faultyRegistry) func(http.ResponseWriter, *http.Request) {
-				return answer(400, nil, ociError("MANIFEST_INVALID", "manifest invalid"))
+			fault: func(*registrytest.Registry) func(http.ResponseWriter, *http.Request) {
+				return registrytest.Answer(400, nil, registrytest.OCIError("MANIFEST_INVALID", "manifest invalid"))
 			},
 			class: Permanent, reason: ReasonRegistryRejected, requests: 1},
 		{name: "push answered 503 is retried in-call", op: write, method: "PUT",
-			fault: func(*faultyRegistry) func(http.ResponseWriter, *http.Request) { return answer(503, nil, "") },
+			fault: func(*registrytest.Registry) func(http.ResponseWriter, *http.Request) {
+				return registrytest.Answer(503, nil, "")
+			},
 			class: Transient, reason: ReasonRegistryUnavailable, requests: 3},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			f := newFaultyRegistry(t)
+			f := registrytest.New(t)
 			tag := "team/app:1"
 			if tc.fault != nil {
-				f.push(tag)
+				f.Push(tag)
 				times := tc.times
 				if times == 0 {
 					times = -1
@@ -147,22 +164,22 @@ func TestFaults(t *testing.T) {
 				if tc.op == write {
 					faultMethod = tc.method
 				}
-				f.inject(faultMethod, "/manifests/", times, tc.fault(f))
+				f.Inject(faultMethod, "/manifests/", times, tc.fault(f))
 			}
-			f.forgetRequests()
+			f.ForgetRequests()
 			c := newTestClient(t, Options{Timeout: timeout})
 
 			start := time.Now()
 			var err error
 			switch tc.op {
 			case resolve:
-				_, err = c.Resolve(context.Background(), f.ref(tag), nil)
+				_, err = c.Resolve(context.Background(), f.Ref(tag), nil)
 			case read:
-				_, err = c.ReadImage(context.Background(), f.ref(tag), nil, nil)
+				_, err = c.ReadImage(context.Background(), f.Ref(tag), nil, nil)
 			case write:
 				img, _ := random.Image(256, 1)
 				err = func() error {
-					_, err := c.Write(context.Background(), f.ref("team/out:1").(name.Tag), img, nil)
+					_, err := c.Write(context.Background(), f.Ref("team/out:1").(name.Tag), img, nil)
 					return err
 				}()
 			}
@@ -177,11 +194,11 @@ func TestFaults(t *testing.T) {
 			if got := RetryAfter(err); got < tc.retryAfter || got > tc.retryAfter+2*time.Second {
 				t.Errorf("RetryAfter() = %v, want %v", got, tc.retryAfter)
 			}
-			if err != nil && Host(err) != f.addr {
-				t.Errorf("Host() = %q, want %q", Host(err), f.addr)
+			if err != nil && Host(err) != f.Addr {
+				t.Errorf("Host() = %q, want %q", Host(err), f.Addr)
 			}
-			if got := f.count(tc.method, "/manifests/"); got != tc.requests {
-				t.Errorf("%d %s requests to manifests, want %d (all: %v)", got, tc.method, tc.requests, f.requests)
+			if got := f.Count(tc.method, "/manifests/"); got != tc.requests {
+				t.Errorf("%d %s requests to manifests, want %d (all: %v)", got, tc.method, tc.requests, f.Requests())
 			}
 			// A deadline is a promise: no operation outlives it by more
 			// than ggcr's last uninterruptible retry sleep.
@@ -193,18 +210,18 @@ func TestFaults(t *testing.T) {
 }
 
 func TestRefusedConnections(t *testing.T) {
-	f := newFaultyRegistry(t)
-	f.down()
+	f := registrytest.New(t)
+	f.Down()
 	c := newTestClient(t, Options{})
 	before := c.Stats()
-	_, err := c.Resolve(context.Background(), f.ref("team/app:1"), nil)
+	_, err := c.Resolve(context.Background(), f.Ref("team/app:1"), nil)
 	if Classify(err) != Transient || Reason(err) != ReasonRegistryUnavailable {
 		t.Fatalf("refused: %v / %s: %v", Classify(err), Reason(err), err)
 	}
 	if !errors.Is(err, syscall.ECONNREFUSED) {
 		t.Errorf("error does not wrap ECONNREFUSED: %v", err)
 	}
-	if c.Health().Healthy(f.addr) {
+	if c.Health().Healthy(f.Addr) {
 		t.Error("a refused registry is still considered healthy")
 	}
 	// Refusals are not retried in-call: the health probe watches the
@@ -285,12 +302,12 @@ func TestParseRetryAfter(t *testing.T) {
 
 func TestErrorsCarryNoSecrets(t *testing.T) {
 	// The Authorization header ggcr sends never reaches an error message.
-	f := newFaultyRegistry(t)
-	f.push("team/app:1")
-	f.inject("", "/manifests/", -1, answer(401, nil, ociError("UNAUTHORIZED", "bad credentials")))
+	f := registrytest.New(t)
+	f.Push("team/app:1")
+	f.Inject("", "/manifests/", -1, registrytest.Answer(401, nil, registrytest.OCIError("UNAUTHORIZED", "bad credentials")))
 	c := newTestClient(t, Options{})
 	kc := staticKeychain{user: "robot", password: "s3cr3t-p4ss"}
-	_, err := c.ReadImage(context.Background(), f.ref("team/app:1"), nil, kc)
+	_, err := c.ReadImage(context.Background(), f.Ref("team/app:1"), nil, kc)
 	if err == nil {
 		t.Fatal("no error")
 	}

@@ -2,6 +2,7 @@ package registry
 
 import (
 	"context"
+	"github.com/buildsmith/buildsmith/test/registrytest"
 	"testing"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -14,21 +15,21 @@ import (
 )
 
 func TestResolveWarmIsOneHead(t *testing.T) {
-	f := newFaultyRegistry(t)
-	img := f.push("team/app:1")
+	f := registrytest.New(t)
+	img := f.Push("team/app:1")
 	c := newTestClient(t, Options{})
 	ctx := context.Background()
 
-	desc, err := c.Resolve(ctx, f.ref("team/app:1"), nil)
+	desc, err := c.Resolve(ctx, f.Ref("team/app:1"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	want, _ := img.Digest()
-	if desc.Ref.DigestStr() != want.String() || desc.Ref.Context().String() != f.addr+"/team/app" {
-		t.Errorf("Resolve = %s, want %s@%s", desc.Ref, f.addr+"/team/app", want)
+	if desc.Ref.DigestStr() != want.String() || desc.Ref.Context().String() != f.Addr+"/team/app" {
+		t.Errorf("Resolve = %s, want %s@%s", desc.Ref, f.Addr+"/team/app", want)
 	}
 	before := c.Stats()
-	if _, err := c.Resolve(ctx, f.ref("team/app:1"), Anonymous); err != nil {
+	if _, err := c.Resolve(ctx, f.Ref("team/app:1"), Anonymous); err != nil {
 		t.Fatal(err)
 	}
 	if d := c.Stats().Sub(before); d.Total() != 1 || d.Total("HEAD") != 1 {
@@ -37,7 +38,7 @@ func TestResolveWarmIsOneHead(t *testing.T) {
 }
 
 func TestReadImageChoosesPlatformFromIndex(t *testing.T) {
-	f := newFaultyRegistry(t)
+	f := registrytest.New(t)
 	amd64, _ := random.Image(100, 1)
 	arm64, _ := random.Image(100, 2)
 	amd64, _ = mutate.ConfigFile(amd64, &v1.ConfigFile{OS: "linux", Architecture: "amd64"})
@@ -46,7 +47,7 @@ func TestReadImageChoosesPlatformFromIndex(t *testing.T) {
 		mutate.IndexAddendum{Add: amd64, Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: "amd64"}}},
 		mutate.IndexAddendum{Add: arm64, Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: "arm64", Variant: "v8"}}},
 	)
-	if err := remote.WriteIndex(f.ref("team/multi:1"), index); err != nil {
+	if err := remote.WriteIndex(f.Ref("team/multi:1"), index); err != nil {
 		t.Fatal(err)
 	}
 	indexDigest, _ := index.Digest()
@@ -61,7 +62,7 @@ func TestReadImageChoosesPlatformFromIndex(t *testing.T) {
 		{&v1.Platform{OS: "linux", Architecture: "arm64"}, arm64},
 		{&v1.Platform{OS: "linux", Architecture: "arm64", Variant: "v8"}, arm64},
 	} {
-		got, err := c.ReadImage(ctx, f.ref("team/multi:1"), tc.platform, nil)
+		got, err := c.ReadImage(ctx, f.Ref("team/multi:1"), tc.platform, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -73,7 +74,7 @@ func TestReadImageChoosesPlatformFromIndex(t *testing.T) {
 			t.Errorf("platform %v: chose %v with config arch %q", tc.platform, got.Platform, got.Config.Architecture)
 		}
 	}
-	_, err := c.ReadImage(ctx, f.ref("team/multi:1"), &v1.Platform{OS: "linux", Architecture: "s390x"}, nil)
+	_, err := c.ReadImage(ctx, f.Ref("team/multi:1"), &v1.Platform{OS: "linux", Architecture: "s390x"}, nil)
 	if Classify(err) != Permanent || Reason(err) != ReasonPlatformNotFound {
 		t.Errorf("missing platform: %v (%s)", err, Reason(err))
 	}
@@ -83,12 +84,12 @@ func TestReadImageChoosesPlatformFromIndex(t *testing.T) {
 // written to another repository without downloading its layers (ggcr tries
 // to mount each), and writing it again uploads nothing.
 func TestWriteKeepsLayersLazy(t *testing.T) {
-	f := newFaultyRegistry(t)
-	f.push("team/base:1")
+	f := registrytest.New(t)
+	f.Push("team/base:1")
 	c := newTestClient(t, Options{})
 	ctx := context.Background()
 
-	base, err := c.ReadImage(ctx, f.ref("team/base:1"), nil, nil)
+	base, err := c.ReadImage(ctx, f.Ref("team/base:1"), nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,9 +98,9 @@ func TestWriteKeepsLayersLazy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.forgetRequests()
+	f.ForgetRequests()
 	before := c.Stats()
-	tag := f.ref("team/builder:latest").(name.Tag)
+	tag := f.Ref("team/builder:latest").(name.Tag)
 	pushed, err := c.Write(ctx, tag, built, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -112,20 +113,20 @@ func TestWriteKeepsLayersLazy(t *testing.T) {
 	// No layer of the base is downloaded. (The in-memory registry shares
 	// blobs across repositories, so ggcr's HEAD finds them and does not
 	// even mount; the e2e against the distribution registry checks mounts.)
-	if n := f.count("GET", "/blobs/"); n != 0 {
+	if n := f.Count("GET", "/blobs/"); n != 0 {
 		t.Errorf("%d blob downloads while writing", n)
 	}
 	if first.TotalBytesDown() > 4096 {
 		t.Errorf("%d bytes down while writing; layers were downloaded", first.TotalBytesDown())
 	}
 
-	f.forgetRequests()
+	f.ForgetRequests()
 	before = c.Stats()
 	if _, err := c.Write(ctx, tag, built, nil); err != nil {
 		t.Fatal(err)
 	}
 	second := c.Stats().Sub(before)
-	if second.TotalBytesUp() != 0 || f.count("PUT", "") != 0 || f.count("POST", "") != 0 {
+	if second.TotalBytesUp() != 0 || f.Count("PUT", "") != 0 || f.Count("POST", "") != 0 {
 		t.Errorf("second identical write uploaded %d bytes: %v", second.TotalBytesUp(), second.Requests)
 	}
 }
@@ -134,11 +135,11 @@ func TestWriteKeepsLayersLazy(t *testing.T) {
 // the call's context is cancelled (ggcr binds lazy layers to the context
 // they were made with).
 func TestLazyLayersOutliveTheCall(t *testing.T) {
-	f := newFaultyRegistry(t)
-	f.push("team/base:1")
+	f := registrytest.New(t)
+	f.Push("team/base:1")
 	c := newTestClient(t, Options{})
 	ctx, cancel := context.WithCancel(context.Background())
-	img, err := c.ReadImage(ctx, f.ref("team/base:1"), nil, nil)
+	img, err := c.ReadImage(ctx, f.Ref("team/base:1"), nil, nil)
 	cancel()
 	if err != nil {
 		t.Fatal(err)
@@ -160,11 +161,11 @@ func TestLazyLayersOutliveTheCall(t *testing.T) {
 }
 
 func BenchmarkResolve(b *testing.B) {
-	f := newFaultyRegistry(b)
-	f.push("team/app:1")
+	f := registrytest.New(b)
+	f.Push("team/app:1")
 	c := newTestClient(b, Options{})
 	ctx := context.Background()
-	ref := f.ref("team/app:1")
+	ref := f.Ref("team/app:1")
 	if _, err := c.Resolve(ctx, ref, Anonymous); err != nil { // warm: ping and session
 		b.Fatal(err)
 	}

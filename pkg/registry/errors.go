@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
-	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -14,32 +13,19 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
+
+	"github.com/buildsmith/buildsmith/pkg/failure"
 )
 
 // Class says what a caller should do about an error; see the package doc.
-type Class int
+type Class = failure.Class
 
+// The classes.
 const (
-	// Transient errors go away by themselves: retry with backoff.
-	Transient Class = iota + 1
-	// Waiting errors need something to appear: poll, and retry when a
-	// dependency changes.
-	Waiting
-	// Permanent errors need a person to change the input.
-	Permanent
+	Transient = failure.Transient
+	Waiting   = failure.Waiting
+	Permanent = failure.Permanent
 )
-
-func (c Class) String() string {
-	switch c {
-	case Transient:
-		return "Transient"
-	case Waiting:
-		return "Waiting"
-	case Permanent:
-		return "Permanent"
-	}
-	return fmt.Sprintf("Class(%d)", int(c))
-}
 
 // Reasons, as they appear in conditions.
 const (
@@ -58,22 +44,8 @@ const (
 	ReasonRegistryRejected       = "RegistryRejected"
 )
 
-// Error is a classified registry error. Every error a Client returns is one.
-type Error struct {
-	Class  Class
-	Reason string
-	// Host is the registry the error came from, "" when none was involved
-	// (a missing Secret, a reference that does not parse).
-	Host string
-	// RetryAfter is what the registry asked for in a Retry-After header on
-	// the failed request, 0 when it did not ask.
-	RetryAfter time.Duration
-	// Err is the underlying error.
-	Err error
-}
-
-func (e *Error) Error() string { return e.Err.Error() }
-func (e *Error) Unwrap() error { return e.Err }
+// Error is a classified error. Every error a Client returns is one.
+type Error = failure.Error
 
 // Classify returns the class of err; see the package doc. It is 0 for nil.
 func Classify(err error) Class {

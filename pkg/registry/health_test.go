@@ -3,6 +3,7 @@ package registry
 import (
 	"context"
 	"fmt"
+	"github.com/buildsmith/buildsmith/test/registrytest"
 	"sync"
 	"testing"
 	"time"
@@ -12,13 +13,13 @@ import (
 // 100 waiting keys cost one prober's requests; when it comes back, every key
 // is woken once, within a second.
 func TestHealthWakesWaitersOnRecovery(t *testing.T) {
-	f := newFaultyRegistry(t)
-	f.push("team/app:1")
+	f := registrytest.New(t)
+	f.Push("team/app:1")
 	c := newTestClient(t, Options{})
 	ctx := context.Background()
 
-	f.down()
-	if _, err := c.Resolve(ctx, f.ref("team/app:1"), nil); Reason(err) != ReasonRegistryUnavailable {
+	f.Down()
+	if _, err := c.Resolve(ctx, f.Ref("team/app:1"), nil); Reason(err) != ReasonRegistryUnavailable {
 		t.Fatalf("Resolve on a down registry: %v", err)
 	}
 	before := c.Stats()
@@ -31,7 +32,7 @@ func TestHealthWakesWaitersOnRecovery(t *testing.T) {
 	)
 	for i := range keys {
 		key := fmt.Sprintf("ns/builder-%d", i)
-		c.Health().NotifyWhenHealthy(f.addr, key, func() {
+		c.Health().NotifyWhenHealthy(f.Addr, key, func() {
 			mu.Lock()
 			defer mu.Unlock()
 			woken[key]++
@@ -40,7 +41,7 @@ func TestHealthWakesWaitersOnRecovery(t *testing.T) {
 			}
 		})
 	}
-	if n := c.Health().Waiting(f.addr); n != keys {
+	if n := c.Health().Waiting(f.Addr); n != keys {
 		t.Fatalf("%d keys waiting, want %d", n, keys)
 	}
 
@@ -62,7 +63,7 @@ func TestHealthWakesWaitersOnRecovery(t *testing.T) {
 	}
 	mu.Unlock()
 
-	f.up()
+	f.Up()
 	recovered := time.Now()
 	select {
 	case at := <-all:
@@ -80,18 +81,18 @@ func TestHealthWakesWaitersOnRecovery(t *testing.T) {
 		}
 	}
 	mu.Unlock()
-	if !c.Health().Healthy(f.addr) || c.Health().Waiting(f.addr) != 0 {
-		t.Errorf("after recovery: healthy %v, %d waiting", c.Health().Healthy(f.addr), c.Health().Waiting(f.addr))
+	if !c.Health().Healthy(f.Addr) || c.Health().Waiting(f.Addr) != 0 {
+		t.Errorf("after recovery: healthy %v, %d waiting", c.Health().Healthy(f.Addr), c.Health().Waiting(f.Addr))
 	}
 }
 
 // TestHealthIdleCostsNothing: a down registry nobody waits on is not probed,
 // and probing stops when the last waiter is forgotten.
 func TestHealthIdleCostsNothing(t *testing.T) {
-	f := newFaultyRegistry(t)
+	f := registrytest.New(t)
 	c := newTestClient(t, Options{})
-	f.down()
-	_, _ = c.Resolve(context.Background(), f.ref("team/app:1"), nil)
+	f.Down()
+	_, _ = c.Resolve(context.Background(), f.Ref("team/app:1"), nil)
 
 	before := c.Stats()
 	time.Sleep(500 * time.Millisecond)
@@ -99,7 +100,7 @@ func TestHealthIdleCostsNothing(t *testing.T) {
 		t.Errorf("%d requests to a down registry nobody waits on", n)
 	}
 
-	c.Health().NotifyWhenHealthy(f.addr, "ns/a", func() { t.Error("woken while down") })
+	c.Health().NotifyWhenHealthy(f.Addr, "ns/a", func() { t.Error("woken while down") })
 	time.Sleep(300 * time.Millisecond)
 	c.Health().Forget("ns/a")
 	time.Sleep(1200 * time.Millisecond) // let a sleeping prober notice
@@ -114,22 +115,22 @@ func TestHealthIdleCostsNothing(t *testing.T) {
 // registry up and wakes those waiting on it, without waiting for a probe;
 // and a key registering on a registry that is up is woken at once.
 func TestHealthSuccessWakesWaiters(t *testing.T) {
-	f := newFaultyRegistry(t)
-	f.push("team/app:1")
+	f := registrytest.New(t)
+	f.Push("team/app:1")
 	c := newTestClient(t, Options{Health: HealthOptions{ProbeInterval: time.Hour}})
 	ctx := context.Background()
 
-	f.inject("", "/manifests/", 1, answer(503, nil, ""))
-	f.inject("", "/manifests/", 2, answer(503, nil, "")) // exhaust the 3 in-call tries
-	if _, err := c.Resolve(ctx, f.ref("team/app:1"), nil); Reason(err) != ReasonRegistryUnavailable {
+	f.Inject("", "/manifests/", 1, registrytest.Answer(503, nil, ""))
+	f.Inject("", "/manifests/", 2, registrytest.Answer(503, nil, "")) // exhaust the 3 in-call tries
+	if _, err := c.Resolve(ctx, f.Ref("team/app:1"), nil); Reason(err) != ReasonRegistryUnavailable {
 		t.Fatalf("Resolve: %v", err)
 	}
-	if c.Health().Healthy(f.addr) {
+	if c.Health().Healthy(f.Addr) {
 		t.Fatal("registry answering 503 is considered healthy")
 	}
 	woken := make(chan struct{})
-	c.Health().NotifyWhenHealthy(f.addr, "ns/a", func() { close(woken) })
-	if _, err := c.Resolve(ctx, f.ref("team/app:1"), nil); err != nil {
+	c.Health().NotifyWhenHealthy(f.Addr, "ns/a", func() { close(woken) })
+	if _, err := c.Resolve(ctx, f.Ref("team/app:1"), nil); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -139,7 +140,7 @@ func TestHealthSuccessWakesWaiters(t *testing.T) {
 	}
 
 	now := make(chan struct{})
-	c.Health().NotifyWhenHealthy(f.addr, "ns/b", func() { close(now) })
+	c.Health().NotifyWhenHealthy(f.Addr, "ns/b", func() { close(now) })
 	select {
 	case <-now:
 	default:
@@ -150,15 +151,15 @@ func TestHealthSuccessWakesWaiters(t *testing.T) {
 // TestRateLimitDoesNotMarkDown: a 429 means the registry is up and busy;
 // waking everyone the moment /v2/ answers would only make it busier.
 func TestRateLimitDoesNotMarkDown(t *testing.T) {
-	f := newFaultyRegistry(t)
-	f.push("team/app:1")
-	f.inject("", "/manifests/", -1, answer(429, map[string]string{"Retry-After": "5"}, ""))
+	f := registrytest.New(t)
+	f.Push("team/app:1")
+	f.Inject("", "/manifests/", -1, registrytest.Answer(429, map[string]string{"Retry-After": "5"}, ""))
 	c := newTestClient(t, Options{})
-	_, err := c.Resolve(context.Background(), f.ref("team/app:1"), nil)
+	_, err := c.Resolve(context.Background(), f.Ref("team/app:1"), nil)
 	if Reason(err) != ReasonRateLimited {
 		t.Fatalf("Resolve: %v", err)
 	}
-	if !c.Health().Healthy(f.addr) {
+	if !c.Health().Healthy(f.Addr) {
 		t.Error("a rate-limiting registry was marked down")
 	}
 }

@@ -34,7 +34,16 @@ type Keychains struct {
 // Secret and goes on anonymously, which later shows as a puzzling 401; here
 // they are Waiting errors (ServiceAccountNotFound, SecretNotFound) that name
 // what is missing. Errors never contain secret data.
-func (k Keychains) ForServiceAccount(ctx context.Context, namespace, serviceAccount string) (authn.Keychain, error) {
+//
+// observe, when not nil, is called with the kind, namespace and name of the
+// ServiceAccount and of every Secret looked up — also missing ones — so that
+// callers can watch them and retry when they appear or change.
+func (k Keychains) ForServiceAccount(ctx context.Context, namespace, serviceAccount string,
+	observe func(kind, namespace, name string)) (authn.Keychain, error) {
+	if observe == nil {
+		observe = func(string, string, string) {}
+	}
+	observe("ServiceAccount", namespace, serviceAccount)
 	sa, err := k.ServiceAccounts.ServiceAccounts(namespace).Get(serviceAccount)
 	if apierrors.IsNotFound(err) {
 		return nil, waitingError(ReasonServiceAccountNotFound,
@@ -58,6 +67,7 @@ func (k Keychains) ForServiceAccount(ctx context.Context, namespace, serviceAcco
 			continue
 		}
 		seen[secretName] = true
+		observe("Secret", namespace, secretName)
 		secret, err := k.Secrets.Secrets(namespace).Get(secretName)
 		if apierrors.IsNotFound(err) {
 			return nil, waitingError(ReasonSecretNotFound, fmt.Errorf(

@@ -3,6 +3,7 @@ package registry
 import (
 	"context"
 	"encoding/base64"
+	"github.com/buildsmith/buildsmith/test/registrytest"
 	"net/http"
 	"strings"
 	"testing"
@@ -23,15 +24,15 @@ func (k staticKeychain) Resolve(authn.Resource) (authn.Authenticator, error) {
 }
 
 // requireBasicAuth makes the registry demand user:password on every request.
-func requireBasicAuth(f *faultyRegistry, user, password string) {
+func requireBasicAuth(f *registrytest.Registry, user, password string) {
 	want := "Basic " + base64.StdEncoding.EncodeToString([]byte(user+":"+password))
-	f.inject("", "/v2/", -1, func(w http.ResponseWriter, r *http.Request) {
+	f.Inject("", "/v2/", -1, func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("Authorization") == want {
-			f.handler.ServeHTTP(w, r)
+			f.Handler.ServeHTTP(w, r)
 			return
 		}
 		w.Header().Set("WWW-Authenticate", `Basic realm="buildsmith-test"`)
-		answer(http.StatusUnauthorized, nil, ociError("UNAUTHORIZED", "authentication required"))(w, r)
+		registrytest.Answer(http.StatusUnauthorized, nil, registrytest.OCIError("UNAUTHORIZED", "authentication required"))(w, r)
 	})
 }
 
@@ -76,8 +77,8 @@ func dockerConfigSecret(name, registry, user, password string) *corev1.Secret {
 }
 
 func TestKeychainFromServiceAccount(t *testing.T) {
-	f := newFaultyRegistry(t)
-	f.push("team/app:1")
+	f := registrytest.New(t)
+	f.Push("team/app:1")
 	requireBasicAuth(f, "robot", "s3cr3t")
 	ctx := context.Background()
 
@@ -91,7 +92,7 @@ func TestKeychainFromServiceAccount(t *testing.T) {
 		{
 			name: "image pull secret with the right credentials",
 			objects: []runtime.Object{serviceAccount("builder", []string{"pull"}, nil),
-				dockerConfigSecret("pull", f.addr, "robot", "s3cr3t")},
+				dockerConfigSecret("pull", f.Addr, "robot", "s3cr3t")},
 			account: "builder", keychainOK: true,
 		},
 		{
@@ -100,7 +101,7 @@ func TestKeychainFromServiceAccount(t *testing.T) {
 				&corev1.Secret{
 					ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: "legacy"},
 					Type:       corev1.SecretTypeDockercfg,
-					Data: map[string][]byte{corev1.DockerConfigKey: []byte(`{"` + f.addr + `":{"auth":"` +
+					Data: map[string][]byte{corev1.DockerConfigKey: []byte(`{"` + f.Addr + `":{"auth":"` +
 						base64.StdEncoding.EncodeToString([]byte("robot:s3cr3t")) + `"}}`)},
 				},
 				// Other types are skipped.
@@ -112,7 +113,7 @@ func TestKeychainFromServiceAccount(t *testing.T) {
 		{
 			name: "wrong password",
 			objects: []runtime.Object{serviceAccount("builder", []string{"pull"}, nil),
-				dockerConfigSecret("pull", f.addr, "robot", "wrong")},
+				dockerConfigSecret("pull", f.Addr, "robot", "wrong")},
 			account: "builder", keychainOK: true, reason: ReasonUnauthorized,
 		},
 		{
@@ -140,7 +141,7 @@ func TestKeychainFromServiceAccount(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			kc, err := listers(t, tc.objects...).ForServiceAccount(ctx, "apps", tc.account)
+			kc, err := listers(t, tc.objects...).ForServiceAccount(ctx, "apps", tc.account, nil)
 			if !tc.keychainOK {
 				if err == nil || Reason(err) != tc.reason {
 					t.Fatalf("ForServiceAccount: %v (reason %q), want reason %q", err, Reason(err), tc.reason)
@@ -154,7 +155,7 @@ func TestKeychainFromServiceAccount(t *testing.T) {
 				t.Fatalf("ForServiceAccount: %v", err)
 			}
 			c := newTestClient(t, Options{})
-			_, err = c.Resolve(ctx, f.ref("team/app:1"), kc)
+			_, err = c.Resolve(ctx, f.Ref("team/app:1"), kc)
 			if Reason(err) != tc.reason {
 				t.Fatalf("Resolve: %v (reason %q), want reason %q", err, Reason(err), tc.reason)
 			}
@@ -169,14 +170,14 @@ func TestKeychainCacheKeyFollowsSecrets(t *testing.T) {
 	ctx := context.Background()
 	sa := serviceAccount("builder", []string{"pull"}, nil)
 	secret := dockerConfigSecret("pull", "r.example", "robot", "one")
-	kc1, err := listers(t, sa, secret).ForServiceAccount(ctx, "apps", "builder")
+	kc1, err := listers(t, sa, secret).ForServiceAccount(ctx, "apps", "builder", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	again, _ := listers(t, sa, secret).ForServiceAccount(ctx, "apps", "builder")
+	again, _ := listers(t, sa, secret).ForServiceAccount(ctx, "apps", "builder", nil)
 	changed := secret.DeepCopy()
 	changed.ResourceVersion = "2"
-	kc2, _ := listers(t, sa, changed).ForServiceAccount(ctx, "apps", "builder")
+	kc2, _ := listers(t, sa, changed).ForServiceAccount(ctx, "apps", "builder", nil)
 	key := func(kc authn.Keychain) string { return kc.(cacheKeyer).CacheKey() }
 	if key(kc1) != key(again) {
 		t.Errorf("same secrets, different keys: %q, %q", key(kc1), key(again))

@@ -121,3 +121,15 @@ func (b *ClusterBuilder) GetStatus() *duckv1.Status { return &b.Status.Status }
 func (*ClusterBuilder) GetGroupVersionKind() schema.GroupVersionKind {
 	return SchemeGroupVersion.WithKind("ClusterBuilder")
 }
+
+// Conditions returns the condition helpers of the object's status.
+func (c *ClusterStore) Conditions() *ConditionedStatus { return &c.Status.ConditionedStatus }
+
+// Conditions returns the condition helpers of the object's status.
+func (c *ClusterStack) Conditions() *ConditionedStatus { return &c.Status.ConditionedStatus }
+
+// Conditions returns the condition helpers of the object's status.
+func (b *Builder) Conditions() *ConditionedStatus { return &b.Status.ConditionedStatus }
+
+// Conditions returns the condition helpers of the object's status.
+func (b *ClusterBuilder) Conditions() *ConditionedStatus { return &b.Status.ConditionedStatus }

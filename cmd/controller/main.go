@@ -1,0 +1,68 @@
+// Command controller runs the buildsmith controllers: ClusterStore and
+// ClusterStack (Builder and ClusterBuilder follow).
+//
+// In a cluster it needs nothing but its ServiceAccount; outside, pass
+// --kubeconfig. It reads SYSTEM_NAMESPACE (default "buildsmith") for its
+// ConfigMaps and leader-election Leases; the knative ConfigMaps
+// (config-logging, config-observability, config-leader-election) are optional.
+package main
+
+import (
+	"flag"
+	"log"
+	"os"
+	"strconv"
+
+	"knative.dev/pkg/injection"
+	"knative.dev/pkg/injection/sharedmain"
+	"knative.dev/pkg/signals"
+
+	"github.com/buildsmith/buildsmith/pkg/reconciler"
+	"github.com/buildsmith/buildsmith/pkg/reconciler/clusterstack"
+	"github.com/buildsmith/buildsmith/pkg/reconciler/clusterstore"
+	"github.com/buildsmith/buildsmith/pkg/registry"
+)
+
+const component = "buildsmith-controller"
+
+func main() {
+	opts := reconciler.DefaultOptions()
+	opts.AddFlags(flag.CommandLine)
+	var regOpts registry.Options
+	flag.DurationVar(&regOpts.Timeout, "registry-timeout", 0, "deadline of one registry read, retries included (default 30s)")
+	flag.DurationVar(&regOpts.WriteTimeout, "registry-write-timeout", 0, "deadline of one image push (default 10m)")
+	disableHA := flag.Bool("disable-ha", false, "run without leader election (for local runs)")
+	healthProbes := flag.Bool("health-probes", true, "serve readiness and liveness probes on :8080")
+	profilingPort := flag.Int("profiling-port", 8008, "port of the profiling server when profiling is enabled in config-observability; 0 picks a free one")
+	metricsPort := flag.Int("metrics-port", 9090, "port of the Prometheus endpoint when enabled in config-observability (1024-65535)")
+
+	// Parses every flag, sharedmain's (--kubeconfig, --server,
+	// --kube-api-qps, --kube-api-burst) included.
+	cfg := injection.ParseAndGetRESTConfigOrDie()
+
+	if os.Getenv("SYSTEM_NAMESPACE") == "" {
+		mustSetenv("SYSTEM_NAMESPACE", "buildsmith")
+	}
+	// knative reads these ports from the environment only.
+	mustSetenv("PROFILING_PORT", strconv.Itoa(*profilingPort))
+	mustSetenv("METRICS_PROMETHEUS_PORT", strconv.Itoa(*metricsPort))
+
+	ctx := signals.NewContext()
+	if *disableHA {
+		ctx = sharedmain.WithHADisabled(ctx)
+	}
+	if !*healthProbes {
+		ctx = sharedmain.WithHealthProbesDisabled(ctx)
+	}
+	client := registry.New(ctx, regOpts)
+	sharedmain.MainWithConfig(ctx, component, cfg,
+		clusterstore.NewController(client, opts),
+		clusterstack.NewController(client, opts),
+	)
+}
+
+func mustSetenv(key, value string) {
+	if err := os.Setenv(key, value); err != nil {
+		log.Fatalf("setting %s: %v", key, err)
+	}
+}

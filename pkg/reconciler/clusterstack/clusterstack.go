@@ -1,0 +1,82 @@
+// Package clusterstack reconciles ClusterStacks: it resolves the build and
+// run images, checks that they form the stack, and records what they say.
+package clusterstack
+
+import (
+	"context"
+
+	"github.com/google/go-containerregistry/pkg/authn"
+	"github.com/google/go-containerregistry/pkg/name"
+	"golang.org/x/sync/errgroup"
+	"k8s.io/apimachinery/pkg/types"
+	pkgreconciler "knative.dev/pkg/reconciler"
+
+	"github.com/buildsmith/buildsmith/pkg/apis/build/v1alpha1"
+	"github.com/buildsmith/buildsmith/pkg/cnb"
+	"github.com/buildsmith/buildsmith/pkg/failure"
+	"github.com/buildsmith/buildsmith/pkg/reconciler"
+	"github.com/buildsmith/buildsmith/pkg/registry"
+)
+
+// Reconciler reconciles ClusterStacks.
+type Reconciler struct {
+	Registry    *registry.Client
+	Credentials reconciler.Credentials
+	Policy      *reconciler.Policy
+}
+
+// ReconcileKind implements the generated reconciler's Interface.
+func (r *Reconciler) ReconcileKind(ctx context.Context, stack *v1alpha1.ClusterStack) pkgreconciler.Event {
+	return r.Policy.Finish(ctx, stack, r.reconcile(ctx, stack))
+}
+
+// reconcile resolves the stack and, only when all of it succeeded, replaces
+// the resolved part of the status: a failure keeps the last good one.
+func (r *Reconciler) reconcile(ctx context.Context, stack *v1alpha1.ClusterStack) error {
+	spec := stack.Spec
+	if err := stack.Validate(ctx); err != nil {
+		return failure.Permanentf(reconciler.ReasonInvalidSpec, "%v", err)
+	}
+	keychain, err := r.Credentials.ForServiceAccount(ctx, stack, spec.ServiceAccountRef)
+	if err != nil {
+		return err
+	}
+
+	var build, run *registry.Image
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() (err error) { build, err = r.read(gctx, spec.BuildImage.Image, keychain); return err })
+	g.Go(func() (err error) { run, err = r.read(gctx, spec.RunImage.Image, keychain); return err })
+	if err := g.Wait(); err != nil {
+		return err
+	}
+
+	s, err := cnb.ReadStack(spec.ID, build.Config, run.Config)
+	if err != nil {
+		return err
+	}
+	status := &stack.Status
+	status.ID, status.Mixins = s.ID, s.Mixins
+	status.UserID, status.GroupID = s.UserID, s.GroupID
+	status.OS, status.Arch = s.OS, s.Arch
+	status.Distro = nil
+	if s.DistroName != "" {
+		status.Distro = &v1alpha1.Distro{Name: s.DistroName, Version: s.DistroVersion}
+	}
+	status.BuildImage = v1alpha1.ResolvedImage{Image: spec.BuildImage.Image, LatestImage: build.Ref.String()}
+	status.RunImage = v1alpha1.ResolvedImage{Image: spec.RunImage.Image, LatestImage: run.Ref.String()}
+	return nil
+}
+
+func (r *Reconciler) read(ctx context.Context, image string, keychain authn.Keychain) (*registry.Image, error) {
+	ref, err := name.ParseReference(image)
+	if err != nil { // Validate parsed it already; kept for safety
+		return nil, failure.Permanentf(registry.ReasonInvalidReference, "%v", err)
+	}
+	return r.Registry.ReadImage(ctx, ref, nil, keychain)
+}
+
+// ObserveDeletion drops the deleted stack's backoff and health waits.
+func (r *Reconciler) ObserveDeletion(_ context.Context, key types.NamespacedName) error {
+	r.Policy.Forget(key)
+	return nil
+}

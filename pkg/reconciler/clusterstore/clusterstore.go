@@ -1,0 +1,78 @@
+// Package clusterstore reconciles ClusterStores: it reads every
+// buildpackage and lists the buildpacks they hold.
+package clusterstore
+
+import (
+	"context"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"golang.org/x/sync/errgroup"
+	"k8s.io/apimachinery/pkg/types"
+	pkgreconciler "knative.dev/pkg/reconciler"
+
+	"github.com/buildsmith/buildsmith/pkg/apis/build/v1alpha1"
+	"github.com/buildsmith/buildsmith/pkg/cnb"
+	"github.com/buildsmith/buildsmith/pkg/failure"
+	"github.com/buildsmith/buildsmith/pkg/reconciler"
+	"github.com/buildsmith/buildsmith/pkg/registry"
+)
+
+// parallelReads bounds how many sources of one store are read at once.
+const parallelReads = 4
+
+// Reconciler reconciles ClusterStores.
+type Reconciler struct {
+	Registry    *registry.Client
+	Credentials reconciler.Credentials
+	Policy      *reconciler.Policy
+}
+
+// ReconcileKind implements the generated reconciler's Interface.
+func (r *Reconciler) ReconcileKind(ctx context.Context, store *v1alpha1.ClusterStore) pkgreconciler.Event {
+	return r.Policy.Finish(ctx, store, r.reconcile(ctx, store))
+}
+
+// ObserveDeletion drops the deleted store's backoff and health waits.
+func (r *Reconciler) ObserveDeletion(_ context.Context, key types.NamespacedName) error {
+	r.Policy.Forget(key)
+	return nil
+}
+
+// reconcile reads all sources and replaces status.buildpacks only when every
+// source was read: a failure of any keeps the last good list whole.
+func (r *Reconciler) reconcile(ctx context.Context, store *v1alpha1.ClusterStore) error {
+	if err := store.Validate(ctx); err != nil {
+		return failure.Permanentf(reconciler.ReasonInvalidSpec, "%v", err)
+	}
+	keychain, err := r.Credentials.ForServiceAccount(ctx, store, store.Spec.ServiceAccountRef)
+	if err != nil {
+		return err
+	}
+
+	perSource := make([][]v1alpha1.StoreBuildpack, len(store.Spec.Sources))
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(parallelReads)
+	for i, source := range store.Spec.Sources {
+		g.Go(func() error {
+			ref, err := name.ParseReference(source.Image)
+			if err != nil { // Validate parsed it already
+				return failure.Permanentf(registry.ReasonInvalidReference, "%v", err)
+			}
+			img, err := r.Registry.ReadImage(gctx, ref, nil, keychain)
+			if err != nil {
+				return err
+			}
+			perSource[i], err = cnb.Buildpackage(img.Ref.String(), img.Config, img.Manifest)
+			return err
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return err
+	}
+	buildpacks, err := cnb.MergeBuildpacks(perSource...)
+	if err != nil {
+		return err
+	}
+	store.Status.Buildpacks = buildpacks
+	return nil
+}

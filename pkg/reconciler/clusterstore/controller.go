@@ -1,0 +1,25 @@
+package clusterstore
+
+import (
+	"context"
+
+	"knative.dev/pkg/configmap"
+	"knative.dev/pkg/controller"
+
+	clusterstoreinformer "github.com/buildsmith/buildsmith/pkg/client/injection/informers/build/v1alpha1/clusterstore"
+	clusterstorereconciler "github.com/buildsmith/buildsmith/pkg/client/injection/reconciler/build/v1alpha1/clusterstore"
+	"github.com/buildsmith/buildsmith/pkg/reconciler"
+	"github.com/buildsmith/buildsmith/pkg/registry"
+)
+
+// NewController returns a constructor of the ClusterStore controller.
+func NewController(client *registry.Client, opts reconciler.Options) func(context.Context, configmap.Watcher) *controller.Impl {
+	return func(ctx context.Context, _ configmap.Watcher) *controller.Impl {
+		r := &Reconciler{Registry: client, Policy: reconciler.NewPolicy(opts, client.Health())}
+		impl := clusterstorereconciler.NewImpl(ctx, r)
+		r.Policy.SetEnqueue(impl.EnqueueKey)
+		r.Credentials = reconciler.NewCredentials(ctx, impl.EnqueueKey)
+		clusterstoreinformer.Get(ctx).Informer().AddEventHandler(controller.HandleAll(impl.Enqueue))
+		return impl
+	}
+}

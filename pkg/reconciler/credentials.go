@@ -1,0 +1,54 @@
+package reconciler
+
+import (
+	"context"
+
+	"github.com/google/go-containerregistry/pkg/authn"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	secretinformer "knative.dev/pkg/client/injection/kube/informers/core/v1/secret"
+	serviceaccountinformer "knative.dev/pkg/client/injection/kube/informers/core/v1/serviceaccount"
+	"knative.dev/pkg/controller"
+	"knative.dev/pkg/kmeta"
+	"knative.dev/pkg/tracker"
+
+	"github.com/buildsmith/buildsmith/pkg/apis/build/v1alpha1"
+	"github.com/buildsmith/buildsmith/pkg/registry"
+)
+
+// Credentials finds the registry credentials of an object and tracks the
+// ServiceAccount and Secrets they come from, so that creating or fixing any
+// of them reconciles the object at once instead of at its next poll.
+type Credentials struct {
+	Keychains registry.Keychains
+	Tracker   tracker.Interface
+}
+
+// NewCredentials wires Credentials to the ServiceAccount and Secret
+// informers of ctx; enqueue is the controller's EnqueueKey.
+func NewCredentials(ctx context.Context, enqueue func(types.NamespacedName)) Credentials {
+	saInformer := serviceaccountinformer.Get(ctx)
+	secretInformer := secretinformer.Get(ctx)
+	t := tracker.New(enqueue, controller.GetTrackerLease(ctx))
+	saInformer.Informer().AddEventHandler(controller.HandleAll(
+		controller.EnsureTypeMeta(t.OnChanged, corev1.SchemeGroupVersion.WithKind("ServiceAccount"))))
+	secretInformer.Informer().AddEventHandler(controller.HandleAll(
+		controller.EnsureTypeMeta(t.OnChanged, corev1.SchemeGroupVersion.WithKind("Secret"))))
+	return Credentials{
+		Keychains: registry.Keychains{ServiceAccounts: saInformer.Lister(), Secrets: secretInformer.Lister()},
+		Tracker:   t,
+	}
+}
+
+// ForServiceAccount returns the keychain of the named ServiceAccount, or the
+// anonymous one when ref is nil; obj is the object that depends on it.
+func (c Credentials) ForServiceAccount(ctx context.Context, obj kmeta.Accessor, ref *v1alpha1.ServiceAccountRef) (authn.Keychain, error) {
+	if ref == nil {
+		return registry.Anonymous, nil
+	}
+	return c.Keychains.ForServiceAccount(ctx, ref.Namespace, ref.Name, func(kind, namespace, name string) {
+		// A failed track only costs the immediate retry; the poll remains.
+		_ = c.Tracker.TrackReference(tracker.Reference{APIVersion: "v1", Kind: kind, Namespace: namespace, Name: name}, obj)
+	})
+}
+

@@ -1,0 +1,201 @@
+// Package reconciler holds what every buildsmith reconciler shares: the one
+// mapping from how a reconcile ended to the object's conditions, an event and
+// what the workqueue does next.
+package reconciler
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
+	"knative.dev/pkg/apis"
+	duckv1 "knative.dev/pkg/apis/duck/v1"
+	"knative.dev/pkg/controller"
+	"knative.dev/pkg/kmeta"
+	pkgreconciler "knative.dev/pkg/reconciler"
+
+	"github.com/buildsmith/buildsmith/pkg/apis/build/v1alpha1"
+	"github.com/buildsmith/buildsmith/pkg/failure"
+	"github.com/buildsmith/buildsmith/pkg/registry"
+)
+
+// Object is what every buildsmith kind is.
+type Object interface {
+	kmeta.Accessor
+	duckv1.KRShaped
+	GetGroupVersionKind() schema.GroupVersionKind
+	Conditions() *v1alpha1.ConditionedStatus
+}
+
+// Options are the retry knobs, shared by all reconcilers.
+type Options struct {
+	// RetryBaseDelay and RetryMaxDelay bound the per-object exponential
+	// backoff after transient errors.
+	RetryBaseDelay time.Duration
+	RetryMaxDelay  time.Duration
+	// PollInterval is how often an object waiting for something (an image,
+	// credentials, a dependency) looks again by itself.
+	PollInterval time.Duration
+	// ResyncInterval is how often a Ready object is reconciled again, to
+	// notice tags that moved. 0 disables it.
+	ResyncInterval time.Duration
+}
+
+// DefaultOptions are the defaults of the flags.
+func DefaultOptions() Options {
+	return Options{RetryBaseDelay: time.Second, RetryMaxDelay: 5 * time.Minute,
+		PollInterval: time.Minute, ResyncInterval: 10 * time.Minute}
+}
+
+// AddFlags registers the options as flags, with o's values as defaults.
+func (o *Options) AddFlags(fs *flag.FlagSet) {
+	fs.DurationVar(&o.RetryBaseDelay, "retry-base-delay", o.RetryBaseDelay, "first retry delay after a transient error; doubles per failure")
+	fs.DurationVar(&o.RetryMaxDelay, "retry-max-delay", o.RetryMaxDelay, "cap of the retry delay after transient errors")
+	fs.DurationVar(&o.PollInterval, "poll-interval", o.PollInterval, "how often an object waiting for an image, credentials or a dependency looks again")
+	fs.DurationVar(&o.ResyncInterval, "resync-interval", o.ResyncInterval, "how often Ready stores and stacks are checked for moved tags (0: never)")
+}
+
+// Policy turns the outcome of a reconcile into conditions, an event on a
+// Ready transition, and the requeue, as the class of the error says:
+//
+//	success    Ready=True; Reconciling and Stalled removed; backoff reset;
+//	           requeue after the resync interval.
+//	transient  Ready=False, Reconciling=True "retrying in 4s"; requeue after
+//	           the per-object exponential backoff (jittered ±20 %, never
+//	           sooner than the server's Retry-After); when the registry is
+//	           down, also woken the moment it answers again.
+//	waiting    Ready=False, Reconciling=True; requeue after the poll
+//	           interval (dependency changes requeue at once via trackers).
+//	permanent  Ready=False, Stalled=True; no requeue until the object or a
+//	           dependency changes; a Warning event with the reason.
+//
+// A Policy belongs to one controller: it holds that controller's backoffs.
+type Policy struct {
+	opts    Options
+	health  *registry.Health
+	enqueue func(types.NamespacedName)
+	backoff workqueue.TypedRateLimiter[string]
+	jitter  func() float64 // in [0, 1)
+}
+
+// NewPolicy returns a Policy. Enqueue must be set (to the controller's
+// EnqueueKey) before the first reconcile; health may be nil.
+func NewPolicy(opts Options, health *registry.Health) *Policy {
+	return &Policy{
+		opts:    opts,
+		health:  health,
+		backoff: workqueue.NewTypedItemExponentialFailureRateLimiter[string](opts.RetryBaseDelay, opts.RetryMaxDelay),
+		jitter:  rand.Float64,
+	}
+}
+
+// SetEnqueue sets how a woken object is put back on the queue.
+func (p *Policy) SetEnqueue(enqueue func(types.NamespacedName)) { p.enqueue = enqueue }
+
+// Finish records on obj's status how reconciling it ended (err nil for
+// success) and returns what ReconcileKind returns.
+func (p *Policy) Finish(ctx context.Context, obj Object, err error) pkgreconciler.Event {
+	key := types.NamespacedName{Namespace: obj.GetNamespace(), Name: obj.GetName()}
+	conditions := obj.Conditions()
+	before := conditions.GetCondition(v1alpha1.ConditionReady).DeepCopy()
+
+	if err == nil {
+		conditions.MarkReady()
+		p.Forget(key)
+		p.recordTransition(ctx, obj, before)
+		if p.opts.ResyncInterval > 0 {
+			return controller.NewRequeueAfter(p.jittered(p.opts.ResyncInterval))
+		}
+		return nil
+	}
+
+	f := Classify(err)
+	message := f.Error()
+	switch f.Class {
+	case failure.Permanent:
+		conditions.MarkStalled(f.Reason, message)
+		p.Forget(key)
+		// The event travels inside the permanent error: the generated
+		// reconciler records it (instead of an "InternalError") and the
+		// queue forgets the key.
+		return controller.NewPermanentError(pkgreconciler.NewEvent(corev1.EventTypeWarning, f.Reason, "%s", message))
+	case failure.Waiting:
+		p.backoff.Forget(key.String())
+		conditions.MarkRetrying(f.Reason, message,
+			fmt.Sprintf("retrying in %s, or when a dependency changes", p.opts.PollInterval))
+		p.recordTransition(ctx, obj, before)
+		return controller.NewRequeueAfter(p.jittered(p.opts.PollInterval))
+	default: // transient
+		delay := max(p.jittered(p.backoff.When(key.String())), f.RetryAfter)
+		conditions.MarkRetrying(f.Reason, message, fmt.Sprintf("retrying in %s", delay.Round(time.Second)))
+		if f.Reason == registry.ReasonRegistryUnavailable && f.Host != "" && p.health != nil && p.enqueue != nil {
+			p.health.NotifyWhenHealthy(f.Host, key.String(), func() { p.enqueue(key) })
+		}
+		p.recordTransition(ctx, obj, before)
+		return controller.NewRequeueAfter(delay)
+	}
+}
+
+// Forget drops the object's backoff and health waits (on success and when
+// it is deleted).
+func (p *Policy) Forget(key types.NamespacedName) {
+	p.backoff.Forget(key.String())
+	if p.health != nil {
+		p.health.Forget(key.String())
+	}
+}
+
+// recordTransition records an event when Ready's status or reason changed.
+func (p *Policy) recordTransition(ctx context.Context, obj Object, before *apis.Condition) {
+	after := obj.Conditions().GetCondition(v1alpha1.ConditionReady)
+	if after == nil || (before != nil && before.IsTrue() == after.IsTrue() && before.IsFalse() == after.IsFalse() &&
+		before.GetReason() == after.GetReason()) {
+		return
+	}
+	recorder := controller.GetEventRecorder(ctx)
+	if recorder == nil {
+		return
+	}
+	if after.IsTrue() {
+		recorder.Event(obj, corev1.EventTypeNormal, "Ready", fmt.Sprintf("%s is Ready", obj.GetGroupVersionKind().Kind))
+		return
+	}
+	recorder.Event(obj, corev1.EventTypeWarning, after.Reason, after.Message)
+}
+
+// jittered spreads d by ±20 %, so that objects that failed together do not
+// retry together.
+func (p *Policy) jittered(d time.Duration) time.Duration {
+	return time.Duration(float64(d) * (0.8 + 0.4*p.jitter()))
+}
+
+// Classify returns err's classification. Errors classified where they arose
+// (registry, image assembly, spec validation) keep theirs; Kubernetes API
+// errors are placed here; anything else is Transient "InternalError".
+func Classify(err error) *failure.Error {
+	if f, ok := failure.As(err); ok {
+		return f
+	}
+	switch {
+	case apierrors.IsTooManyRequests(err):
+		delay, _ := apierrors.SuggestsClientDelay(err)
+		return &failure.Error{Class: failure.Transient, Reason: "APIServerThrottled", Err: err,
+			RetryAfter: time.Duration(delay) * time.Second}
+	case apierrors.IsConflict(err), apierrors.IsServerTimeout(err), apierrors.IsTimeout(err),
+		apierrors.IsServiceUnavailable(err), apierrors.IsInternalError(err), apierrors.IsUnexpectedServerError(err):
+		return &failure.Error{Class: failure.Transient, Reason: "APIServerUnavailable", Err: err}
+	case apierrors.IsForbidden(err), apierrors.IsUnauthorized(err):
+		return &failure.Error{Class: failure.Waiting, Reason: "Forbidden", Err: err}
+	}
+	return &failure.Error{Class: failure.Transient, Reason: "InternalError", Err: err}
+}
+
+// ReasonInvalidSpec is the reason of a spec that fails validation.
+const ReasonInvalidSpec = "InvalidSpec"

@@ -1,0 +1,255 @@
+// Package registrytest runs a real registry (go-containerregistry's
+// in-memory one) on a loopback port for tests, with faults injected into
+// chosen requests and a switch to refuse connections and recover.
+package registrytest
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	ggcrregistry "github.com/google/go-containerregistry/pkg/registry"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/random"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+)
+
+// Registry is ggcr's in-memory registry behind a handler that injects
+// faults into chosen requests. It listens on a port it can stop and restart,
+// so tests can also refuse connections and recover.
+type Registry struct {
+	t testing.TB
+	// Handler is the registry itself, without faults.
+	Handler http.Handler
+	Addr    string // host:port
+
+	mu       sync.Mutex
+	server   *http.Server
+	rules    []*faultRule
+	requests []string // "METHOD path?query" of every request that reached the handler
+	stop     chan struct{}
+}
+
+// faultRule applies act to requests matching method (or any, when empty)
+// and a path containing pathPart, times times (forever when times < 0).
+type faultRule struct {
+	method   string
+	pathPart string
+	times    int
+	act      func(w http.ResponseWriter, r *http.Request)
+}
+
+// New starts a registry, stopped when the test ends.
+func New(t testing.TB) *Registry {
+	t.Helper()
+	f := &Registry{
+		t:       t,
+		Handler: ggcrregistry.New(ggcrregistry.Logger(log.New(io.Discard, "", 0))),
+		stop:    make(chan struct{}),
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Addr = l.Addr().String()
+	f.serve(l)
+	t.Cleanup(func() {
+		close(f.stop)
+		f.Down()
+	})
+	return f
+}
+
+func (f *Registry) serve(l net.Listener) {
+	srv := &http.Server{Handler: http.HandlerFunc(f.serveHTTP)}
+	f.mu.Lock()
+	f.server = srv
+	f.mu.Unlock()
+	go func() { _ = srv.Serve(l) }()
+}
+
+// Down stops listening: connections are refused until up.
+func (f *Registry) Down() {
+	f.mu.Lock()
+	srv := f.server
+	f.server = nil
+	f.mu.Unlock()
+	if srv != nil {
+		_ = srv.Close()
+	}
+}
+
+// Up listens again on the same address.
+func (f *Registry) Up() {
+	l, err := net.Listen("tcp", f.Addr)
+	if err != nil {
+		f.t.Fatalf("listening again on %s: %v", f.Addr, err)
+	}
+	f.serve(l)
+}
+
+// Inject makes the next times requests (all, when times < 0) with method
+// (any, when empty) and a path containing pathPart get act's answer.
+func (f *Registry) Inject(method, pathPart string, times int, act func(http.ResponseWriter, *http.Request)) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.rules = append(f.rules, &faultRule{method: method, pathPart: pathPart, times: times, act: act})
+}
+
+// ForgetRequests clears the request log, e.g. after setting up images.
+func (f *Registry) ForgetRequests() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.requests = nil
+}
+
+// ClearFaults removes every injected fault.
+func (f *Registry) ClearFaults() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.rules = nil
+}
+
+// Count returns how many requests with method (any when empty) and a path
+// containing pathPart reached the registry.
+func (f *Registry) Count(method, pathPart string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := 0
+	for _, r := range f.requests {
+		m, p, _ := strings.Cut(r, " ")
+		if (method == "" || m == method) && strings.Contains(p, pathPart) {
+			n++
+		}
+	}
+	return n
+}
+
+func (f *Registry) serveHTTP(w http.ResponseWriter, r *http.Request) {
+	f.mu.Lock()
+	f.requests = append(f.requests, r.Method+" "+r.URL.RequestURI())
+	var act func(http.ResponseWriter, *http.Request)
+	for _, rule := range f.rules {
+		if (rule.method == "" || rule.method == r.Method) && strings.Contains(r.URL.Path, rule.pathPart) && rule.times != 0 {
+			if rule.times > 0 {
+				rule.times--
+			}
+			act = rule.act
+			break
+		}
+	}
+	f.mu.Unlock()
+	if act != nil {
+		act(w, r)
+		return
+	}
+	f.Handler.ServeHTTP(w, r)
+}
+
+// Ref returns a reference to repo:tag (or repo@digest) in this registry.
+func (f *Registry) Ref(s string) name.Reference {
+	f.t.Helper()
+	ref, err := name.ParseReference(f.Addr + "/" + s)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return ref
+}
+
+// Push writes a random image to repo:tag with plain ggcr, and returns it.
+func (f *Registry) Push(s string) v1.Image {
+	f.t.Helper()
+	img, err := random.Image(512, 2)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	if err := remote.Write(f.Ref(s), img); err != nil {
+		f.t.Fatal(err)
+	}
+	return img
+}
+
+// Faults.
+
+// Answer answers with code, headers and body.
+func Answer(code int, headers map[string]string, body string) func(http.ResponseWriter, *http.Request) {
+	return func(w http.ResponseWriter, _ *http.Request) {
+		for k, v := range headers {
+			w.Header().Set(k, v)
+		}
+		if body != "" {
+			w.Header().Set("Content-Type", "application/json")
+		}
+		w.WriteHeader(code)
+		_, _ = io.WriteString(w, body)
+	}
+}
+
+// OCIError is a distribution-spec error body.
+func OCIError(code, message string) string {
+	return fmt.Sprintf(`{"errors":[{"code":%q,"message":%q}]}`, code, message)
+}
+
+// Reset closes the connection with a TCP RST before answering.
+func Reset(w http.ResponseWriter, _ *http.Request) {
+	conn, _, err := w.(http.Hijacker).Hijack()
+	if err != nil {
+		return
+	}
+	if tcp, ok := conn.(*net.TCPConn); ok {
+		_ = tcp.SetLinger(0)
+	}
+	_ = conn.Close()
+}
+
+// CutShort promises a body of 4096 bytes, sends 10, and closes.
+func CutShort(w http.ResponseWriter, _ *http.Request) {
+	conn, buf, err := w.(http.Hijacker).Hijack()
+	if err != nil {
+		return
+	}
+	defer conn.Close()
+	writeRaw(buf, "HTTP/1.1 200 OK\r\nContent-Type: application/vnd.oci.image.manifest.v1+json\r\n"+
+		"Content-Length: 4096\r\n\r\n{\"schemaV")
+}
+
+func writeRaw(buf *bufio.ReadWriter, s string) {
+	_, _ = buf.WriteString(s)
+	_ = buf.Flush()
+}
+
+// Hang answers nothing until the client gives up or the test ends.
+func (f *Registry) Hang(_ http.ResponseWriter, r *http.Request) {
+	select {
+	case <-r.Context().Done():
+	case <-f.stop:
+	}
+}
+
+// MalformedManifest answers a manifest GET with a body that is not JSON,
+// under its true digest.
+func MalformedManifest(w http.ResponseWriter, r *http.Request) {
+	body := "{this is not a manifest"
+	h, _, _ := v1.SHA256(strings.NewReader(body))
+	w.Header().Set("Content-Type", "application/vnd.oci.image.manifest.v1+json")
+	w.Header().Set("Docker-Content-Digest", h.String())
+	w.Header().Set("Content-Length", fmt.Sprint(len(body)))
+	if r.Method != http.MethodHead {
+		_, _ = io.WriteString(w, body)
+	}
+}
+
+// Requests returns "METHOD path?query" of every request that reached the
+// registry since the last ForgetRequests.
+func (f *Registry) Requests() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.requests...)
+}
