@@ -153,4 +153,3 @@ func mixins(c *v1.ConfigFile, role, reason string) ([]string, error) {
 	}
 	return list, nil
 }
-

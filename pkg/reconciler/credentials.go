@@ -51,4 +51,3 @@ func (c Credentials) ForServiceAccount(ctx context.Context, obj kmeta.Accessor, 
 		_ = c.Tracker.TrackReference(tracker.Reference{APIVersion: "v1", Kind: kind, Namespace: namespace, Name: name}, obj)
 	})
 }
-

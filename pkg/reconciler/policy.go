@@ -136,6 +136,7 @@ func (p *Policy) Finish(ctx context.Context, obj Object, err error) pkgreconcile
 		delay := max(p.jittered(p.backoff.When(key.String())), f.RetryAfter)
 		conditions.MarkRetrying(f.Reason, message, fmt.Sprintf("retrying in %s", delay.Round(time.Second)))
 		if f.Reason == registry.ReasonRegistryUnavailable && f.Host != "" && p.health != nil && p.enqueue != nil {
+			// Registered only while the host is down (could not connect).
 			p.health.NotifyWhenHealthy(f.Host, key.String(), func() { p.enqueue(key) })
 		}
 		p.recordTransition(ctx, obj, before)

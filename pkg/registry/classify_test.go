@@ -191,7 +191,7 @@ func TestFaults(t *testing.T) {
 			if got := Reason(err); got != tc.reason {
 				t.Errorf("Reason() = %q, want %q (err: %v)", got, tc.reason, err)
 			}
-			if got := RetryAfter(err); got < tc.retryAfter || got > tc.retryAfter+2*time.Second {
+			if got := RetryAfter(err); got < tc.retryAfter || got > tc.retryAfter+2*time.Second || (tc.retryAfter == 0 && got != 0) {
 				t.Errorf("RetryAfter() = %v, want %v", got, tc.retryAfter)
 			}
 			if err != nil && Host(err) != f.Addr {

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -100,12 +101,12 @@ type Client struct {
 	sessions *lru.Cache // keychain cache key → *session
 }
 
-// session is a puller and a pusher sharing one set of credentials; they keep
-// authenticated transports (and bearer tokens) per repository, so repeated
-// calls skip the /v2/ ping and the token exchange.
+// session is a puller for one set of credentials; it keeps authenticated
+// transports (and bearer tokens) per repository, so repeated reads skip the
+// /v2/ ping and the token exchange.
 type session struct {
-	puller *remote.Puller
-	pusher *remote.Pusher
+	puller  *remote.Puller
+	options []remote.Option
 }
 
 // New returns a Client. Lazy layers of images it returns stay readable, and
@@ -138,14 +139,15 @@ type Descriptor struct {
 
 // Resolve returns the digest ref points to, with one HEAD request when the
 // registry answers it. When HEAD fails for a reason other than a transient
-// one, a GET follows: HEAD answers carry no diagnostics (a missing tag and a
-// missing repository look the same), and some registries do not serve HEAD.
+// caused by an unavailable or rate-limiting registry, a GET follows: HEAD
+// answers carry no diagnostics (a missing tag and a missing repository look
+// the same), and some registries answer HEAD badly (no digest header).
 func (c *Client) Resolve(ctx context.Context, ref name.Reference, kc authn.Keychain) (Descriptor, error) {
 	var out Descriptor
 	err := c.do(ctx, ref, c.opts.Timeout, func(ctx context.Context, s *session) error {
 		desc, err := s.puller.Head(ctx, ref)
 		if err != nil {
-			if Classify(err) == Transient {
+			if reason := Reason(err); reason == ReasonRegistryUnavailable || reason == ReasonRateLimited {
 				return err
 			}
 			full, getErr := s.puller.Get(ctx, ref)
@@ -245,28 +247,55 @@ func (c *Client) readImage(ctx context.Context, s *session, ref name.Reference, 
 	if img.Config, err = v1.ParseConfigFile(bytes.NewReader(rawConfig)); err != nil {
 		return nil, permanentError(ReasonInvalidImage, host, fmt.Errorf("config of %s: %w", img.Ref, err))
 	}
+	if len(img.Config.RootFS.DiffIDs) != len(img.Manifest.Layers) {
+		return nil, permanentError(ReasonInvalidImage, host, fmt.Errorf("%s lists %d layers and %d diffIDs",
+			img.Ref, len(img.Manifest.Layers), len(img.Config.RootFS.DiffIDs)))
+	}
+	layers := make([]v1.Layer, len(img.Manifest.Layers))
+	for i, desc := range img.Manifest.Layers {
+		digestRef := ref.Context().Digest(desc.Digest.String())
+		// The lifetime context: the layer is read, if ever, long after
+		// this call returned.
+		inner, err := s.puller.Layer(c.lifetime, digestRef)
+		if err != nil {
+			return nil, err
+		}
+		layers[i] = &remote.MountableLayer{
+			Layer:     &describedLayer{Layer: inner, desc: desc, diffID: img.Config.RootFS.DiffIDs[i]},
+			Reference: digestRef,
+		}
+	}
 	img.Image = &remoteImage{
 		repo: ref.Context(), rawManifest: raw, mediaType: mediaType, manifest: img.Manifest,
-		rawConfig: rawConfig, config: img.Config,
-		layer: func(h v1.Hash) (v1.Layer, error) {
-			return s.puller.Layer(c.lifetime, ref.Context().Digest(h.String()))
-		},
+		rawConfig: rawConfig, config: img.Config, layers: layers,
 	}
 	return img, nil
 }
 
 // Write pushes img to tag. ggcr skips blobs the repository has and mounts
-// layers from other repositories of the same registry; layers read through
-// this Client are such layers.
+// layers from other repositories of the same registry; layers of images read
+// through this Client are such layers, so nothing is downloaded. Each Write
+// uses a fresh ggcr Pusher: a Pusher remembers every blob it ever uploaded
+// and skips it without asking, which outlives a registry's garbage
+// collection, and accumulates the scopes of every repository it mounted from.
 func (c *Client) Write(ctx context.Context, tag name.Tag, img v1.Image, kc authn.Keychain) (name.Digest, error) {
-	digest, err := img.Digest()
-	if err != nil {
-		return name.Digest{}, permanentError(ReasonInvalidImage, tag.RegistryStr(), fmt.Errorf("computing the digest of the image for %s: %w", tag, err))
-	}
-	err = c.do(ctx, tag, c.opts.WriteTimeout, func(ctx context.Context, s *session) error {
-		return s.pusher.Push(ctx, tag, img)
+	var out name.Digest
+	err := c.do(ctx, tag, c.opts.WriteTimeout, func(ctx context.Context, s *session) error {
+		digest, err := img.Digest()
+		if err != nil {
+			return err
+		}
+		pusher, err := remote.NewPusher(s.options...)
+		if err != nil {
+			return err
+		}
+		if err := pusher.Push(ctx, tag, img); err != nil {
+			return err
+		}
+		out = tag.Context().Digest(digest.String())
+		return nil
 	}, kc)
-	return tag.Context().Digest(digest.String()), err
+	return out, err
 }
 
 // do runs op with a deadline and a call state, classifies its error, and
@@ -281,11 +310,14 @@ func (c *Client) do(ctx context.Context, ref name.Reference, timeout time.Durati
 	defer cancel()
 	ctx, state := withCall(ctx)
 	if err := op(ctx, s); err != nil {
-		classified := newError(host, state.RetryAfter(), err)
-		if classified.Class == Transient && classified.Reason == ReasonRegistryUnavailable {
+		if failed, ok := unreachableHost(err); ok {
+			// Only a failure to connect marks a host down: that is what
+			// the health probe can see recover. Anything answering (a
+			// 5xx, a hang after connecting) is left to the backoff.
+			host = failed
 			c.health.markUnhealthy(host)
 		}
-		return classified
+		return newError(host, state.RetryAfter(), err)
 	}
 	c.health.markHealthy(host)
 	return nil
@@ -312,18 +344,14 @@ func (c *Client) session(kc authn.Keychain) (*session, error) {
 		remote.WithTransport(c.transport),
 		remote.WithRetryBackoff(c.opts.Retry),
 		remote.WithRetryStatusCodes(c.opts.RetryStatusCodes...),
-		remote.WithRetryPredicate(retryInCall),
+		remote.WithRetryPredicate(c.retryInCall),
 		remote.WithUserAgent(c.opts.UserAgent),
 	}
 	puller, err := remote.NewPuller(opts...)
 	if err != nil {
 		return nil, err
 	}
-	pusher, err := remote.NewPusher(opts...)
-	if err != nil {
-		return nil, err
-	}
-	s := &session{puller: puller, pusher: pusher}
+	s := &session{puller: puller, options: opts}
 	if cacheable {
 		c.sessions.Add(keyer.CacheKey(), s)
 	}
@@ -331,13 +359,13 @@ func (c *Client) session(kc authn.Keychain) (*session, error) {
 }
 
 // retryInCall decides ggcr's in-call retries. It replaces ggcr's default
-// predicate, so it repeats its conditions: answers ggcr marks temporary (the
-// retried status codes and diagnostic codes) and connections cut short. It
-// adds one rule: an answer with Retry-After is not retried in-call, because
-// ggcr's sleep would ignore it; the caller requeues after it instead.
-// Refused connections, DNS failures and timeouts are not retried in-call
-// either: the registry is down, and the health probe watches it.
-func retryInCall(err error) bool {
+// predicate: answers with a status of Options.RetryStatusCodes (ggcr's write
+// path asks the predicate about those too), and connections cut short. An
+// answer with Retry-After is not retried in-call, because ggcr's sleep would
+// ignore it; the caller requeues after it instead. Refused connections, DNS
+// failures and timeouts are not retried in-call either: the registry is
+// down, and the health probe watches it.
+func (c *Client) retryInCall(err error) bool {
 	var te *transport.Error
 	if errors.As(err, &te) {
 		if te.Request != nil {
@@ -345,7 +373,7 @@ func retryInCall(err error) bool {
 				return false
 			}
 		}
-		return te.Temporary()
+		return slices.Contains(c.opts.RetryStatusCodes, te.StatusCode)
 	}
 	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
 		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) || errors.Is(err, net.ErrClosed)

@@ -2,7 +2,12 @@ package registry
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"github.com/buildsmith/buildsmith/test/registrytest"
+	"io"
+	"net/url"
+	"strings"
 	"testing"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -41,8 +46,8 @@ func TestReadImageChoosesPlatformFromIndex(t *testing.T) {
 	f := registrytest.New(t)
 	amd64, _ := random.Image(100, 1)
 	arm64, _ := random.Image(100, 2)
-	amd64, _ = mutate.ConfigFile(amd64, &v1.ConfigFile{OS: "linux", Architecture: "amd64"})
-	arm64, _ = mutate.ConfigFile(arm64, &v1.ConfigFile{OS: "linux", Architecture: "arm64", Variant: "v8"})
+	amd64 = withPlatform(t, amd64, "amd64", "")
+	arm64 = withPlatform(t, arm64, "arm64", "v8")
 	index := mutate.AppendManifests(mutate.IndexMediaType(empty.Index, types.OCIImageIndex),
 		mutate.IndexAddendum{Add: amd64, Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: "amd64"}}},
 		mutate.IndexAddendum{Add: arm64, Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: "arm64", Variant: "v8"}}},
@@ -182,5 +187,91 @@ func BenchmarkResolve(b *testing.B) {
 	b.ReportMetric(float64(d.Total())/float64(b.N), "requests/op")
 	if d.Total() != int64(b.N) || d.Total("HEAD") != int64(b.N) {
 		b.Errorf("%d requests (%d HEAD) for %d warm resolves, want one HEAD each", d.Total(), d.Total("HEAD"), b.N)
+	}
+}
+
+func withPlatform(t *testing.T, img v1.Image, arch, variant string) v1.Image {
+	t.Helper()
+	cf, err := img.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cf.OS, cf.Architecture, cf.Variant = "linux", arch, variant
+	img, err = mutate.ConfigFile(img, cf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return img
+}
+
+// TestBuildingOnReadLayersDownloadsNothing: an image made of layers of two
+// images read through the Client (as a builder is made of a build image and
+// buildpack layers) is written without a single blob download, and keeps
+// the layers' media types.
+func TestBuildingOnReadLayersDownloadsNothing(t *testing.T) {
+	f := registrytest.New(t)
+	ociImage := func(layers int) v1.Image {
+		img := mutate.MediaType(empty.Image, types.OCIManifestSchema1)
+		for range layers {
+			l, _ := random.Layer(256, types.OCILayer)
+			img, _ = mutate.AppendLayers(img, l)
+		}
+		return img
+	}
+	for repo, img := range map[string]v1.Image{"stack/build:1": ociImage(2), "buildpacks/go:1": ociImage(1)} {
+		if err := remote.Write(f.Ref(repo), img); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := newTestClient(t, Options{})
+	ctx := context.Background()
+	base, err := c.ReadImage(ctx, f.Ref("stack/build:1"), nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	buildpack, err := c.ReadImage(ctx, f.Ref("buildpacks/go:1"), nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	layer, err := buildpack.Image.LayerByDiffID(buildpack.Config.RootFS.DiffIDs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.ForgetRequests()
+	before := c.Stats()
+	built, err := mutate.AppendLayers(base.Image, layer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Write(ctx, f.Ref("builders/go:latest").(name.Tag), built, nil); err != nil {
+		t.Fatal(err)
+	}
+	if n := f.Count("GET", "/blobs/"); n != 0 {
+		t.Errorf("%d blob downloads: %v", n, f.Requests())
+	}
+	if d := c.Stats().Sub(before); d.TotalBytesDown() > 2048 {
+		t.Errorf("%d bytes down writing an image of read layers", d.TotalBytesDown())
+	}
+	m, _ := built.Manifest()
+	for i, l := range m.Layers {
+		if l.MediaType != types.OCILayer {
+			t.Errorf("layer %d has media type %s, want %s", i, l.MediaType, types.OCILayer)
+		}
+	}
+}
+
+func TestRedact(t *testing.T) {
+	err := fmt.Errorf("PATCH: %w", &url.Error{Op: "Patch",
+		URL: "https://r.example/v2/team/app/blobs/uploads/abc?_state=SECRET&sig=SECRET", Err: io.ErrUnexpectedEOF})
+	e := newError("r.example", 0, err)
+	if strings.Contains(e.Error(), "SECRET") || !strings.Contains(e.Error(), "https://r.example/v2/team/app/blobs/uploads/abc?REDACTED") {
+		t.Errorf("message = %q", e.Error())
+	}
+	if !errors.Is(e, io.ErrUnexpectedEOF) || Reason(e) != ReasonRegistryUnavailable {
+		t.Errorf("redaction lost the error chain: %v, %s", e, Reason(e))
+	}
+	token := newError("auth.example", 0, errors.New("no token in bearer response:\n{\"refresh_token\": \"SECRET\"}"))
+	if strings.Contains(token.Error(), "SECRET") {
+		t.Errorf("message = %q", token.Error())
 	}
 }

@@ -8,6 +8,9 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
+	"regexp"
+	"strings"
 	"syscall"
 	"time"
 
@@ -100,12 +103,15 @@ func classify(err error) (Class, string) {
 	if errors.As(err, &badName) {
 		return Permanent, ReasonInvalidReference
 	}
+	// Before answers: for private and loopback hosts ggcr races https and
+	// http, and an untrusted certificate on the https side comes with the
+	// http side's 400 "HTTP request to HTTPS server".
+	if isCertificateError(err) {
+		return Waiting, ReasonCertificateInvalid
+	}
 	var te *transport.Error
 	if errors.As(err, &te) {
 		return classifyResponse(te)
-	}
-	if isCertificateError(err) {
-		return Waiting, ReasonCertificateInvalid
 	}
 	if isNetworkError(err) {
 		return Transient, ReasonRegistryUnavailable
@@ -121,6 +127,13 @@ func classifyResponse(te *transport.Error) (Class, string) {
 		switch d.Code {
 		case transport.TooManyRequestsErrorCode:
 			return Transient, ReasonRateLimited
+		case transport.BlobUnknownErrorCode, transport.ManifestBlobUnknownErrorCode,
+			transport.BlobUploadInvalidErrorCode, transport.BlobUploadUnknownErrorCode:
+			// Mid-push: a blob vanished (garbage collection, an upload
+			// session expired). Pushing again uploads it again.
+			if te.Request == nil || te.Request.Method != http.MethodGet && te.Request.Method != http.MethodHead {
+				return Transient, ReasonRegistryUnavailable
+			}
 		case transport.UnauthorizedErrorCode, transport.DeniedErrorCode:
 			if te.StatusCode < 500 {
 				return Waiting, ReasonUnauthorized
@@ -178,19 +191,66 @@ func isNetworkError(err error) bool {
 	return errors.As(err, &netErr) && netErr.Timeout()
 }
 
+// unreachableHost reports whether err is a failure to connect (refused, DNS,
+// unreachable network, dial timeout) and to which host. The caller's own
+// cancellation is not one.
+func unreachableHost(err error) (string, bool) {
+	if errors.Is(err, context.Canceled) {
+		return "", false
+	}
+	var opErr *net.OpError
+	var dnsErr *net.DNSError
+	if !(errors.As(err, &opErr) && opErr.Op == "dial") && !errors.As(err, &dnsErr) {
+		return "", false
+	}
+	var urlErr *url.Error
+	if errors.As(err, &urlErr) {
+		if u, perr := url.Parse(urlErr.URL); perr == nil && u.Host != "" {
+			return u.Host, true
+		}
+	}
+	return "", false
+}
+
+// secretInURL matches the query of a URL in an error message: upload
+// locations and pre-signed blob URLs carry credentials there.
+var secretInURL = regexp.MustCompile(`(https?://[^\s"?]+)\?[^\s"]*`)
+
+// redacted is an error whose message had secrets removed; errors.Is and
+// errors.As still see the original.
+type redacted struct {
+	err error
+	msg string
+}
+
+func (r *redacted) Error() string { return r.msg }
+func (r *redacted) Unwrap() error { return r.err }
+
+// redact removes URL queries and token-server answers from err's message.
+// Messages end up in conditions, events and logs.
+func redact(err error) error {
+	msg := err.Error()
+	clean := secretInURL.ReplaceAllString(msg, "$1?REDACTED")
+	if i := strings.Index(clean, "bearer response:"); i >= 0 {
+		clean = clean[:i+len("bearer response:")] + " REDACTED"
+	}
+	if clean == msg {
+		return err
+	}
+	return &redacted{err: err, msg: clean}
+}
+
 // newError classifies err as coming from host, keeping an existing
-// classification.
+// classification, and redacts its message.
 func newError(host string, retryAfter time.Duration, err error) *Error {
 	e := asError(err)
 	out := *e
+	out.Err = redact(out.Err)
 	if out.Host == "" {
 		out.Host = host
 	}
 	if out.RetryAfter < retryAfter {
 		out.RetryAfter = retryAfter
-	}
-	if out.Err == nil {
-		out.Err = err
 	}
 	return &out
 }

@@ -40,9 +40,12 @@ func (o HealthOptions) withDefaults() HealthOptions {
 
 // Health tracks which registries are down and wakes those waiting on them.
 //
-// A registry is marked down when a request to it fails in a way that says it
-// is unreachable (refused, reset, timed out, 5xx), and up when any request
-// to it succeeds. Callers whose work failed on a down registry register a
+// A host is marked down when connecting to it fails (refused, DNS, network
+// unreachable, dial timeout), and up when a request to it succeeds or a
+// probe connects. Failures after connecting (5xx, 429, hangs) do not mark it
+// down: the host's /v2/ may well answer while the failing request does not,
+// and waking everyone on that answer would retry in a loop; those failures
+// are left to each object's backoff. Callers whose work failed on a down registry register a
 // callback under a key; while anyone waits on a registry, one prober per
 // registry sends GET /v2/ with backoff, and when the registry answers every
 // callback fires once. So an outage costs O(registries) requests rather than
@@ -76,16 +79,17 @@ func (h *Health) Healthy(host string) bool {
 	return hh == nil || !hh.down
 }
 
-// NotifyWhenHealthy calls wake once host is up again. A later call with the
-// same key replaces the earlier callback. If host is up already, wake is
-// called at once: it recovered between the failure and this call.
-func (h *Health) NotifyWhenHealthy(host, key string, wake func()) {
+// NotifyWhenHealthy arranges for wake to be called once host, which is down,
+// is up again, and reports whether it did: when host is not down (it
+// answered, or recovered since the failure) nothing is registered, and the
+// caller's backoff is the only retry. A later call with the same key
+// replaces the earlier callback.
+func (h *Health) NotifyWhenHealthy(host, key string, wake func()) bool {
 	h.mu.Lock()
 	hh := h.host(host)
 	if !hh.down {
 		h.mu.Unlock()
-		wake()
-		return
+		return false
 	}
 	hh.waiters[key] = wake
 	startProber := !hh.probing
@@ -94,6 +98,7 @@ func (h *Health) NotifyWhenHealthy(host, key string, wake func()) {
 	if startProber {
 		go h.runProber(host)
 	}
+	return true
 }
 
 // Forget drops the callbacks registered under key, for instance when the
@@ -191,10 +196,11 @@ func (h *Health) stopProbing(host string) {
 	h.mu.Unlock()
 }
 
-// probe asks host's /v2/ endpoint whether it is up: any answer but a 5xx or
-// a 429 counts (401 is the usual answer of a registry that is up). For hosts
-// ggcr talks to over plain HTTP (localhost, private addresses) it tries
-// https as well, as ggcr does.
+// probe asks host's /v2/ endpoint whether it can be reached: any HTTP
+// answer counts, since "could not connect" is what marked it down (and the
+// host may be a token server, whose /v2/ is a 404). For hosts ggcr talks to
+// over plain HTTP (localhost, private addresses) it tries https as well, as
+// ggcr does.
 func (c *Client) probe(ctx context.Context, host string) bool {
 	reg, err := name.NewRegistry(host)
 	if err != nil {
@@ -215,9 +221,7 @@ func (c *Client) probe(ctx context.Context, host string) bool {
 			continue
 		}
 		_ = resp.Body.Close()
-		if resp.StatusCode < 500 && resp.StatusCode != http.StatusTooManyRequests {
-			return true
-		}
+		return true
 	}
 	return false
 }

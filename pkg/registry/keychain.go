@@ -51,9 +51,14 @@ func (k Keychains) ForServiceAccount(ctx context.Context, namespace, serviceAcco
 	} else if err != nil {
 		return nil, err
 	}
+	// imagePullSecrets exist to hold registry credentials: a missing one
+	// is an error. secrets often name token Secrets long gone (Kubernetes
+	// stopped creating them in 1.24): a missing one is skipped.
 	var names []string
+	required := map[string]bool{}
 	for _, ref := range sa.ImagePullSecrets {
 		names = append(names, ref.Name)
+		required[ref.Name] = true
 	}
 	for _, ref := range sa.Secrets {
 		names = append(names, ref.Name)
@@ -69,7 +74,9 @@ func (k Keychains) ForServiceAccount(ctx context.Context, namespace, serviceAcco
 		seen[secretName] = true
 		observe("Secret", namespace, secretName)
 		secret, err := k.Secrets.Secrets(namespace).Get(secretName)
-		if apierrors.IsNotFound(err) {
+		if apierrors.IsNotFound(err) && !required[secretName] {
+			continue
+		} else if apierrors.IsNotFound(err) {
 			return nil, waitingError(ReasonSecretNotFound, fmt.Errorf(
 				"secret %s/%s, referenced by serviceaccount %s, not found", namespace, secretName, serviceAccount))
 		} else if err != nil {

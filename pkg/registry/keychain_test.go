@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	corev1listers "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 )
@@ -69,7 +70,7 @@ func serviceAccount(name string, pullSecrets []string, secrets []string) *corev1
 func dockerConfigSecret(name, registry, user, password string) *corev1.Secret {
 	auth := base64.StdEncoding.EncodeToString([]byte(user + ":" + password))
 	return &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: name, UID: "uid-" + "name", ResourceVersion: "1"},
+		ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: name, UID: types.UID("uid-" + name), ResourceVersion: "1"},
 		Type:       corev1.SecretTypeDockerConfigJson,
 		Data: map[string][]byte{corev1.DockerConfigJsonKey: []byte(
 			`{"auths":{"` + registry + `":{"auth":"` + auth + `"}}}`)},

@@ -1,0 +1,117 @@
+package cnb
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+
+	"github.com/buildsmith/buildsmith/pkg/apis/build/v1alpha1"
+	"github.com/buildsmith/buildsmith/pkg/failure"
+)
+
+const storeImage = "registry.example.com/bp/go@sha256:0000000000000000000000000000000000000000000000000000000000000000"
+
+func hash(c string) v1.Hash {
+	return v1.Hash{Algorithm: "sha256", Hex: strings.Repeat(c, 64)}
+}
+
+// buildpackage returns the config and manifest of an image with two layers
+// (diffIDs aaa…, bbb…; digests ccc…, ddd…) and the given layers label.
+func buildpackage(label string) (*v1.ConfigFile, *v1.Manifest) {
+	config := &v1.ConfigFile{RootFS: v1.RootFS{DiffIDs: []v1.Hash{hash("a"), hash("b")}}}
+	if label != "" {
+		config.Config.Labels = map[string]string{LabelBuildpackLayers: label}
+	}
+	manifest := &v1.Manifest{Layers: []v1.Descriptor{{Digest: hash("c"), Size: 10}, {Digest: hash("d"), Size: 20}}}
+	return config, manifest
+}
+
+func TestBuildpackage(t *testing.T) {
+	a, b := hash("a").String(), hash("b").String()
+	tests := []struct {
+		name   string
+		label  string
+		want   []v1alpha1.StoreBuildpack
+		reason string
+	}{{
+		name: "meta-buildpack and two children, one layer each",
+		label: `{
+		  "example/go": {"1.0.0": {"api": "0.10", "order": [{"group": [{"id": "example/go-dist", "version": "2.0.0"},
+		      {"id": "example/procfile", "version": "1.1.0", "optional": true}]}], "layerDiffID": "` + a + `",
+		      "homepage": "https://example.com/go"}},
+		  "example/go-dist": {"2.0.0": {"api": "0.10", "stacks": [{"id": "*"}], "layerDiffID": "` + b + `", "future": 1}},
+		  "example/procfile": {"1.1.0": {"api": "0.11", "targets": [{"os": "linux", "arch": "amd64"}], "layerDiffID": "` + b + `"}}
+		}`,
+		want: []v1alpha1.StoreBuildpack{{
+			ID: "example/go", Version: "1.0.0", API: "0.10", Homepage: "https://example.com/go",
+			DiffID: a, Digest: hash("c").String(), Size: 10, StoreImage: v1alpha1.ImageSource{Image: storeImage},
+			Order: []v1alpha1.OrderEntry{{Group: []v1alpha1.BuildpackRef{{ID: "example/go-dist", Version: "2.0.0"},
+				{ID: "example/procfile", Version: "1.1.0", Optional: true}}}},
+		}, {
+			ID: "example/go-dist", Version: "2.0.0", API: "0.10", DiffID: b, Digest: hash("d").String(), Size: 20,
+			StoreImage: v1alpha1.ImageSource{Image: storeImage}, Stacks: []v1alpha1.BuildpackStack{{ID: "*"}},
+		}, {
+			ID: "example/procfile", Version: "1.1.0", API: "0.11", DiffID: b, Digest: hash("d").String(), Size: 20,
+			StoreImage: v1alpha1.ImageSource{Image: storeImage}, Targets: []v1alpha1.BuildpackTarget{{OS: "linux", Arch: "amd64"}},
+		}},
+	}, {
+		name: "no label", reason: ReasonInvalidBuildpackage,
+	}, {
+		name: "not JSON", label: `{"example/go": `, reason: ReasonInvalidBuildpackage,
+	}, {
+		name: "trailing data", label: `{} {}`, reason: ReasonInvalidBuildpackage,
+	}, {
+		name: "wrong shape", label: `{"example/go": ["1.0.0"]}`, reason: ReasonInvalidBuildpackage,
+	}, {
+		name: "layer the image lacks", label: `{"example/go": {"1.0.0": {"api": "0.10", "layerDiffID": "sha256:ffff"}}}`,
+		reason: ReasonInvalidBuildpackage,
+	}, {
+		name: "no api", label: `{"example/go": {"1.0.0": {"layerDiffID": "` + a + `"}}}`, reason: ReasonInvalidBuildpackage,
+	}, {
+		name: "empty version", label: `{"example/go": {"": {"api": "0.10", "layerDiffID": "` + a + `"}}}`,
+		reason: ReasonInvalidBuildpackage,
+	}, {
+		name: "oversized label", label: `{"x": "` + strings.Repeat("x", maxLabelSize) + `"}`, reason: ReasonInvalidBuildpackage,
+	}}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			config, manifest := buildpackage(tc.label)
+			got, err := Buildpackage(storeImage, config, manifest)
+			if tc.reason != "" {
+				if f, ok := failure.As(err); !ok || f.Class != failure.Permanent || f.Reason != tc.reason {
+					t.Fatalf("error = %v, want Permanent %s", err, tc.reason)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("Buildpackage() (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestMergeBuildpacks(t *testing.T) {
+	bp := func(id, version, diffID, image string) v1alpha1.StoreBuildpack {
+		return v1alpha1.StoreBuildpack{ID: id, Version: version, DiffID: diffID, StoreImage: v1alpha1.ImageSource{Image: image}}
+	}
+	first := []v1alpha1.StoreBuildpack{bp("b", "1", "x", "one"), bp("a", "2", "y", "one")}
+	second := []v1alpha1.StoreBuildpack{bp("a", "2", "y", "two"), bp("a", "10", "z", "two")}
+	got, err := MergeBuildpacks(first, second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []v1alpha1.StoreBuildpack{bp("a", "10", "z", "two"), bp("a", "2", "y", "one"), bp("b", "1", "x", "one")}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("MergeBuildpacks() (-want +got):\n%s", diff)
+	}
+
+	_, err = MergeBuildpacks(first, []v1alpha1.StoreBuildpack{bp("b", "1", "other", "two")})
+	if f, ok := failure.As(err); !ok || f.Reason != ReasonDuplicateBuildpack || !strings.Contains(err.Error(), "b@1") {
+		t.Errorf("same id@version, different layers: %v", err)
+	}
+}
