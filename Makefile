@@ -35,12 +35,12 @@ fmt-check:
 # Packages with goroutines of their own run under the race detector; the
 # generated client and the envtest suites do not need it and build faster
 # without.
-RACE_PKGS = ./pkg/registry/...
+RACE_PKGS = ./pkg/registry/... ./pkg/reconciler/...
 
 .PHONY: test
 test: tools verify-codegen vet fmt-check ## everything CI runs
 	$(GO) test -count=1 -race $(RACE_PKGS)
-	$(GO) test -count=1 $$($(GO) list ./... | grep -v -e /pkg/registry)
+	$(GO) test -count=1 $$($(GO) list ./... | grep -v -e /pkg/registry -e /pkg/reconciler)
 
 .PHONY: demo
 demo:

@@ -1,0 +1,222 @@
+package clusterstack
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"knative.dev/pkg/controller"
+	"knative.dev/pkg/logging"
+	pkgreconciler "knative.dev/pkg/reconciler"
+
+	"github.com/buildsmith/buildsmith/pkg/apis/build/v1alpha1"
+	clusterstackinformer "github.com/buildsmith/buildsmith/pkg/client/injection/informers/build/v1alpha1/clusterstack"
+	clusterstackreconciler "github.com/buildsmith/buildsmith/pkg/client/injection/reconciler/build/v1alpha1/clusterstack"
+	"github.com/buildsmith/buildsmith/pkg/cnb"
+	"github.com/buildsmith/buildsmith/pkg/reconciler"
+	"github.com/buildsmith/buildsmith/pkg/reconciler/reconcilertest"
+	"github.com/buildsmith/buildsmith/pkg/registry"
+	"github.com/buildsmith/buildsmith/test/registrytest"
+)
+
+const stackID = "io.buildpacks.stacks.jammy"
+
+var stackEnv = []string{"CNB_USER_ID=1000", "CNB_GROUP_ID=1001"}
+
+func TestReconcile(t *testing.T) {
+	opts := reconciler.DefaultOptions()
+	f := registrytest.New(t)
+	stackLabels := map[string]string{cnb.LabelStackID: stackID, cnb.LabelDistroName: "ubuntu", cnb.LabelDistroVersion: "22.04"}
+	build := reconcilertest.PushStackImage(t, f, "stack/build:1", stackLabels, stackEnv...)
+	reconcilertest.PushStackImage(t, f, "stack/run:1", stackLabels)
+	reconcilertest.PushStackImage(t, f, "stack/run-other:1", map[string]string{cnb.LabelStackID: "other"})
+	buildDigest, _ := build.Digest()
+
+	previous := v1alpha1.ClusterStackStatus{
+		ID: stackID, UserID: 1000, GroupID: 1001, OS: "linux", Arch: "amd64",
+		BuildImage: v1alpha1.ResolvedImage{Image: "old", LatestImage: f.Addr + "/stack/build@sha256:" + strings.Repeat("0", 64)},
+	}
+	previous.MarkReady()
+
+	tests := []struct {
+		name     string
+		spec     func(*v1alpha1.ClusterStackSpec)
+		status   *v1alpha1.ClusterStackStatus
+		objects  []runtime.Object
+		fault    func()
+		want     reconcilertest.Outcome
+		validate func(*testing.T, *v1alpha1.ClusterStack)
+	}{{
+		name: "ready",
+		want: reconcilertest.Outcome{Ready: corev1.ConditionTrue, Requeue: reconcilertest.Resync, MinDelay: 8 * time.Minute, MaxDelay: 12 * time.Minute,
+			EventReasons: []string{"Ready"}},
+		validate: func(t *testing.T, s *v1alpha1.ClusterStack) {
+			want := v1alpha1.ClusterStackStatus{
+				ID: stackID, UserID: 1000, GroupID: 1001, OS: "linux", Arch: "amd64",
+				Distro:     &v1alpha1.Distro{Name: "ubuntu", Version: "22.04"},
+				BuildImage: v1alpha1.ResolvedImage{Image: f.Addr + "/stack/build:1", LatestImage: f.Addr + "/stack/build@" + buildDigest.String()},
+			}
+			got := s.Status.DeepCopy()
+			got.ConditionedStatus, got.RunImage = v1alpha1.ConditionedStatus{}, v1alpha1.ResolvedImage{}
+			if diff := cmp.Diff(&want, got, cmpopts.EquateEmpty()); diff != "" {
+				t.Errorf("status (-want +got):\n%s", diff)
+			}
+			if !strings.HasPrefix(s.Status.RunImage.LatestImage, f.Addr+"/stack/run@sha256:") {
+				t.Errorf("run image resolved to %q", s.Status.RunImage.LatestImage)
+			}
+		},
+	}, {
+		name:   "registry answers 503: last good status kept, retried with backoff",
+		status: &previous,
+		fault:  func() { f.Inject("", "/stack/run/manifests/", -1, registrytest.Answer(503, nil, "")) },
+		want: reconcilertest.Outcome{Ready: corev1.ConditionFalse, Reason: registry.ReasonRegistryUnavailable, Reconciling: true,
+			Requeue: reconcilertest.Retry, MinDelay: 800 * time.Millisecond, MaxDelay: 1200 * time.Millisecond,
+			EventReasons:    []string{registry.ReasonRegistryUnavailable},
+			MessageContains: "503"},
+	}, {
+		name: "rate limited: requeue no sooner than Retry-After",
+		fault: func() {
+			f.Inject("", "/stack/run/manifests/", -1, registrytest.Answer(429, map[string]string{"Retry-After": "30"}, ""))
+		},
+		want: reconcilertest.Outcome{Ready: corev1.ConditionFalse, Reason: registry.ReasonRateLimited, Reconciling: true,
+			Requeue: reconcilertest.Retry, MinDelay: 30 * time.Second, MaxDelay: 31 * time.Second,
+			EventReasons: []string{registry.ReasonRateLimited}},
+	}, {
+		name: "run image missing: waiting, polled",
+		spec: func(s *v1alpha1.ClusterStackSpec) { s.RunImage.Image = f.Addr + "/stack/run:404" },
+		want: reconcilertest.Outcome{Ready: corev1.ConditionFalse, Reason: registry.ReasonImageNotFound, Reconciling: true,
+			Requeue: reconcilertest.Poll, MinDelay: 48 * time.Second, MaxDelay: 72 * time.Second,
+			EventReasons: []string{registry.ReasonImageNotFound}},
+	}, {
+		name:   "run image of another stack: stalled, status kept",
+		spec:   func(s *v1alpha1.ClusterStackSpec) { s.RunImage.Image = f.Addr + "/stack/run-other:1" },
+		status: &previous,
+		want: reconcilertest.Outcome{Ready: corev1.ConditionFalse, Reason: cnb.ReasonStackIDMismatch, Stalled: true, Requeue: reconcilertest.NoRequeue,
+			EventReasons: []string{cnb.ReasonStackIDMismatch}, MessageContains: `"other"`},
+	}, {
+		name: "unparsable reference: stalled",
+		spec: func(s *v1alpha1.ClusterStackSpec) { s.BuildImage.Image = "UPPER/Case" },
+		want: reconcilertest.Outcome{Ready: corev1.ConditionFalse, Reason: reconciler.ReasonInvalidSpec, Stalled: true, Requeue: reconcilertest.NoRequeue,
+			EventReasons: []string{reconciler.ReasonInvalidSpec}, MessageContains: "spec.buildImage.image"},
+	}, {
+		name: "service account missing: waiting",
+		spec: func(s *v1alpha1.ClusterStackSpec) {
+			s.ServiceAccountRef = &v1alpha1.ServiceAccountRef{Name: "reader", Namespace: "buildsmith"}
+		},
+		want: reconcilertest.Outcome{Ready: corev1.ConditionFalse, Reason: registry.ReasonServiceAccountNotFound, Reconciling: true,
+			Requeue: reconcilertest.Poll, MinDelay: 48 * time.Second, MaxDelay: 72 * time.Second,
+			EventReasons: []string{registry.ReasonServiceAccountNotFound}, MessageContains: "buildsmith/reader"},
+	}, {
+		name: "service account without secrets: anonymous",
+		spec: func(s *v1alpha1.ClusterStackSpec) {
+			s.ServiceAccountRef = &v1alpha1.ServiceAccountRef{Name: "reader", Namespace: "buildsmith"}
+		},
+		objects: []runtime.Object{&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "reader", Namespace: "buildsmith"}}},
+		want:    reconcilertest.Outcome{Ready: corev1.ConditionTrue, Requeue: reconcilertest.Resync, MinDelay: 8 * time.Minute, MaxDelay: 12 * time.Minute, EventReasons: []string{"Ready"}},
+	}}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			defer f.ClearFaults()
+			stack := &v1alpha1.ClusterStack{
+				ObjectMeta: metav1.ObjectMeta{Name: "jammy", Generation: 1},
+				Spec: v1alpha1.ClusterStackSpec{
+					ID:         stackID,
+					BuildImage: v1alpha1.ImageSource{Image: f.Addr + "/stack/build:1"},
+					RunImage:   v1alpha1.ImageSource{Image: f.Addr + "/stack/run:1"},
+				},
+			}
+			if tc.spec != nil {
+				tc.spec(&stack.Spec)
+			}
+			if tc.status != nil {
+				stack.Status = *tc.status.DeepCopy()
+				stack.Status.ObservedGeneration = 1
+			}
+			if tc.fault != nil {
+				tc.fault()
+			}
+			got, events, err := reconcileOnce(t, stack, opts, tc.objects...)
+			reconcilertest.Check(t, got, err, events, tc.want)
+			if tc.status != nil && got.Status.BuildImage != tc.status.BuildImage {
+				t.Errorf("status.buildImage = %+v, want the previous %+v kept", got.Status.BuildImage, tc.status.BuildImage)
+			}
+			if tc.validate != nil {
+				tc.validate(t, got)
+			}
+		})
+	}
+}
+
+// TestRefusedRegistryWaitsOnHealth: a stack whose registry refuses
+// connections is woken by the registry's health probe when it comes back.
+func TestRefusedRegistryWaitsOnHealth(t *testing.T) {
+	f := registrytest.New(t)
+	stackLabels := map[string]string{cnb.LabelStackID: stackID}
+	reconcilertest.PushStackImage(t, f, "stack/build:1", stackLabels, stackEnv...)
+	reconcilertest.PushStackImage(t, f, "stack/run:1", stackLabels)
+	stack := &v1alpha1.ClusterStack{
+		ObjectMeta: metav1.ObjectMeta{Name: "jammy", Generation: 1},
+		Spec: v1alpha1.ClusterStackSpec{ID: stackID,
+			BuildImage: v1alpha1.ImageSource{Image: f.Addr + "/stack/build:1"},
+			RunImage:   v1alpha1.ImageSource{Image: f.Addr + "/stack/run:1"}},
+	}
+	ctx, clients := reconcilertest.Setup(t, stack)
+	client := registry.New(ctx, registry.Options{})
+	r, rec := newReconciler(ctx, clients, client, reconciler.DefaultOptions())
+	woken := make(chan types.NamespacedName, 1)
+	r.Policy.SetEnqueue(func(key types.NamespacedName) { woken <- key })
+
+	f.Down()
+	err := rec.Reconcile(ctx, "jammy")
+	if ok, _ := controller.IsRequeueKey(err); !ok {
+		t.Fatalf("Reconcile = %v, want a requeue", err)
+	}
+	if n := client.Health().Waiting(f.Addr); n != 1 {
+		t.Fatalf("%d keys wait on the registry, want 1", n)
+	}
+	f.Up()
+	select {
+	case key := <-woken:
+		if key.Name != "jammy" {
+			t.Errorf("woke %v", key)
+		}
+	case <-time.After(3 * time.Second):
+		t.Fatal("not woken after the registry recovered")
+	}
+}
+
+func newReconciler(ctx context.Context, clients *reconcilertest.Clients, client *registry.Client, opts reconciler.Options) (*Reconciler, controller.Reconciler) {
+	r := &Reconciler{
+		Registry:    client,
+		Policy:      reconciler.NewPolicy(opts, client.Health()),
+		Credentials: reconciler.NewCredentials(ctx, func(types.NamespacedName) {}),
+	}
+	r.Policy.SetEnqueue(func(types.NamespacedName) {})
+	rec := clusterstackreconciler.NewReconciler(ctx, logging.FromContext(ctx), clients.Buildsmith,
+		clusterstackinformer.Get(ctx).Lister(), clients.Recorder, r)
+	// Without promotion the generated reconciler skips every key.
+	_ = rec.(pkgreconciler.LeaderAware).Promote(pkgreconciler.UniversalBucket(), func(pkgreconciler.Bucket, types.NamespacedName) {})
+	return r, rec
+}
+
+// reconcileOnce runs the generated reconciler (status update included) on
+// stack and returns the stored object, the returned error, and the events.
+func reconcileOnce(t *testing.T, stack *v1alpha1.ClusterStack, opts reconciler.Options, objects ...runtime.Object) (*v1alpha1.ClusterStack, []string, error) {
+	t.Helper()
+	ctx, clients := reconcilertest.Setup(t, append([]runtime.Object{stack}, objects...)...)
+	client := registry.New(ctx, registry.Options{Timeout: 5 * time.Second})
+	_, rec := newReconciler(ctx, clients, client, opts)
+	err := rec.Reconcile(ctx, stack.Name)
+	got, getErr := clients.Buildsmith.BuildsmithV1alpha1().ClusterStacks().Get(ctx, stack.Name, metav1.GetOptions{})
+	if getErr != nil {
+		t.Fatal(getErr)
+	}
+	return got, clients.Events(), err
+}

@@ -1,0 +1,137 @@
+package clusterstore
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"knative.dev/pkg/logging"
+	pkgreconciler "knative.dev/pkg/reconciler"
+
+	"github.com/buildsmith/buildsmith/pkg/apis/build/v1alpha1"
+	clusterstoreinformer "github.com/buildsmith/buildsmith/pkg/client/injection/informers/build/v1alpha1/clusterstore"
+	clusterstorereconciler "github.com/buildsmith/buildsmith/pkg/client/injection/reconciler/build/v1alpha1/clusterstore"
+	"github.com/buildsmith/buildsmith/pkg/cnb"
+	"github.com/buildsmith/buildsmith/pkg/reconciler"
+	rt "github.com/buildsmith/buildsmith/pkg/reconciler/reconcilertest"
+	"github.com/buildsmith/buildsmith/pkg/registry"
+	"github.com/buildsmith/buildsmith/test/registrytest"
+)
+
+func TestReconcile(t *testing.T) {
+	f := registrytest.New(t)
+	goImage := rt.PushBuildpackage(t, f, "bp/go:1", rt.Buildpack{ID: "example/go", Version: "1.0.0", API: "0.10"},
+		rt.Buildpack{ID: "example/go", Version: "1.1.0", API: "0.11"})
+	rt.PushBuildpackage(t, f, "bp/node:1", rt.Buildpack{ID: "example/node", Version: "2.0.0", API: "0.10"})
+	// Same id@version as bp/go:1, other contents.
+	rt.PushBuildpackage(t, f, "bp/go-fork:1", rt.Buildpack{ID: "example/go", Version: "1.0.0", API: "0.10"})
+	rt.PushStackImage(t, f, "stack/build:1", nil)
+	goDigest, _ := goImage.Digest()
+
+	previous := []v1alpha1.StoreBuildpack{{ID: "example/old", Version: "0.1.0", DiffID: "sha256:1", Digest: "sha256:2"}}
+	tests := []struct {
+		name     string
+		sources  []string
+		previous bool
+		fault    func()
+		want     rt.Outcome
+		// wantBuildpacks: id@version in status order; nil: the previous list kept.
+		wantBuildpacks []string
+	}{{
+		name:           "ready",
+		sources:        []string{"bp/node:1", "bp/go:1"},
+		want:           rt.Outcome{Ready: corev1.ConditionTrue, Requeue: rt.Resync, MinDelay: 8 * time.Minute, MaxDelay: 12 * time.Minute, EventReasons: []string{"Ready"}},
+		wantBuildpacks: []string{"example/go@1.0.0", "example/go@1.1.0", "example/node@2.0.0"},
+	}, {
+		name:     "one source unavailable: the whole previous list is kept",
+		sources:  []string{"bp/node:1", "bp/go:1"},
+		previous: true,
+		fault:    func() { f.Inject("", "/bp/node/manifests/", -1, registrytest.Answer(502, nil, "")) },
+		want: rt.Outcome{Ready: corev1.ConditionFalse, Reason: registry.ReasonRegistryUnavailable, Reconciling: true,
+			Requeue: rt.Retry, MinDelay: 800 * time.Millisecond, MaxDelay: 1200 * time.Millisecond,
+			EventReasons: []string{registry.ReasonRegistryUnavailable}},
+	}, {
+		name:     "same buildpack with other contents in two sources",
+		sources:  []string{"bp/go:1", "bp/go-fork:1"},
+		previous: true,
+		want: rt.Outcome{Ready: corev1.ConditionFalse, Reason: cnb.ReasonDuplicateBuildpack, Stalled: true, Requeue: rt.NoRequeue,
+			EventReasons: []string{cnb.ReasonDuplicateBuildpack}, MessageContains: "example/go@1.0.0"},
+	}, {
+		name:    "not a buildpackage",
+		sources: []string{"stack/build:1"},
+		want: rt.Outcome{Ready: corev1.ConditionFalse, Reason: cnb.ReasonInvalidBuildpackage, Stalled: true, Requeue: rt.NoRequeue,
+			EventReasons: []string{cnb.ReasonInvalidBuildpackage}},
+	}, {
+		name:    "source missing",
+		sources: []string{"bp/go:1", "bp/ruby:1"},
+		want: rt.Outcome{Ready: corev1.ConditionFalse, Reason: registry.ReasonImageNotFound, Reconciling: true,
+			Requeue: rt.Poll, MinDelay: 48 * time.Second, MaxDelay: 72 * time.Second, EventReasons: []string{registry.ReasonImageNotFound}},
+	}}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			defer f.ClearFaults()
+			store := &v1alpha1.ClusterStore{ObjectMeta: metav1.ObjectMeta{Name: "default", Generation: 2}}
+			for _, s := range tc.sources {
+				store.Spec.Sources = append(store.Spec.Sources, v1alpha1.ImageSource{Image: f.Addr + "/" + s})
+			}
+			if tc.previous {
+				store.Status.Buildpacks = previous
+				store.Status.ObservedGeneration = 1
+				store.Status.MarkReady()
+			}
+			if tc.fault != nil {
+				tc.fault()
+			}
+			ctx, clients := rt.Setup(t, store)
+			client := registry.New(ctx, registry.Options{Timeout: 5 * time.Second})
+			rec := newReconciler(ctx, clients, client)
+			err := rec.Reconcile(ctx, store.Name)
+			got, getErr := clients.Buildsmith.BuildsmithV1alpha1().ClusterStores().Get(ctx, store.Name, metav1.GetOptions{})
+			if getErr != nil {
+				t.Fatal(getErr)
+			}
+			rt.Check(t, got, err, clients.Events(), tc.want)
+
+			if tc.wantBuildpacks == nil {
+				if diff := cmp.Diff(store.Status.Buildpacks, got.Status.Buildpacks); diff != "" {
+					t.Errorf("buildpacks not kept (-before +after):\n%s", diff)
+				}
+				return
+			}
+			var ids []string
+			for _, bp := range got.Status.Buildpacks {
+				ids = append(ids, bp.ID+"@"+bp.Version)
+			}
+			if diff := cmp.Diff(tc.wantBuildpacks, ids); diff != "" {
+				t.Errorf("buildpacks (-want +got):\n%s", diff)
+			}
+			for _, bp := range got.Status.Buildpacks {
+				if bp.ID == "example/go" && bp.StoreImage.Image != f.Addr+"/bp/go@"+goDigest.String() {
+					t.Errorf("%s@%s from %s, want by digest", bp.ID, bp.Version, bp.StoreImage.Image)
+				}
+				if bp.Digest == "" || bp.DiffID == "" || bp.Size == 0 || bp.API == "" {
+					t.Errorf("incomplete buildpack %+v", bp)
+				}
+			}
+		})
+	}
+}
+
+func newReconciler(ctx context.Context, clients *rt.Clients, client *registry.Client) interface {
+	Reconcile(context.Context, string) error
+} {
+	r := &Reconciler{
+		Registry:    client,
+		Policy:      reconciler.NewPolicy(reconciler.DefaultOptions(), client.Health()),
+		Credentials: reconciler.NewCredentials(ctx, func(types.NamespacedName) {}),
+	}
+	r.Policy.SetEnqueue(func(types.NamespacedName) {})
+	rec := clusterstorereconciler.NewReconciler(ctx, logging.FromContext(ctx), clients.Buildsmith,
+		clusterstoreinformer.Get(ctx).Lister(), clients.Recorder, r)
+	_ = rec.(pkgreconciler.LeaderAware).Promote(pkgreconciler.UniversalBucket(), func(pkgreconciler.Bucket, types.NamespacedName) {})
+	return rec
+}

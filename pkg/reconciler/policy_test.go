@@ -1,0 +1,133 @@
+package reconciler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"knative.dev/pkg/controller"
+	"sigs.k8s.io/cli-utils/pkg/kstatus/status"
+
+	"github.com/buildsmith/buildsmith/pkg/apis/build/v1alpha1"
+	"github.com/buildsmith/buildsmith/pkg/failure"
+	"github.com/buildsmith/buildsmith/pkg/registry"
+)
+
+func newStack() *v1alpha1.ClusterStack {
+	s := &v1alpha1.ClusterStack{ObjectMeta: metav1.ObjectMeta{Name: "s", Generation: 4}}
+	s.Status.ObservedGeneration = 4
+	return s
+}
+
+func TestBackoffGrowsAndResets(t *testing.T) {
+	p := NewPolicy(DefaultOptions(), nil)
+	p.jitter = func() float64 { return 0.5 } // no spread
+	ctx := context.Background()
+	transient := failure.Transientf(registry.ReasonRegistryUnavailable, "connection refused")
+	delay := func(err error) time.Duration {
+		t.Helper()
+		ok, d := controller.IsRequeueKey(p.Finish(ctx, newStack(), err))
+		if !ok {
+			t.Fatalf("no requeue for %v", err)
+		}
+		return d
+	}
+	for i, want := range []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second} {
+		if got := delay(transient); got != want {
+			t.Errorf("retry %d: %v, want %v", i+1, got, want)
+		}
+	}
+	if got := delay(nil); got != 10*time.Minute {
+		t.Errorf("resync after success: %v", got)
+	}
+	if got := delay(transient); got != time.Second {
+		t.Errorf("first retry after a success: %v, want 1s (backoff reset)", got)
+	}
+	// The server's Retry-After is a floor.
+	limited := &failure.Error{Class: failure.Transient, Reason: registry.ReasonRateLimited, RetryAfter: 45 * time.Second, Err: errors.New("429")}
+	if got := delay(limited); got != 45*time.Second {
+		t.Errorf("with Retry-After 45s: %v", got)
+	}
+	// The cap.
+	for range 20 {
+		delay(transient)
+	}
+	if got := delay(transient); got != 5*time.Minute {
+		t.Errorf("capped delay %v, want 5m", got)
+	}
+}
+
+func TestJitterSpreads(t *testing.T) {
+	p := NewPolicy(DefaultOptions(), nil)
+	lo, hi := time.Hour, time.Duration(0)
+	for range 200 {
+		d := p.jittered(10 * time.Second)
+		lo, hi = min(lo, d), max(hi, d)
+	}
+	if lo < 8*time.Second || hi > 12*time.Second || hi-lo < 2*time.Second {
+		t.Errorf("jittered 10s spans [%v, %v], want within [8s, 12s] and spread", lo, hi)
+	}
+}
+
+func TestClassifyAPIErrors(t *testing.T) {
+	gr := schema.GroupResource{Group: "buildsmith.dev", Resource: "builders"}
+	tests := []struct {
+		err    error
+		class  failure.Class
+		reason string
+	}{
+		{apierrors.NewConflict(gr, "b", errors.New("modified")), failure.Transient, "APIServerUnavailable"},
+		{apierrors.NewServerTimeout(gr, "update", 2), failure.Transient, "APIServerUnavailable"},
+		{apierrors.NewServiceUnavailable("etcd leader changed"), failure.Transient, "APIServerUnavailable"},
+		{apierrors.NewInternalError(errors.New("boom")), failure.Transient, "APIServerUnavailable"},
+		{apierrors.NewTooManyRequests("slow down", 7), failure.Transient, "APIServerThrottled"},
+		{apierrors.NewForbidden(gr, "b", errors.New("rbac")), failure.Waiting, "Forbidden"},
+		{fmt.Errorf("store: %w", failure.Permanentf("DuplicateBuildpack", "x")), failure.Permanent, "DuplicateBuildpack"},
+		{errors.New("unexpected"), failure.Transient, "InternalError"},
+	}
+	for _, tc := range tests {
+		got := Classify(tc.err)
+		if got.Class != tc.class || got.Reason != tc.reason {
+			t.Errorf("Classify(%v) = %v %s, want %v %s", tc.err, got.Class, got.Reason, tc.class, tc.reason)
+		}
+	}
+	if d := Classify(apierrors.NewTooManyRequests("slow down", 7)).RetryAfter; d != 7*time.Second {
+		t.Errorf("throttle Retry-After %v, want 7s", d)
+	}
+}
+
+// TestKstatus: the three outcomes read as kstatus says Flux and Argo CD
+// will show them.
+func TestKstatus(t *testing.T) {
+	tests := []struct {
+		err  error
+		want status.Status
+	}{
+		{nil, status.CurrentStatus},
+		{failure.Transientf(registry.ReasonRegistryUnavailable, "refused"), status.InProgressStatus},
+		{failure.Waitingf(registry.ReasonImageNotFound, "no such tag"), status.InProgressStatus},
+		{failure.Permanentf(ReasonInvalidSpec, "bad tag"), status.FailedStatus},
+	}
+	for _, tc := range tests {
+		s := newStack()
+		NewPolicy(DefaultOptions(), nil).Finish(context.Background(), s, tc.err)
+		u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := status.Compute(&unstructured.Unstructured{Object: u})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Status != tc.want {
+			t.Errorf("%v: kstatus %s (%s), want %s", tc.err, res.Status, res.Message, tc.want)
+		}
+	}
+}
