@@ -5,6 +5,7 @@ package registrytest
 
 import (
 	"bufio"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log"
@@ -17,8 +18,11 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 	ggcrregistry "github.com/google/go-containerregistry/pkg/registry"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/random"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/types"
 )
 
 // Registry is ggcr's in-memory registry behind a handler that injects
@@ -252,4 +256,78 @@ func (f *Registry) Requests() []string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return append([]string(nil), f.requests...)
+}
+
+// PushImage pushes a linux/amd64 image with one layer and the given labels
+// and environment (a stack image, say).
+func (f *Registry) PushImage(repo string, labels map[string]string, env ...string) v1.Image {
+	f.t.Helper()
+	layer, err := random.Layer(128, types.OCILayer)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	img, err := mutate.AppendLayers(mutate.MediaType(empty.Image, types.OCIManifestSchema1), layer)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	cf, err := img.ConfigFile()
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	cf.OS, cf.Architecture = "linux", "amd64"
+	cf.Config.Labels, cf.Config.Env = labels, env
+	if img, err = mutate.ConfigFile(img, cf); err != nil {
+		f.t.Fatal(err)
+	}
+	if err := remote.Write(f.Ref(repo), img); err != nil {
+		f.t.Fatal(err)
+	}
+	return img
+}
+
+// Buildpack describes a buildpack in a test buildpackage.
+type Buildpack struct {
+	ID, Version, API string
+}
+
+// PushBuildpackage pushes an image with one (random) layer per buildpack
+// and an io.buildpacks.buildpack.layers label listing them.
+func (f *Registry) PushBuildpackage(repo string, buildpacks ...Buildpack) v1.Image {
+	f.t.Helper()
+	img := mutate.MediaType(empty.Image, types.OCIManifestSchema1)
+	label := map[string]map[string]map[string]string{}
+	for _, bp := range buildpacks {
+		layer, err := random.Layer(256, types.OCILayer)
+		if err != nil {
+			f.t.Fatal(err)
+		}
+		diffID, err := layer.DiffID()
+		if err != nil {
+			f.t.Fatal(err)
+		}
+		if img, err = mutate.AppendLayers(img, layer); err != nil {
+			f.t.Fatal(err)
+		}
+		if label[bp.ID] == nil {
+			label[bp.ID] = map[string]map[string]string{}
+		}
+		label[bp.ID][bp.Version] = map[string]string{"api": bp.API, "layerDiffID": diffID.String()}
+	}
+	raw, err := json.Marshal(label)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	cf, err := img.ConfigFile()
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	cf.OS, cf.Architecture = "linux", "amd64"
+	cf.Config.Labels = map[string]string{"io.buildpacks.buildpack.layers": string(raw)}
+	if img, err = mutate.ConfigFile(img, cf); err != nil {
+		f.t.Fatal(err)
+	}
+	if err := remote.Write(f.Ref(repo), img); err != nil {
+		f.t.Fatal(err)
+	}
+	return img
 }

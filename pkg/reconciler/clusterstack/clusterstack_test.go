@@ -34,9 +34,9 @@ func TestReconcile(t *testing.T) {
 	opts := reconciler.DefaultOptions()
 	f := registrytest.New(t)
 	stackLabels := map[string]string{cnb.LabelStackID: stackID, cnb.LabelDistroName: "ubuntu", cnb.LabelDistroVersion: "22.04"}
-	build := reconcilertest.PushStackImage(t, f, "stack/build:1", stackLabels, stackEnv...)
-	reconcilertest.PushStackImage(t, f, "stack/run:1", stackLabels)
-	reconcilertest.PushStackImage(t, f, "stack/run-other:1", map[string]string{cnb.LabelStackID: "other"})
+	build := f.PushImage("stack/build:1", stackLabels, stackEnv...)
+	f.PushImage("stack/run:1", stackLabels)
+	f.PushImage("stack/run-other:1", map[string]string{cnb.LabelStackID: "other"})
 	buildDigest, _ := build.Digest()
 
 	previous := v1alpha1.ClusterStackStatus{
@@ -159,8 +159,8 @@ func TestReconcile(t *testing.T) {
 func TestRefusedRegistryWaitsOnHealth(t *testing.T) {
 	f := registrytest.New(t)
 	stackLabels := map[string]string{cnb.LabelStackID: stackID}
-	reconcilertest.PushStackImage(t, f, "stack/build:1", stackLabels, stackEnv...)
-	reconcilertest.PushStackImage(t, f, "stack/run:1", stackLabels)
+	f.PushImage("stack/build:1", stackLabels, stackEnv...)
+	f.PushImage("stack/run:1", stackLabels)
 	stack := &v1alpha1.ClusterStack{
 		ObjectMeta: metav1.ObjectMeta{Name: "jammy", Generation: 1},
 		Spec: v1alpha1.ClusterStackSpec{ID: stackID,

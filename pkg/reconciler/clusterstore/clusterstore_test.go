@@ -24,12 +24,12 @@ import (
 
 func TestReconcile(t *testing.T) {
 	f := registrytest.New(t)
-	goImage := rt.PushBuildpackage(t, f, "bp/go:1", rt.Buildpack{ID: "example/go", Version: "1.0.0", API: "0.10"},
-		rt.Buildpack{ID: "example/go", Version: "1.1.0", API: "0.11"})
-	rt.PushBuildpackage(t, f, "bp/node:1", rt.Buildpack{ID: "example/node", Version: "2.0.0", API: "0.10"})
+	goImage := f.PushBuildpackage("bp/go:1", registrytest.Buildpack{ID: "example/go", Version: "1.0.0", API: "0.10"},
+		registrytest.Buildpack{ID: "example/go", Version: "1.1.0", API: "0.11"})
+	f.PushBuildpackage("bp/node:1", registrytest.Buildpack{ID: "example/node", Version: "2.0.0", API: "0.10"})
 	// Same id@version as bp/go:1, other contents.
-	rt.PushBuildpackage(t, f, "bp/go-fork:1", rt.Buildpack{ID: "example/go", Version: "1.0.0", API: "0.10"})
-	rt.PushStackImage(t, f, "stack/build:1", nil)
+	f.PushBuildpackage("bp/go-fork:1", registrytest.Buildpack{ID: "example/go", Version: "1.0.0", API: "0.10"})
+	f.PushImage("stack/build:1", nil)
 	goDigest, _ := goImage.Digest()
 
 	previous := []v1alpha1.StoreBuildpack{{ID: "example/old", Version: "0.1.0", DiffID: "sha256:1", Digest: "sha256:2"}}

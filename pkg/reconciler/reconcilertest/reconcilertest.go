@@ -1,21 +1,14 @@
 // Package reconcilertest sets up reconciler tests: knative's fake clients and
-// informers holding given objects, an event recorder to read, and real
-// images in a real registry (test/registrytest).
+// informers holding given objects, an event recorder to read, and a check of
+// how a reconcile ended.
 package reconcilertest
 
 import (
 	"context"
-	"encoding/json"
 	"strings"
 	"testing"
 	"time"
 
-	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/empty"
-	"github.com/google/go-containerregistry/pkg/v1/mutate"
-	"github.com/google/go-containerregistry/pkg/v1/random"
-	"github.com/google/go-containerregistry/pkg/v1/remote"
-	"github.com/google/go-containerregistry/pkg/v1/types"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/record"
@@ -30,9 +23,7 @@ import (
 	fakebuildsmithclient "github.com/buildsmith/buildsmith/pkg/client/injection/client/fake"
 	fakeclusterstackinformer "github.com/buildsmith/buildsmith/pkg/client/injection/informers/build/v1alpha1/clusterstack/fake"
 	fakeclusterstoreinformer "github.com/buildsmith/buildsmith/pkg/client/injection/informers/build/v1alpha1/clusterstore/fake"
-	"github.com/buildsmith/buildsmith/pkg/cnb"
 	"github.com/buildsmith/buildsmith/pkg/reconciler"
-	"github.com/buildsmith/buildsmith/test/registrytest"
 )
 
 // Clients are the fakes a reconciler under test talks to.
@@ -85,79 +76,6 @@ func (c *Clients) Events() []string {
 			return out
 		}
 	}
-}
-
-// PushStackImage pushes an image with the given labels and environment.
-func PushStackImage(t *testing.T, f *registrytest.Registry, repo string, labels map[string]string, env ...string) v1.Image {
-	t.Helper()
-	layer, err := random.Layer(128, types.OCILayer)
-	if err != nil {
-		t.Fatal(err)
-	}
-	img, err := mutate.AppendLayers(mutate.MediaType(empty.Image, types.OCIManifestSchema1), layer)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cf, err := img.ConfigFile()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cf.OS, cf.Architecture = "linux", "amd64"
-	cf.Config.Labels, cf.Config.Env = labels, env
-	if img, err = mutate.ConfigFile(img, cf); err != nil {
-		t.Fatal(err)
-	}
-	if err := remote.Write(f.Ref(repo), img); err != nil {
-		t.Fatal(err)
-	}
-	return img
-}
-
-// Buildpack describes a buildpack in a test buildpackage.
-type Buildpack struct {
-	ID, Version, API string
-}
-
-// PushBuildpackage pushes an image with one (random) layer per buildpack
-// and an io.buildpacks.buildpack.layers label listing them.
-func PushBuildpackage(t *testing.T, f *registrytest.Registry, repo string, buildpacks ...Buildpack) v1.Image {
-	t.Helper()
-	img := mutate.MediaType(empty.Image, types.OCIManifestSchema1)
-	label := map[string]map[string]map[string]string{}
-	for _, bp := range buildpacks {
-		layer, err := random.Layer(256, types.OCILayer)
-		if err != nil {
-			t.Fatal(err)
-		}
-		diffID, err := layer.DiffID()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if img, err = mutate.AppendLayers(img, layer); err != nil {
-			t.Fatal(err)
-		}
-		if label[bp.ID] == nil {
-			label[bp.ID] = map[string]map[string]string{}
-		}
-		label[bp.ID][bp.Version] = map[string]string{"api": bp.API, "layerDiffID": diffID.String()}
-	}
-	raw, err := json.Marshal(label)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cf, err := img.ConfigFile()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cf.OS, cf.Architecture = "linux", "amd64"
-	cf.Config.Labels = map[string]string{cnb.LabelBuildpackLayers: string(raw)}
-	if img, err = mutate.ConfigFile(img, cf); err != nil {
-		t.Fatal(err)
-	}
-	if err := remote.Write(f.Ref(repo), img); err != nil {
-		t.Fatal(err)
-	}
-	return img
 }
 
 // Requeue kinds of an Outcome.

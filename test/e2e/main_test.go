@@ -1,0 +1,152 @@
+// Package e2e tests buildsmith from the outside: the controller binary, run
+// as users run it outside a cluster (--kubeconfig), against a real
+// kube-apiserver and etcd and a real registry.
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/buildsmith/buildsmith/pkg/client/clientset/versioned"
+	"github.com/buildsmith/buildsmith/test/envtest"
+)
+
+const systemNamespace = "buildsmith-system"
+
+var (
+	env        *envtest.Env
+	client     versioned.Interface
+	kube       kubernetes.Interface
+	controller string // path of the built controller binary
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	var err error
+	if env, err = envtest.Start(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer func() { _ = env.Stop() }()
+	if client, err = versioned.NewForConfig(env.Config); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	if kube, err = kubernetes.NewForConfig(env.Config); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	if _, err := kube.CoreV1().Namespaces().Create(context.Background(),
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: systemNamespace}}, metav1.CreateOptions{}); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	dir, err := os.MkdirTemp("", "buildsmith-e2e-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	controller = filepath.Join(dir, "controller")
+	build := exec.Command("go", "build", "-o", controller, "./cmd/controller")
+	build.Dir = env.Root
+	if out, err := build.CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "building the controller: %v\n%s", err, out)
+		return 1
+	}
+	return m.Run()
+}
+
+// startController runs the controller binary until the test ends; its log is
+// printed when the test fails.
+func startController(t *testing.T, args ...string) {
+	t.Helper()
+	args = append([]string{
+		"--kubeconfig", env.Kubeconfig,
+		"--disable-ha",
+		"--health-probes=false",
+		"--profiling-port", "0",
+		"--metrics-port", strconv.Itoa(freePort(t)),
+	}, args...)
+	cmd := exec.Command(controller, args...)
+	cmd.Env = append(os.Environ(), "SYSTEM_NAMESPACE="+systemNamespace)
+	var log syncBuffer
+	cmd.Stdout, cmd.Stderr = &log, &log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(os.Interrupt)
+		done := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+		if t.Failed() {
+			t.Logf("controller log:\n%s", log.String())
+		}
+	})
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// eventually polls cond every 100ms until it returns true or timeout passes.
+func eventually(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) time.Duration {
+	t.Helper()
+	start := time.Now()
+	last := ""
+	for time.Since(start) < timeout {
+		ok, state := cond()
+		if ok {
+			return time.Since(start)
+		}
+		last = state
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("%s: not after %v; last state: %s", what, timeout, last)
+	return 0
+}
+
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
