@@ -1,0 +1,67 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/buildsmith/buildsmith/test/registrytest"
+)
+
+// samplesRegistry is the registry host the samples name.
+const samplesRegistry = "localhost:5000"
+
+// TestSamplesGoReady applies the store and stack of config/samples, pointed
+// at a test registry holding images of the names they use, and waits for
+// kubectl to see them Ready.
+func TestSamplesGoReady(t *testing.T) {
+	f := registrytest.New(t)
+	f.PushBuildpackage("buildsmith-demo/buildpacks/hello:1.0.0",
+		registrytest.Buildpack{ID: "buildsmith-demo/hello", Version: "1.0.0", API: "0.10"})
+	f.PushBuildpackage("buildsmith-demo/buildpacks/greeting:1.0.0",
+		registrytest.Buildpack{ID: "buildsmith-demo/greeting", Version: "1.0.0", API: "0.10"})
+	labels := map[string]string{"io.buildpacks.stack.id": "dev.buildsmith.stacks.demo"}
+	f.PushImage("buildsmith-demo/stack/build:1.0.0", labels, "CNB_USER_ID=1000", "CNB_GROUP_ID=1000")
+	f.PushImage("buildsmith-demo/stack/run:1.0.0", labels)
+	startController(t)
+
+	var manifests []string
+	for _, sample := range []string{"clusterstore.yaml", "clusterstack.yaml"} {
+		raw, err := os.ReadFile(filepath.Join(env.Root, "config", "samples", sample))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(raw), samplesRegistry) {
+			t.Fatalf("%s does not use %s", sample, samplesRegistry)
+		}
+		manifests = append(manifests, strings.ReplaceAll(string(raw), samplesRegistry, f.Addr))
+	}
+	apply := env.Kubectl("apply", "-f", "-")
+	apply.Stdin = strings.NewReader(strings.Join(manifests, "\n---\n"))
+	if out, err := apply.CombinedOutput(); err != nil {
+		t.Fatalf("kubectl apply: %v\n%s", err, out)
+	}
+	wait := env.Kubectl("wait", "--for=condition=Ready", "--timeout=60s", "clusterstore/demo", "clusterstack/demo")
+	if out, err := wait.CombinedOutput(); err != nil {
+		store, _ := client.BuildsmithV1alpha1().ClusterStores().Get(context.Background(), "demo", metav1.GetOptions{})
+		t.Fatalf("kubectl wait: %v\n%s\nstore status: %+v", err, out, store.Status)
+	}
+	out, err := env.Kubectl("get", "cstore,cstack").CombinedOutput()
+	if err != nil || strings.Count(string(out), "True") != 2 {
+		t.Errorf("kubectl get cstore,cstack: %v\n%s", err, out)
+	}
+	t.Logf("%s", out)
+	eventually(t, 10*time.Second, "store lists the sample buildpacks", func() (bool, string) {
+		s, err := client.BuildsmithV1alpha1().ClusterStores().Get(context.Background(), "demo", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		return len(s.Status.Buildpacks) == 2, fmt.Sprintf("%+v", s.Status.Buildpacks)
+	})
+}
