@@ -266,23 +266,7 @@ func (f *Registry) PushImage(repo string, labels map[string]string, env ...strin
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	img, err := mutate.AppendLayers(mutate.MediaType(empty.Image, types.OCIManifestSchema1), layer)
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	cf, err := img.ConfigFile()
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	cf.OS, cf.Architecture = "linux", "amd64"
-	cf.Config.Labels, cf.Config.Env = labels, env
-	if img, err = mutate.ConfigFile(img, cf); err != nil {
-		f.t.Fatal(err)
-	}
-	if err := remote.Write(f.Ref(repo), img); err != nil {
-		f.t.Fatal(err)
-	}
-	return img
+	return f.pushLinuxImage(repo, []v1.Layer{layer}, labels, env)
 }
 
 // Buildpack describes a buildpack in a test buildpackage.
@@ -294,7 +278,7 @@ type Buildpack struct {
 // and an io.buildpacks.buildpack.layers label listing them.
 func (f *Registry) PushBuildpackage(repo string, buildpacks ...Buildpack) v1.Image {
 	f.t.Helper()
-	img := mutate.MediaType(empty.Image, types.OCIManifestSchema1)
+	var layers []v1.Layer
 	label := map[string]map[string]map[string]string{}
 	for _, bp := range buildpacks {
 		layer, err := random.Layer(256, types.OCILayer)
@@ -305,9 +289,7 @@ func (f *Registry) PushBuildpackage(repo string, buildpacks ...Buildpack) v1.Ima
 		if err != nil {
 			f.t.Fatal(err)
 		}
-		if img, err = mutate.AppendLayers(img, layer); err != nil {
-			f.t.Fatal(err)
-		}
+		layers = append(layers, layer)
 		if label[bp.ID] == nil {
 			label[bp.ID] = map[string]map[string]string{}
 		}
@@ -317,12 +299,22 @@ func (f *Registry) PushBuildpackage(repo string, buildpacks ...Buildpack) v1.Ima
 	if err != nil {
 		f.t.Fatal(err)
 	}
+	return f.pushLinuxImage(repo, layers, map[string]string{"io.buildpacks.buildpack.layers": string(raw)}, nil)
+}
+
+// pushLinuxImage pushes an OCI linux/amd64 image of layers with labels and env.
+func (f *Registry) pushLinuxImage(repo string, layers []v1.Layer, labels map[string]string, env []string) v1.Image {
+	f.t.Helper()
+	img, err := mutate.AppendLayers(mutate.MediaType(empty.Image, types.OCIManifestSchema1), layers...)
+	if err != nil {
+		f.t.Fatal(err)
+	}
 	cf, err := img.ConfigFile()
 	if err != nil {
 		f.t.Fatal(err)
 	}
 	cf.OS, cf.Architecture = "linux", "amd64"
-	cf.Config.Labels = map[string]string{"io.buildpacks.buildpack.layers": string(raw)}
+	cf.Config.Labels, cf.Config.Env = labels, env
 	if img, err = mutate.ConfigFile(img, cf); err != nil {
 		f.t.Fatal(err)
 	}
