@@ -1,0 +1,95 @@
+package cnb
+
+import (
+	"slices"
+	"strings"
+
+	"github.com/buildsmith/buildsmith/pkg/apis/build/v1alpha1"
+	"github.com/buildsmith/buildsmith/pkg/failure"
+)
+
+// Reasons of compatibility errors.
+const (
+	ReasonBuildpackAPIUnsupported = "BuildpackAPIUnsupported"
+	ReasonIncompatibleBuildpack   = "IncompatibleBuildpack"
+)
+
+// CheckCompatibility checks that the lifecycle can run every buildpack
+// (meta-buildpacks' children included: the lifecycle reads them all), and
+// that every buildpack can run on the stack. Errors are Permanent and name
+// the buildpack.
+func CheckCompatibility(buildpacks []v1alpha1.StoreBuildpack, lifecycleAPIs v1alpha1.APIVersions, stack *Stack) error {
+	for _, bp := range buildpacks {
+		key := bp.ID + "@" + bp.Version
+		if bp.API != "" && !slices.Contains(lifecycleAPIs.Supported, bp.API) && !slices.Contains(lifecycleAPIs.Deprecated, bp.API) {
+			return failure.Permanentf(ReasonBuildpackAPIUnsupported,
+				"buildpack %s implements buildpack API %s; the lifecycle supports %s",
+				key, bp.API, strings.Join(append(slices.Clone(lifecycleAPIs.Supported), lifecycleAPIs.Deprecated...), ", "))
+		}
+		if len(bp.Stacks) > 0 && !runsOnStack(bp.Stacks, stack) {
+			return failure.Permanentf(ReasonIncompatibleBuildpack,
+				"buildpack %s does not run on stack %s (its stacks: %s, or mixins missing from the build image)",
+				key, stack.ID, stackIDs(bp.Stacks))
+		}
+		if len(bp.Targets) > 0 && !runsOnTarget(bp.Targets, stack) {
+			return failure.Permanentf(ReasonIncompatibleBuildpack,
+				"buildpack %s has no target for %s/%s", key, stack.OS, stack.Arch)
+		}
+	}
+	return nil
+}
+
+// runsOnStack: a stack entry with the stack's id (or "*") whose build-time
+// mixins the build image has. "build:x" is satisfied by "build:x" or "x";
+// "run:" mixins concern the run image, which ClusterStack checked.
+func runsOnStack(stacks []v1alpha1.BuildpackStack, stack *Stack) bool {
+	for _, s := range stacks {
+		if s.ID != "*" && s.ID != stack.ID {
+			continue
+		}
+		ok := true
+		for _, m := range s.Mixins {
+			if strings.HasPrefix(m, "run:") {
+				continue
+			}
+			name := strings.TrimPrefix(m, "build:")
+			if !slices.Contains(stack.Mixins, m) && !slices.Contains(stack.Mixins, name) {
+				ok = false
+				break
+			}
+		}
+		if ok {
+			return true
+		}
+	}
+	return false
+}
+
+// runsOnTarget: a target whose os and arch match (empty matches anything),
+// and whose distros, when both it and the stack name one, include the
+// stack's.
+func runsOnTarget(targets []v1alpha1.BuildpackTarget, stack *Stack) bool {
+	for _, t := range targets {
+		if t.OS != "" && t.OS != stack.OS || t.Arch != "" && t.Arch != stack.Arch ||
+			t.Variant != "" && stack.Variant != "" && t.Variant != stack.Variant {
+			continue
+		}
+		if len(t.Distros) == 0 || stack.DistroName == "" {
+			return true
+		}
+		for _, d := range t.Distros {
+			if d.Name == stack.DistroName && (d.Version == "" || stack.DistroVersion == "" || d.Version == stack.DistroVersion) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func stackIDs(stacks []v1alpha1.BuildpackStack) string {
+	var ids []string
+	for _, s := range stacks {
+		ids = append(ids, s.ID)
+	}
+	return strings.Join(ids, ", ")
+}

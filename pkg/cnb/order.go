@@ -1,0 +1,128 @@
+package cnb
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/Masterminds/semver/v3"
+
+	"github.com/buildsmith/buildsmith/pkg/apis/build/v1alpha1"
+	"github.com/buildsmith/buildsmith/pkg/failure"
+)
+
+// Reasons of order errors.
+const (
+	ReasonBuildpackNotFound       = "BuildpackNotFound"
+	ReasonInvalidBuildpackVersion = "InvalidBuildpackVersion"
+	ReasonBuildpackCycle          = "BuildpackCycle"
+)
+
+// ResolvedOrder is a builder's order with every version pinned, and every
+// buildpack the builder must contain for it: those named in the order and,
+// recursively, the children of meta-buildpacks.
+type ResolvedOrder struct {
+	Order []v1alpha1.OrderEntry
+	// Buildpacks are unique by id@version, sorted by id, then version.
+	Buildpacks []v1alpha1.StoreBuildpack
+}
+
+// ResolveOrder pins order against the buildpacks of a store. A reference
+// without a version takes the highest semantic version the store has. All
+// errors are Permanent: the order or the store must change.
+func ResolveOrder(order []v1alpha1.OrderEntry, store []v1alpha1.StoreBuildpack) (*ResolvedOrder, error) {
+	r := resolver{byID: map[string][]v1alpha1.StoreBuildpack{}, used: map[string]v1alpha1.StoreBuildpack{}}
+	for _, bp := range store {
+		r.byID[bp.ID] = append(r.byID[bp.ID], bp)
+	}
+	out := &ResolvedOrder{Order: make([]v1alpha1.OrderEntry, len(order))}
+	for i, entry := range order {
+		out.Order[i].Group = make([]v1alpha1.BuildpackRef, len(entry.Group))
+		for j, ref := range entry.Group {
+			bp, err := r.resolve(ref)
+			if err != nil {
+				return nil, err
+			}
+			if err := r.use(bp, nil); err != nil {
+				return nil, err
+			}
+			out.Order[i].Group[j] = v1alpha1.BuildpackRef{ID: bp.ID, Version: bp.Version, Optional: ref.Optional}
+		}
+	}
+	for _, bp := range r.used {
+		out.Buildpacks = append(out.Buildpacks, bp)
+	}
+	SortBuildpacks(out.Buildpacks)
+	return out, nil
+}
+
+type resolver struct {
+	byID map[string][]v1alpha1.StoreBuildpack
+	used map[string]v1alpha1.StoreBuildpack // by id@version
+}
+
+func (r *resolver) resolve(ref v1alpha1.BuildpackRef) (v1alpha1.StoreBuildpack, error) {
+	candidates := r.byID[ref.ID]
+	if len(candidates) == 0 {
+		return v1alpha1.StoreBuildpack{}, failure.Permanentf(ReasonBuildpackNotFound, "buildpack %s is not in the store", ref.ID)
+	}
+	if ref.Version != "" {
+		for _, bp := range candidates {
+			if bp.Version == ref.Version {
+				return bp, nil
+			}
+		}
+		return v1alpha1.StoreBuildpack{}, failure.Permanentf(ReasonBuildpackNotFound,
+			"buildpack %s@%s is not in the store, which has versions %s", ref.ID, ref.Version, versions(candidates))
+	}
+	var best v1alpha1.StoreBuildpack
+	var bestVersion *semver.Version
+	for _, bp := range candidates {
+		v, err := semver.StrictNewVersion(strings.TrimPrefix(bp.Version, "v"))
+		if err != nil {
+			return v1alpha1.StoreBuildpack{}, failure.Permanentf(ReasonInvalidBuildpackVersion,
+				"buildpack %s has version %q, which is not a semantic version: name the version to use", bp.ID, bp.Version)
+		}
+		if bestVersion == nil || v.GreaterThan(bestVersion) {
+			best, bestVersion = bp, v
+		}
+	}
+	return best, nil
+}
+
+// use adds bp and, for a meta-buildpack, its children; path is the chain
+// of meta-buildpacks that led here, to detect cycles.
+func (r *resolver) use(bp v1alpha1.StoreBuildpack, path []string) error {
+	key := bp.ID + "@" + bp.Version
+	for i, p := range path {
+		if p == key {
+			return failure.Permanentf(ReasonBuildpackCycle, "meta-buildpacks form a cycle: %s",
+				strings.Join(append(path[i:], key), " → "))
+		}
+	}
+	if _, done := r.used[key]; done {
+		return nil
+	}
+	for _, entry := range bp.Order {
+		for _, ref := range entry.Group {
+			child, err := r.resolve(ref)
+			if err != nil {
+				return fmt.Errorf("in meta-buildpack %s: %w", key, err)
+			}
+			if err := r.use(child, append(path, key)); err != nil {
+				return err
+			}
+		}
+	}
+	r.used[key] = bp
+	return nil
+}
+
+func versions(bps []v1alpha1.StoreBuildpack) string {
+	var vs []string
+	for _, bp := range bps {
+		vs = append(vs, bp.Version)
+	}
+	sort.Strings(vs)
+	return strings.Join(vs, ", ")
+}

@@ -1,0 +1,160 @@
+package cnb
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/buildsmith/buildsmith/pkg/apis/build/v1alpha1"
+	"github.com/buildsmith/buildsmith/pkg/failure"
+)
+
+func sbp(id, version string, children ...v1alpha1.BuildpackRef) v1alpha1.StoreBuildpack {
+	bp := v1alpha1.StoreBuildpack{ID: id, Version: version, API: "0.10", DiffID: "sha256:" + id + version}
+	if len(children) > 0 {
+		bp.Order = []v1alpha1.OrderEntry{{Group: children}}
+	}
+	return bp
+}
+
+func ref(id, version string) v1alpha1.BuildpackRef {
+	return v1alpha1.BuildpackRef{ID: id, Version: version}
+}
+
+func group(refs ...v1alpha1.BuildpackRef) v1alpha1.OrderEntry {
+	return v1alpha1.OrderEntry{Group: refs}
+}
+
+func TestResolveOrder(t *testing.T) {
+	store := []v1alpha1.StoreBuildpack{
+		sbp("go", "1.9.0"), sbp("go", "1.10.0"), sbp("go", "1.2.0"),
+		sbp("procfile", "1.0.0"),
+		sbp("meta", "1.0.0", ref("go", "1.2.0"), ref("inner", "1.0.0")),
+		sbp("inner", "1.0.0", ref("procfile", "1.0.0")),
+		sbp("weird", "latest"),
+		sbp("loop-a", "1.0.0", ref("loop-b", "1.0.0")), sbp("loop-b", "1.0.0", ref("loop-a", "1.0.0")),
+	}
+	tests := []struct {
+		name       string
+		order      []v1alpha1.OrderEntry
+		wantOrder  []v1alpha1.OrderEntry
+		wantUsed   []string
+		wantReason string
+		wantText   string
+	}{{
+		name:      "highest semver, not the highest string",
+		order:     []v1alpha1.OrderEntry{group(ref("go", ""), v1alpha1.BuildpackRef{ID: "procfile", Optional: true})},
+		wantOrder: []v1alpha1.OrderEntry{group(ref("go", "1.10.0"), v1alpha1.BuildpackRef{ID: "procfile", Version: "1.0.0", Optional: true})},
+		wantUsed:  []string{"go@1.10.0", "procfile@1.0.0"},
+	}, {
+		name:      "pinned version",
+		order:     []v1alpha1.OrderEntry{group(ref("go", "1.9.0"))},
+		wantOrder: []v1alpha1.OrderEntry{group(ref("go", "1.9.0"))},
+		wantUsed:  []string{"go@1.9.0"},
+	}, {
+		name:      "meta-buildpack brings its children, recursively, once",
+		order:     []v1alpha1.OrderEntry{group(ref("meta", "")), group(ref("procfile", ""))},
+		wantOrder: []v1alpha1.OrderEntry{group(ref("meta", "1.0.0")), group(ref("procfile", "1.0.0"))},
+		wantUsed:  []string{"go@1.2.0", "inner@1.0.0", "meta@1.0.0", "procfile@1.0.0"},
+	}, {
+		name: "missing buildpack", order: []v1alpha1.OrderEntry{group(ref("ruby", ""))},
+		wantReason: ReasonBuildpackNotFound, wantText: "ruby",
+	}, {
+		name: "missing version", order: []v1alpha1.OrderEntry{group(ref("go", "2.0.0"))},
+		wantReason: ReasonBuildpackNotFound, wantText: "1.10.0, 1.2.0, 1.9.0",
+	}, {
+		name: "non-semver without a pinned version", order: []v1alpha1.OrderEntry{group(ref("weird", ""))},
+		wantReason: ReasonInvalidBuildpackVersion, wantText: `"latest"`,
+	}, {
+		name:      "non-semver pinned is fine",
+		order:     []v1alpha1.OrderEntry{group(ref("weird", "latest"))},
+		wantOrder: []v1alpha1.OrderEntry{group(ref("weird", "latest"))},
+		wantUsed:  []string{"weird@latest"},
+	}, {
+		name: "cycle", order: []v1alpha1.OrderEntry{group(ref("loop-a", ""))},
+		wantReason: ReasonBuildpackCycle, wantText: "loop-a@1.0.0 → loop-b@1.0.0 → loop-a@1.0.0",
+	}}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := ResolveOrder(tc.order, store)
+			if tc.wantReason != "" {
+				f, ok := failure.As(err)
+				if !ok || f.Class != failure.Permanent || f.Reason != tc.wantReason || !strings.Contains(err.Error(), tc.wantText) {
+					t.Fatalf("error = %v (%+v), want Permanent %s mentioning %q", err, f, tc.wantReason, tc.wantText)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tc.wantOrder, got.Order); diff != "" {
+				t.Errorf("order (-want +got):\n%s", diff)
+			}
+			var used []string
+			for _, bp := range got.Buildpacks {
+				used = append(used, bp.ID+"@"+bp.Version)
+			}
+			if diff := cmp.Diff(tc.wantUsed, used); diff != "" {
+				t.Errorf("buildpacks (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestCheckCompatibility(t *testing.T) {
+	lifecycle := v1alpha1.APIVersions{Supported: []string{"0.10", "0.11", "0.12"}, Deprecated: []string{"0.7"}}
+	stack := &Stack{ID: "io.buildpacks.stacks.jammy", Mixins: []string{"git", "build:make"}, OS: "linux", Arch: "amd64",
+		DistroName: "ubuntu", DistroVersion: "22.04"}
+	with := func(mutate func(*v1alpha1.StoreBuildpack)) []v1alpha1.StoreBuildpack {
+		bp := v1alpha1.StoreBuildpack{ID: "example/go", Version: "1.0.0", API: "0.10"}
+		mutate(&bp)
+		return []v1alpha1.StoreBuildpack{bp}
+	}
+	tests := []struct {
+		name       string
+		buildpacks []v1alpha1.StoreBuildpack
+		reason     string
+	}{
+		{"no stacks, no targets", with(func(*v1alpha1.StoreBuildpack) {}), ""},
+		{"deprecated API", with(func(bp *v1alpha1.StoreBuildpack) { bp.API = "0.7" }), ""},
+		{"unsupported API", with(func(bp *v1alpha1.StoreBuildpack) { bp.API = "0.13" }), ReasonBuildpackAPIUnsupported},
+		{"API of a meta-buildpack's child", []v1alpha1.StoreBuildpack{
+			{ID: "meta", Version: "1", API: "0.10", Order: []v1alpha1.OrderEntry{group(ref("child", "1"))}},
+			{ID: "child", Version: "1", API: "0.2"}}, ReasonBuildpackAPIUnsupported},
+		{"any stack", with(func(bp *v1alpha1.StoreBuildpack) { bp.Stacks = []v1alpha1.BuildpackStack{{ID: "*"}} }), ""},
+		{"other stack", with(func(bp *v1alpha1.StoreBuildpack) {
+			bp.Stacks = []v1alpha1.BuildpackStack{{ID: "io.buildpacks.stacks.bionic"}}
+		}), ReasonIncompatibleBuildpack},
+		{"mixins present", with(func(bp *v1alpha1.StoreBuildpack) {
+			bp.Stacks = []v1alpha1.BuildpackStack{{ID: "io.buildpacks.stacks.jammy", Mixins: []string{"git", "build:git", "build:make", "run:tzdata"}}}
+		}), ""},
+		{"mixin missing", with(func(bp *v1alpha1.StoreBuildpack) {
+			bp.Stacks = []v1alpha1.BuildpackStack{{ID: "*", Mixins: []string{"build:curl"}}}
+		}), ReasonIncompatibleBuildpack},
+		{"target matches", with(func(bp *v1alpha1.StoreBuildpack) {
+			bp.Targets = []v1alpha1.BuildpackTarget{{OS: "linux", Arch: "arm64"}, {OS: "linux", Arch: "amd64",
+				Distros: []v1alpha1.Distro{{Name: "ubuntu", Version: "22.04"}}}}
+		}), ""},
+		{"target of another arch", with(func(bp *v1alpha1.StoreBuildpack) {
+			bp.Targets = []v1alpha1.BuildpackTarget{{OS: "linux", Arch: "arm64"}}
+		}), ReasonIncompatibleBuildpack},
+		{"target of another distro", with(func(bp *v1alpha1.StoreBuildpack) {
+			bp.Targets = []v1alpha1.BuildpackTarget{{OS: "linux", Distros: []v1alpha1.Distro{{Name: "alpine"}}}}
+		}), ReasonIncompatibleBuildpack},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			err := CheckCompatibility(tc.buildpacks, lifecycle, stack)
+			if tc.reason == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			if f, ok := failure.As(err); !ok || f.Class != failure.Permanent || f.Reason != tc.reason {
+				t.Fatalf("error = %v, want Permanent %s", err, tc.reason)
+			}
+		})
+	}
+}
