@@ -1,0 +1,405 @@
+package cnb
+
+import (
+	"archive/tar"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/BurntSushi/toml"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"github.com/google/go-containerregistry/pkg/v1/types"
+
+	"github.com/buildsmith/buildsmith/pkg/apis/build/v1alpha1"
+	"github.com/buildsmith/buildsmith/pkg/failure"
+)
+
+// Labels a builder image carries (the shapes pack and kpack write).
+const (
+	LabelBuilderMetadata = "io.buildpacks.builder.metadata"
+	LabelBuildpackOrder  = "io.buildpacks.buildpack.order"
+	LabelLifecycleVer    = "io.buildpacks.lifecycle.version"
+	LabelLifecycleAPIs   = "io.buildpacks.lifecycle.apis"
+	reservedLabelPrefix  = "io.buildpacks."
+)
+
+// epoch is the modification time of every file buildsmith writes, the one
+// reproducible builds use (the zip epoch, 1980-01-01T00:00:01Z), so that the
+// same inputs give the same layer digests.
+var epoch = time.Date(1980, time.January, 1, 0, 0, 1, 0, time.UTC)
+
+// Lifecycle is the CNB lifecycle put in a builder.
+type Lifecycle struct {
+	// Layer holds /cnb/lifecycle/ and /cnb/lifecycle.toml: the last layer of
+	// the lifecycle image, reused as is.
+	Layer   v1.Layer
+	Version string
+	APIs    v1alpha1.LifecycleAPIs
+}
+
+// BuildpackLayer is a buildpack and the layer (from its store image) that
+// holds it.
+type BuildpackLayer struct {
+	Buildpack v1alpha1.StoreBuildpack
+	Layer     v1.Layer
+}
+
+// BuilderSpec is everything a builder image is made of.
+type BuilderSpec struct {
+	// BuildImage is the stack's build image, the base.
+	BuildImage v1.Image
+	Stack      *Stack
+	// RunImage and RunImageMirrors name where built apps run.
+	RunImage        string
+	RunImageMirrors []string
+	Lifecycle       Lifecycle
+	// Buildpacks are all buildpacks of the resolved order, children of
+	// meta-buildpacks included.
+	Buildpacks       []BuildpackLayer
+	Order            []v1alpha1.OrderEntry // resolved: every entry has a version
+	AdditionalLabels map[string]string
+	// CreatedBy is the version of buildsmith, for the builder metadata.
+	CreatedBy string
+}
+
+// AssembleBuilder builds the builder image: the build image, then a layer
+// of directories, the lifecycle layer, the buildpack layers (each layer once,
+// however many buildpacks it holds) and a layer of configuration files, with
+// the labels platforms read. Buildpack and lifecycle layers are used as they
+// are (lazy remote layers stay lazy). The same spec gives the same digest.
+func AssembleBuilder(spec BuilderSpec) (v1.Image, error) {
+	mediaType := types.OCILayer
+	if mt, err := spec.BuildImage.MediaType(); err == nil && mt == types.DockerManifestSchema2 {
+		mediaType = types.DockerLayer
+	}
+	dirs, err := directoriesLayer(spec.Stack.UserID, spec.Stack.GroupID, mediaType)
+	if err != nil {
+		return nil, err
+	}
+	files, err := configFilesLayer(spec, mediaType)
+	if err != nil {
+		return nil, err
+	}
+
+	layers := []v1.Layer{dirs, spec.Lifecycle.Layer}
+	seen := map[string]bool{}
+	for _, bp := range sortedBuildpackLayers(spec.Buildpacks) {
+		if seen[bp.Buildpack.DiffID] {
+			continue // a flattened buildpackage holds several buildpacks in one layer
+		}
+		seen[bp.Buildpack.DiffID] = true
+		layers = append(layers, bp.Layer)
+	}
+	layers = append(layers, files)
+
+	adds := make([]mutate.Addendum, len(layers))
+	for i, l := range layers {
+		adds[i] = mutate.Addendum{Layer: l, History: v1.History{Created: v1.Time{Time: epoch}, CreatedBy: "buildsmith"}}
+	}
+	img, err := mutate.Append(spec.BuildImage, adds...)
+	if err != nil {
+		return nil, err
+	}
+	config, err := img.ConfigFile()
+	if err != nil {
+		return nil, err
+	}
+	labels, err := builderLabels(spec)
+	if err != nil {
+		return nil, err
+	}
+	cfg := config.Config.DeepCopy()
+	if cfg.Labels == nil {
+		cfg.Labels = map[string]string{}
+	}
+	maps.Copy(cfg.Labels, labels)
+	cfg.WorkingDir = "/layers"
+	return mutate.Config(img, *cfg)
+}
+
+func sortedBuildpackLayers(bps []BuildpackLayer) []BuildpackLayer {
+	out := slices.Clone(bps)
+	sort.SliceStable(out, func(i, j int) bool {
+		a, b := out[i].Buildpack, out[j].Buildpack
+		if a.ID != b.ID {
+			return a.ID < b.ID
+		}
+		return a.Version < b.Version
+	})
+	return out
+}
+
+// tarEntry is a file or directory of a layer buildsmith writes.
+type tarEntry struct {
+	path     string // without leading slash
+	mode     int64
+	uid, gid int
+	content  []byte // nil for a directory
+}
+
+// directoriesLayer makes the directories the lifecycle expects: /workspace
+// and /layers owned by the build user, the rest by root.
+func directoriesLayer(uid, gid int, mediaType types.MediaType) (v1.Layer, error) {
+	entries := []tarEntry{
+		{path: "cnb", mode: 0o755},
+		{path: "cnb/build-config", mode: 0o755},
+		{path: "cnb/build-config/env", mode: 0o755},
+		{path: "cnb/buildpacks", mode: 0o755},
+		{path: "cnb/extensions", mode: 0o755},
+		{path: "layers", mode: 0o755, uid: uid, gid: gid},
+		{path: "platform", mode: 0o755},
+		{path: "platform/env", mode: 0o755},
+		{path: "workspace", mode: 0o755, uid: uid, gid: gid},
+	}
+	return tarLayer(entries, mediaType)
+}
+
+// configFilesLayer holds /cnb/order.toml, /cnb/run.toml (read by platform
+// API 0.12 and later) and /cnb/stack.toml (read before 0.12): the builder
+// cannot know which platform API the platform will use.
+func configFilesLayer(spec BuilderSpec, mediaType types.MediaType) (v1.Layer, error) {
+	order, err := encodeTOML(orderTOML{Order: tomlOrder(spec.Order)})
+	if err != nil {
+		return nil, err
+	}
+	image := runImageTOML{Image: spec.RunImage, Mirrors: spec.RunImageMirrors}
+	run, err := encodeTOML(runTOML{Images: []runImageTOML{image}})
+	if err != nil {
+		return nil, err
+	}
+	stack, err := encodeTOML(stackTOML{RunImage: image})
+	if err != nil {
+		return nil, err
+	}
+	return tarLayer([]tarEntry{
+		{path: "cnb", mode: 0o755},
+		{path: "cnb/order.toml", mode: 0o644, content: order},
+		{path: "cnb/run.toml", mode: 0o644, content: run},
+		{path: "cnb/stack.toml", mode: 0o644, content: stack},
+	}, mediaType)
+}
+
+// tarLayer writes entries, sorted by path, with fixed times and owners.
+func tarLayer(entries []tarEntry, mediaType types.MediaType) (v1.Layer, error) {
+	sort.Slice(entries, func(i, j int) bool { return entries[i].path < entries[j].path })
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for _, e := range entries {
+		h := &tar.Header{
+			Name: e.path, Mode: e.mode, Uid: e.uid, Gid: e.gid, ModTime: epoch,
+			AccessTime: epoch, ChangeTime: epoch, Format: tar.FormatPAX,
+		}
+		if e.content == nil {
+			h.Typeflag, h.Name = tar.TypeDir, e.path+"/"
+		} else {
+			h.Typeflag, h.Size = tar.TypeReg, int64(len(e.content))
+		}
+		if err := tw.WriteHeader(h); err != nil {
+			return nil, err
+		}
+		if _, err := tw.Write(e.content); err != nil {
+			return nil, err
+		}
+	}
+	if err := tw.Close(); err != nil {
+		return nil, err
+	}
+	data := buf.Bytes()
+	return tarball.LayerFromOpener(func() (io.ReadCloser, error) {
+		return io.NopCloser(bytes.NewReader(data)), nil
+	}, tarball.WithMediaType(mediaType))
+}
+
+// TOML files of the lifecycle.
+
+type orderTOML struct {
+	Order []groupTOML `toml:"order"`
+}
+
+type groupTOML struct {
+	Group []refTOML `toml:"group"`
+}
+
+type refTOML struct {
+	ID       string `toml:"id"`
+	Version  string `toml:"version"`
+	Optional bool   `toml:"optional,omitempty"`
+}
+
+type runTOML struct {
+	Images []runImageTOML `toml:"images"`
+}
+
+type stackTOML struct {
+	RunImage runImageTOML `toml:"run-image"`
+}
+
+type runImageTOML struct {
+	Image   string   `toml:"image"`
+	Mirrors []string `toml:"mirrors,omitempty"`
+}
+
+func tomlOrder(order []v1alpha1.OrderEntry) []groupTOML {
+	out := make([]groupTOML, len(order))
+	for i, entry := range order {
+		for _, ref := range entry.Group {
+			out[i].Group = append(out[i].Group, refTOML(ref))
+		}
+	}
+	return out
+}
+
+func encodeTOML(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	if err := toml.NewEncoder(&buf).Encode(v); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+// Labels.
+
+type builderMetadata struct {
+	Description string             `json:"description"`
+	Buildpacks  []buildpackInfo    `json:"buildpacks"`
+	Stack       stackMetadata      `json:"stack"`
+	Images      []runImageMetadata `json:"images"`
+	Lifecycle   lifecycleMetadata  `json:"lifecycle"`
+	CreatedBy   map[string]string  `json:"createdBy"`
+}
+
+type buildpackInfo struct {
+	ID       string `json:"id"`
+	Version  string `json:"version"`
+	Homepage string `json:"homepage,omitempty"`
+}
+
+type stackMetadata struct {
+	RunImage runImageMetadata `json:"runImage"`
+}
+
+type runImageMetadata struct {
+	Image   string   `json:"image"`
+	Mirrors []string `json:"mirrors,omitempty"`
+}
+
+type lifecycleMetadata struct {
+	Version string            `json:"version"`
+	API     map[string]string `json:"api"`
+	APIs    lifecycleAPIs     `json:"apis"`
+}
+
+// lifecycleAPIs is the shape of io.buildpacks.lifecycle.apis: both lists
+// always present, [] when empty.
+type lifecycleAPIs struct {
+	Buildpack apiVersions `json:"buildpack"`
+	Platform  apiVersions `json:"platform"`
+}
+
+type apiVersions struct {
+	Deprecated []string `json:"deprecated"`
+	Supported  []string `json:"supported"`
+}
+
+func labelAPIs(apis v1alpha1.LifecycleAPIs) lifecycleAPIs {
+	list := func(l []string) []string {
+		if l == nil {
+			return []string{}
+		}
+		return l
+	}
+	return lifecycleAPIs{
+		Buildpack: apiVersions{Deprecated: list(apis.Buildpack.Deprecated), Supported: list(apis.Buildpack.Supported)},
+		Platform:  apiVersions{Deprecated: list(apis.Platform.Deprecated), Supported: list(apis.Platform.Supported)},
+	}
+}
+
+type layerMetadata struct {
+	API         string                     `json:"api,omitempty"`
+	Stacks      []v1alpha1.BuildpackStack  `json:"stacks,omitempty"`
+	Targets     []v1alpha1.BuildpackTarget `json:"targets,omitempty"`
+	Order       []v1alpha1.OrderEntry      `json:"order,omitempty"`
+	LayerDiffID string                     `json:"layerDiffID"`
+	Homepage    string                     `json:"homepage,omitempty"`
+}
+
+func builderLabels(spec BuilderSpec) (map[string]string, error) {
+	labels := map[string]string{}
+	for k, v := range spec.AdditionalLabels {
+		if strings.HasPrefix(k, reservedLabelPrefix) {
+			return nil, failure.Permanentf("InvalidSpec", "additional label %q would override a buildpacks label", k)
+		}
+		labels[k] = v
+	}
+	runImage := runImageMetadata{Image: spec.RunImage, Mirrors: spec.RunImageMirrors}
+	meta := builderMetadata{
+		Buildpacks: []buildpackInfo{},
+		Stack:      stackMetadata{RunImage: runImage},
+		Images:     []runImageMetadata{runImage},
+		Lifecycle: lifecycleMetadata{
+			Version: spec.Lifecycle.Version,
+			API: map[string]string{
+				"buildpack": lowest(spec.Lifecycle.APIs.Buildpack),
+				"platform":  lowest(spec.Lifecycle.APIs.Platform),
+			},
+			APIs: labelAPIs(spec.Lifecycle.APIs),
+		},
+		CreatedBy: map[string]string{"name": "buildsmith", "version": spec.CreatedBy},
+	}
+	layers := map[string]map[string]layerMetadata{}
+	for _, bl := range sortedBuildpackLayers(spec.Buildpacks) {
+		bp := bl.Buildpack
+		meta.Buildpacks = append(meta.Buildpacks, buildpackInfo{ID: bp.ID, Version: bp.Version, Homepage: bp.Homepage})
+		if layers[bp.ID] == nil {
+			layers[bp.ID] = map[string]layerMetadata{}
+		}
+		layers[bp.ID][bp.Version] = layerMetadata{API: bp.API, Stacks: bp.Stacks, Targets: bp.Targets,
+			Order: bp.Order, LayerDiffID: bp.DiffID, Homepage: bp.Homepage}
+	}
+	for key, value := range map[string]any{
+		LabelBuilderMetadata: meta,
+		LabelBuildpackOrder:  spec.Order,
+		LabelBuildpackLayers: layers,
+		LabelLifecycleAPIs:   labelAPIs(spec.Lifecycle.APIs),
+	} {
+		raw, err := json.Marshal(value) // maps marshal with sorted keys
+		if err != nil {
+			return nil, fmt.Errorf("label %s: %w", key, err)
+		}
+		labels[key] = string(raw)
+	}
+	labels[LabelLifecycleVer] = spec.Lifecycle.Version
+	return labels, nil
+}
+
+// lowest returns the lowest API version listed (what the single-version
+// "api" fields of older tools mean).
+func lowest(v v1alpha1.APIVersions) string {
+	all := append(slices.Clone(v.Deprecated), v.Supported...)
+	best := ""
+	for _, a := range all {
+		if best == "" || apiLess(a, best) {
+			best = a
+		}
+	}
+	return best
+}
+
+// apiLess compares "major.minor" API versions numerically.
+func apiLess(a, b string) bool {
+	var am, an, bm, bn int
+	_, _ = fmt.Sscanf(a, "%d.%d", &am, &an)
+	_, _ = fmt.Sscanf(b, "%d.%d", &bm, &bn)
+	if am != bm {
+		return am < bm
+	}
+	return an < bn
+}

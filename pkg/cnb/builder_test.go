@@ -1,0 +1,281 @@
+package cnb
+
+import (
+	"archive/tar"
+	"encoding/json"
+	"errors"
+	"io"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/types"
+
+	"github.com/buildsmith/buildsmith/pkg/apis/build/v1alpha1"
+)
+
+// fixedLayer is a layer with one file, the same bytes every time.
+func fixedLayer(t *testing.T, path, content string) v1.Layer {
+	t.Helper()
+	l, err := tarLayer([]tarEntry{{path: path, mode: 0o755, content: []byte(content)}}, types.OCILayer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+func diffID(t *testing.T, l v1.Layer) string {
+	t.Helper()
+	h, err := l.DiffID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h.String()
+}
+
+// builderSpec returns the inputs of a small builder: a meta-buildpack and
+// two children, of which one shares the meta-buildpack's layer (a flattened
+// buildpackage).
+func builderSpec(t *testing.T) BuilderSpec {
+	t.Helper()
+	base, err := mutate.AppendLayers(mutate.MediaType(empty.Image, types.OCIManifestSchema1), fixedLayer(t, "etc/os-release", "ID=ubuntu"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	base, err = mutate.Config(base, v1.Config{
+		Env:    []string{"CNB_USER_ID=1000", "CNB_GROUP_ID=1001", "PATH=/usr/bin"},
+		User:   "1000:1001",
+		Labels: map[string]string{LabelStackID: "io.buildpacks.stacks.jammy", "maintainer": "stack team"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	flattened := fixedLayer(t, "cnb/buildpacks/example_go/1.0.0/buildpack.toml", "api = \"0.10\"")
+	procfile := fixedLayer(t, "cnb/buildpacks/example_procfile/2.0.0/buildpack.toml", "api = \"0.11\"")
+	return BuilderSpec{
+		BuildImage: base,
+		Stack:      &Stack{ID: "io.buildpacks.stacks.jammy", UserID: 1000, GroupID: 1001, OS: "linux", Arch: "amd64"},
+		RunImage:   "registry.example.com/run@sha256:" + strings.Repeat("a", 64),
+		Lifecycle: Lifecycle{
+			Layer:   fixedLayer(t, "cnb/lifecycle/lifecycle", "ELF"),
+			Version: "0.21.0",
+			APIs: v1alpha1.LifecycleAPIs{
+				Buildpack: v1alpha1.APIVersions{Supported: []string{"0.7", "0.8", "0.9", "0.10", "0.11", "0.12"}},
+				Platform:  v1alpha1.APIVersions{Supported: []string{"0.7", "0.13", "0.15"}},
+			},
+		},
+		Buildpacks: []BuildpackLayer{
+			{Buildpack: v1alpha1.StoreBuildpack{ID: "example/procfile", Version: "2.0.0", API: "0.11", DiffID: diffID(t, procfile)}, Layer: procfile},
+			{Buildpack: v1alpha1.StoreBuildpack{ID: "example/go", Version: "1.0.0", API: "0.10", DiffID: diffID(t, flattened),
+				Homepage: "https://example.com/go", Stacks: []v1alpha1.BuildpackStack{{ID: "*"}}}, Layer: flattened},
+			{Buildpack: v1alpha1.StoreBuildpack{ID: "example/go-dist", Version: "1.2.0", API: "0.10", DiffID: diffID(t, flattened)}, Layer: flattened},
+		},
+		Order: []v1alpha1.OrderEntry{
+			{Group: []v1alpha1.BuildpackRef{{ID: "example/go", Version: "1.0.0"}, {ID: "example/procfile", Version: "2.0.0", Optional: true}}},
+			{Group: []v1alpha1.BuildpackRef{{ID: "example/procfile", Version: "2.0.0"}}},
+		},
+		AdditionalLabels: map[string]string{"team": "platform"},
+		CreatedBy:        "0.1.0",
+	}
+}
+
+func TestAssembleBuilderLayers(t *testing.T) {
+	spec := builderSpec(t)
+	img, err := AssembleBuilder(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	layers, err := img.Layers()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// base, dirs, lifecycle, go+go-dist (one layer), procfile, files
+	if len(layers) != 6 {
+		t.Fatalf("%d layers, want 6", len(layers))
+	}
+	wantLifecycle, _ := spec.Lifecycle.Layer.Digest()
+	if got, _ := layers[2].Digest(); got != wantLifecycle {
+		t.Errorf("layer 2 is %s, want the lifecycle layer %s as is", got, wantLifecycle)
+	}
+	if got := diffID(t, layers[3]); got != spec.Buildpacks[1].Buildpack.DiffID {
+		t.Errorf("layer 3 diffID %s, want the flattened go layer", got)
+	}
+	if got := diffID(t, layers[4]); got != spec.Buildpacks[0].Buildpack.DiffID {
+		t.Errorf("layer 4 diffID %s, want the procfile layer", got)
+	}
+
+	type header struct {
+		Name     string
+		Mode     int64
+		UID, GID int
+		Dir      bool
+		Modified string
+	}
+	read := func(l v1.Layer) ([]header, map[string]string) {
+		rc, err := l.Uncompressed()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rc.Close()
+		tr := tar.NewReader(rc)
+		var hs []header
+		files := map[string]string{}
+		for {
+			h, err := tr.Next()
+			if errors.Is(err, io.EOF) {
+				return hs, files
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			hs = append(hs, header{h.Name, h.Mode, h.Uid, h.Gid, h.Typeflag == tar.TypeDir, h.ModTime.UTC().Format("2006-01-02T15:04:05Z")})
+			if h.Typeflag == tar.TypeReg {
+				b, _ := io.ReadAll(tr)
+				files[h.Name] = string(b)
+			}
+		}
+	}
+	const at = "1980-01-01T00:00:01Z"
+	dirs, _ := read(layers[1])
+	wantDirs := []header{
+		{"cnb/", 0o755, 0, 0, true, at}, {"cnb/build-config/", 0o755, 0, 0, true, at}, {"cnb/build-config/env/", 0o755, 0, 0, true, at},
+		{"cnb/buildpacks/", 0o755, 0, 0, true, at}, {"cnb/extensions/", 0o755, 0, 0, true, at},
+		{"layers/", 0o755, 1000, 1001, true, at}, {"platform/", 0o755, 0, 0, true, at}, {"platform/env/", 0o755, 0, 0, true, at},
+		{"workspace/", 0o755, 1000, 1001, true, at},
+	}
+	if diff := cmp.Diff(wantDirs, dirs); diff != "" {
+		t.Errorf("directories layer (-want +got):\n%s", diff)
+	}
+
+	headers, files := read(layers[5])
+	wantHeaders := []header{{"cnb/", 0o755, 0, 0, true, at}, {"cnb/order.toml", 0o644, 0, 0, false, at},
+		{"cnb/run.toml", 0o644, 0, 0, false, at}, {"cnb/stack.toml", 0o644, 0, 0, false, at}}
+	if diff := cmp.Diff(wantHeaders, headers); diff != "" {
+		t.Errorf("files layer (-want +got):\n%s", diff)
+	}
+	wantFiles := map[string]string{
+		"cnb/order.toml": `[[order]]
+
+  [[order.group]]
+    id = "example/go"
+    version = "1.0.0"
+
+  [[order.group]]
+    id = "example/procfile"
+    version = "2.0.0"
+    optional = true
+
+[[order]]
+
+  [[order.group]]
+    id = "example/procfile"
+    version = "2.0.0"
+`,
+		"cnb/run.toml": `[[images]]
+  image = "` + spec.RunImage + `"
+`,
+		"cnb/stack.toml": `[run-image]
+  image = "` + spec.RunImage + `"
+`,
+	}
+	if diff := cmp.Diff(wantFiles, files); diff != "" {
+		t.Errorf("files (-want +got):\n%s", diff)
+	}
+}
+
+func TestAssembleBuilderConfig(t *testing.T) {
+	spec := builderSpec(t)
+	img, err := AssembleBuilder(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cf, err := img.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cf.Config.WorkingDir != "/layers" || cf.Config.User != "1000:1001" ||
+		!cmp.Equal(cf.Config.Env, []string{"CNB_USER_ID=1000", "CNB_GROUP_ID=1001", "PATH=/usr/bin"}) {
+		t.Errorf("config: workdir %q, user %q, env %q", cf.Config.WorkingDir, cf.Config.User, cf.Config.Env)
+	}
+	labels := cf.Config.Labels
+	for k, want := range map[string]string{
+		"maintainer": "stack team", "team": "platform", LabelStackID: "io.buildpacks.stacks.jammy", LabelLifecycleVer: "0.21.0",
+		LabelBuildpackOrder: `[{"group":[{"id":"example/go","version":"1.0.0"},{"id":"example/procfile","version":"2.0.0","optional":true}]},` +
+			`{"group":[{"id":"example/procfile","version":"2.0.0"}]}]`,
+		LabelLifecycleAPIs: `{"buildpack":{"deprecated":[],"supported":["0.7","0.8","0.9","0.10","0.11","0.12"]},` +
+			`"platform":{"deprecated":[],"supported":["0.7","0.13","0.15"]}}`,
+	} {
+		if labels[k] != want {
+			t.Errorf("label %s = %s\nwant %s", k, labels[k], want)
+		}
+	}
+	goDiffID := spec.Buildpacks[1].Buildpack.DiffID
+	wantLayers := `{"example/go":{"1.0.0":{"api":"0.10","stacks":[{"id":"*"}],"layerDiffID":"` + goDiffID + `","homepage":"https://example.com/go"}},` +
+		`"example/go-dist":{"1.2.0":{"api":"0.10","layerDiffID":"` + goDiffID + `"}},` +
+		`"example/procfile":{"2.0.0":{"api":"0.11","layerDiffID":"` + spec.Buildpacks[0].Buildpack.DiffID + `"}}}`
+	if labels[LabelBuildpackLayers] != wantLayers {
+		t.Errorf("layers label = %s\nwant %s", labels[LabelBuildpackLayers], wantLayers)
+	}
+	var meta map[string]any
+	if err := json.Unmarshal([]byte(labels[LabelBuilderMetadata]), &meta); err != nil {
+		t.Fatal(err)
+	}
+	wantMeta := map[string]any{
+		"description": "",
+		"buildpacks": []any{
+			map[string]any{"id": "example/go", "version": "1.0.0", "homepage": "https://example.com/go"},
+			map[string]any{"id": "example/go-dist", "version": "1.2.0"},
+			map[string]any{"id": "example/procfile", "version": "2.0.0"},
+		},
+		"stack":     map[string]any{"runImage": map[string]any{"image": spec.RunImage}},
+		"images":    []any{map[string]any{"image": spec.RunImage}},
+		"createdBy": map[string]any{"name": "buildsmith", "version": "0.1.0"},
+		"lifecycle": map[string]any{
+			"version": "0.21.0",
+			"api":     map[string]any{"buildpack": "0.7", "platform": "0.7"},
+			"apis": map[string]any{
+				"buildpack": map[string]any{"deprecated": []any{}, "supported": []any{"0.7", "0.8", "0.9", "0.10", "0.11", "0.12"}},
+				"platform":  map[string]any{"deprecated": []any{}, "supported": []any{"0.7", "0.13", "0.15"}},
+			},
+		},
+	}
+	if diff := cmp.Diff(wantMeta, meta); diff != "" {
+		t.Errorf("builder metadata (-want +got):\n%s", diff)
+	}
+}
+
+func TestAssembleBuilderIsDeterministic(t *testing.T) {
+	digests := map[v1.Hash]int{}
+	for range 20 {
+		img, err := AssembleBuilder(builderSpec(t)) // inputs made anew each time
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, err := img.Digest()
+		if err != nil {
+			t.Fatal(err)
+		}
+		digests[d]++
+	}
+	if len(digests) != 1 {
+		t.Errorf("20 builds gave %d digests: %v", len(digests), digests)
+	}
+	// Input order does not matter either.
+	spec := builderSpec(t)
+	spec.Buildpacks[0], spec.Buildpacks[2] = spec.Buildpacks[2], spec.Buildpacks[0]
+	img, _ := AssembleBuilder(spec)
+	if d, _ := img.Digest(); digests[d] != 20 {
+		t.Errorf("buildpacks in another order gave another digest %s", d)
+	}
+}
+
+func TestAssembleBuilderRefusesReservedLabels(t *testing.T) {
+	spec := builderSpec(t)
+	spec.AdditionalLabels = map[string]string{LabelBuildpackOrder: "[]"}
+	if _, err := AssembleBuilder(spec); err == nil {
+		t.Error("an additional label overrode io.buildpacks.buildpack.order")
+	}
+}
