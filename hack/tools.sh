@@ -19,8 +19,9 @@ GO_VERSION="$(go env GOVERSION)"
 
 KUBE_VERSION=v1.35.4
 CONTROLLER_TOOLS_VERSION=v0.23.0
+LIFECYCLE_VERSION=v0.21.0
 
-ALL_TOOLS=(etcd kube-apiserver kubectl controller-gen)
+ALL_TOOLS=(etcd kube-apiserver kubectl controller-gen lifecycle)
 
 log() { printf 'tools: %s\n' "$*" >&2; }
 
@@ -93,6 +94,14 @@ build_controller_gen() {
     "sigs.k8s.io/controller-tools/cmd/controller-gen@${CONTROLLER_TOOLS_VERSION}"
 }
 
+# The CNB lifecycle, one multi-call binary (detector, builder… are argv[0]
+# names), static so that it runs inside any builder image.
+build_lifecycle() {
+  GOBIN="$1" CGO_ENABLED=0 go install -trimpath \
+    -ldflags "-s -w -X github.com/buildpacks/lifecycle/cmd.Version=${LIFECYCLE_VERSION#v}" \
+    "github.com/buildpacks/lifecycle/cmd/lifecycle@${LIFECYCLE_VERSION}"
+}
+
 main() {
   local tools=("$@")
   [[ ${#tools[@]} -gt 0 ]] || tools=("${ALL_TOOLS[@]}")
@@ -105,6 +114,8 @@ main() {
       controller-gen)
         install_tool controller-gen "$(printf '%s %s' "${CONTROLLER_TOOLS_VERSION}" "${GO_VERSION}" | hash_of)" \
           build_controller_gen ;;
+      lifecycle)
+        install_tool lifecycle "$(printf '%s %s' "${LIFECYCLE_VERSION}" "${GO_VERSION}" | hash_of)" build_lifecycle ;;
       *) log "unknown tool ${tool} (known: ${ALL_TOOLS[*]})"; return 2 ;;
     esac
   done

@@ -43,9 +43,18 @@ func main() {
 	if os.Getenv("SYSTEM_NAMESPACE") == "" {
 		mustSetenv("SYSTEM_NAMESPACE", "buildsmith")
 	}
-	// knative reads these ports from the environment only.
-	mustSetenv("PROFILING_PORT", strconv.Itoa(*profilingPort))
-	mustSetenv("METRICS_PROMETHEUS_PORT", strconv.Itoa(*metricsPort))
+	// knative reads these ports from the environment only; a flag given
+	// explicitly wins over the environment, the environment over defaults.
+	set := map[string]bool{}
+	flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	for env, f := range map[string]struct {
+		name  string
+		value int
+	}{"PROFILING_PORT": {"profiling-port", *profilingPort}, "METRICS_PROMETHEUS_PORT": {"metrics-port", *metricsPort}} {
+		if set[f.name] || os.Getenv(env) == "" {
+			mustSetenv(env, strconv.Itoa(f.value))
+		}
+	}
 
 	ctx := signals.NewContext()
 	if *disableHA {

@@ -2,10 +2,13 @@ package reconciler
 
 import (
 	"context"
+	"maps"
 
 	"github.com/google/go-containerregistry/pkg/authn"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/cache"
 	secretinformer "knative.dev/pkg/client/injection/kube/informers/core/v1/secret"
 	serviceaccountinformer "knative.dev/pkg/client/injection/kube/informers/core/v1/serviceaccount"
 	"knative.dev/pkg/controller"
@@ -50,4 +53,26 @@ func (c Credentials) ForServiceAccount(ctx context.Context, obj kmeta.Accessor, 
 		// A failed track only costs the immediate retry; the poll remains.
 		_ = c.Tracker.TrackReference(tracker.Reference{APIVersion: "v1", Kind: kind, Namespace: namespace, Name: name}, obj)
 	})
+}
+
+// EnqueueOnChange is the event handler of a controller's own kind: it
+// enqueues objects that are new, deleted, or changed in what a person
+// changes (generation, labels, annotations, deletion), and not those whose
+// only change is the status the controller just wrote — that echo would
+// requeue the object at once and defeat the backoff it was given.
+func EnqueueOnChange(enqueue func(any)) cache.ResourceEventHandler {
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc: enqueue,
+		UpdateFunc: func(oldObj, newObj any) {
+			before, ok1 := oldObj.(metav1.Object)
+			after, ok2 := newObj.(metav1.Object)
+			if !ok1 || !ok2 || before.GetGeneration() != after.GetGeneration() ||
+				!maps.Equal(before.GetLabels(), after.GetLabels()) ||
+				!maps.Equal(before.GetAnnotations(), after.GetAnnotations()) ||
+				!before.GetDeletionTimestamp().Equal(after.GetDeletionTimestamp()) {
+				enqueue(newObj)
+			}
+		},
+		DeleteFunc: enqueue,
+	}
 }

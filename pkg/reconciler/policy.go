@@ -78,6 +78,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 //
 // A Policy belongs to one controller: it holds that controller's backoffs.
 type Policy struct {
+	kind    string // keys health waits: a ClusterStore and a ClusterStack may share a name
 	opts    Options
 	health  *registry.Health
 	enqueue func(types.NamespacedName)
@@ -85,10 +86,12 @@ type Policy struct {
 	jitter  func() float64 // in [0, 1)
 }
 
-// NewPolicy returns a Policy. Enqueue must be set (to the controller's
-// EnqueueKey) before the first reconcile; health may be nil.
-func NewPolicy(opts Options, health *registry.Health) *Policy {
+// NewPolicy returns the Policy of the controller of kind. Enqueue must be
+// set (to the controller's EnqueueKey) before the first reconcile; health
+// may be nil.
+func NewPolicy(kind string, opts Options, health *registry.Health) *Policy {
 	return &Policy{
+		kind:    kind,
 		opts:    opts,
 		health:  health,
 		backoff: workqueue.NewTypedItemExponentialFailureRateLimiter[string](opts.RetryBaseDelay, opts.RetryMaxDelay),
@@ -122,6 +125,13 @@ func (p *Policy) Finish(ctx context.Context, obj Object, err error) pkgreconcile
 	case failure.Permanent:
 		conditions.MarkStalled(f.Reason, message)
 		p.Forget(key)
+		if !readyChanged(before, conditions.GetCondition(v1alpha1.ConditionReady)) {
+			// Same failure as last time (a tracked Secret changed, the
+			// controller restarted): no event again. A skip key is
+			// forgotten by the queue without the generated reconciler's
+			// "InternalError" event.
+			return controller.NewPermanentError(controller.NewSkipKey(key.String()))
+		}
 		// The event travels inside the permanent error: the generated
 		// reconciler records it (instead of an "InternalError") and the
 		// queue forgets the key.
@@ -133,11 +143,13 @@ func (p *Policy) Finish(ctx context.Context, obj Object, err error) pkgreconcile
 		p.recordTransition(ctx, obj, before)
 		return controller.NewRequeueAfter(p.jittered(p.opts.PollInterval))
 	default: // transient
-		delay := max(p.jittered(p.backoff.When(key.String())), f.RetryAfter)
+		// Jitter first, then the cap, then the server's wish: the cap is a
+		// promise to the user, Retry-After a promise to the server.
+		delay := max(min(p.jittered(p.backoff.When(key.String())), p.opts.RetryMaxDelay), f.RetryAfter)
 		conditions.MarkRetrying(f.Reason, message, fmt.Sprintf("retrying in %s", delay.Round(time.Second)))
 		if f.Reason == registry.ReasonRegistryUnavailable && f.Host != "" && p.health != nil && p.enqueue != nil {
 			// Registered only while the host is down (could not connect).
-			p.health.NotifyWhenHealthy(f.Host, key.String(), func() { p.enqueue(key) })
+			p.health.NotifyWhenHealthy(f.Host, p.healthKey(key), func() { p.enqueue(key) })
 		}
 		p.recordTransition(ctx, obj, before)
 		return controller.NewRequeueAfter(delay)
@@ -149,15 +161,24 @@ func (p *Policy) Finish(ctx context.Context, obj Object, err error) pkgreconcile
 func (p *Policy) Forget(key types.NamespacedName) {
 	p.backoff.Forget(key.String())
 	if p.health != nil {
-		p.health.Forget(key.String())
+		p.health.Forget(p.healthKey(key))
 	}
+}
+
+func (p *Policy) healthKey(key types.NamespacedName) string { return p.kind + ":" + key.String() }
+
+// readyChanged reports whether Ready's status or reason differ.
+func readyChanged(before, after *apis.Condition) bool {
+	if before == nil || after == nil {
+		return before != after
+	}
+	return before.Status != after.Status || before.Reason != after.Reason
 }
 
 // recordTransition records an event when Ready's status or reason changed.
 func (p *Policy) recordTransition(ctx context.Context, obj Object, before *apis.Condition) {
 	after := obj.Conditions().GetCondition(v1alpha1.ConditionReady)
-	if after == nil || (before != nil && before.IsTrue() == after.IsTrue() && before.IsFalse() == after.IsFalse() &&
-		before.GetReason() == after.GetReason()) {
+	if after == nil || !readyChanged(before, after) {
 		return
 	}
 	recorder := controller.GetEventRecorder(ctx)

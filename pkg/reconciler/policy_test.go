@@ -12,7 +12,9 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/tools/record"
 	"knative.dev/pkg/controller"
+	pkgreconciler "knative.dev/pkg/reconciler"
 	"sigs.k8s.io/cli-utils/pkg/kstatus/status"
 
 	"github.com/buildsmith/buildsmith/pkg/apis/build/v1alpha1"
@@ -27,7 +29,7 @@ func newStack() *v1alpha1.ClusterStack {
 }
 
 func TestBackoffGrowsAndResets(t *testing.T) {
-	p := NewPolicy(DefaultOptions(), nil)
+	p := NewPolicy("ClusterStack", DefaultOptions(), nil)
 	p.jitter = func() float64 { return 0.5 } // no spread
 	ctx := context.Background()
 	transient := failure.Transientf(registry.ReasonRegistryUnavailable, "connection refused")
@@ -65,7 +67,7 @@ func TestBackoffGrowsAndResets(t *testing.T) {
 }
 
 func TestJitterSpreads(t *testing.T) {
-	p := NewPolicy(DefaultOptions(), nil)
+	p := NewPolicy("ClusterStack", DefaultOptions(), nil)
 	lo, hi := time.Hour, time.Duration(0)
 	for range 200 {
 		d := p.jittered(10 * time.Second)
@@ -117,7 +119,7 @@ func TestKstatus(t *testing.T) {
 	}
 	for _, tc := range tests {
 		s := newStack()
-		NewPolicy(DefaultOptions(), nil).Finish(context.Background(), s, tc.err)
+		NewPolicy("ClusterStack", DefaultOptions(), nil).Finish(context.Background(), s, tc.err)
 		u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(s)
 		if err != nil {
 			t.Fatal(err)
@@ -129,5 +131,68 @@ func TestKstatus(t *testing.T) {
 		if res.Status != tc.want {
 			t.Errorf("%v: kstatus %s (%s), want %s", tc.err, res.Status, res.Message, tc.want)
 		}
+	}
+}
+
+// TestPermanentEventOnlyOnTransition: the same permanent failure again (a
+// tracked Secret changed, a restart) records no second event.
+func TestPermanentEventOnlyOnTransition(t *testing.T) {
+	recorder := record.NewFakeRecorder(10)
+	ctx := controller.WithEventRecorder(context.Background(), recorder)
+	p := NewPolicy("ClusterStack", DefaultOptions(), nil)
+	s := newStack()
+	bad := failure.Permanentf(ReasonInvalidSpec, "bad tag")
+
+	first := p.Finish(ctx, s, bad)
+	second := p.Finish(ctx, s, bad)
+	for i, err := range []error{first, second} {
+		if !controller.IsPermanentError(err) {
+			t.Errorf("reconcile %d: %v is not permanent", i+1, err)
+		}
+	}
+	var event *pkgreconciler.ReconcilerEvent
+	if !pkgreconciler.EventAs(first, &event) || event.Reason != ReasonInvalidSpec {
+		t.Errorf("first failure carries no %s event: %v", ReasonInvalidSpec, first)
+	}
+	if pkgreconciler.EventAs(second, &event) || !controller.IsSkipKey(second) {
+		t.Errorf("repeated failure = %v, want a skip key without event", second)
+	}
+}
+
+func TestDelayNeverExceedsTheCap(t *testing.T) {
+	opts := DefaultOptions()
+	p := NewPolicy("ClusterStack", opts, nil)
+	p.jitter = func() float64 { return 0.999 } // +20 %
+	for range 30 {
+		_, d := controller.IsRequeueKey(p.Finish(context.Background(), newStack(), failure.Transientf("RegistryUnavailable", "x")))
+		if d > opts.RetryMaxDelay {
+			t.Fatalf("delay %v above the cap %v", d, opts.RetryMaxDelay)
+		}
+	}
+}
+
+func TestEnqueueOnChange(t *testing.T) {
+	var enqueued int
+	h := EnqueueOnChange(func(any) { enqueued++ })
+	old := newStack()
+	statusOnly := old.DeepCopy()
+	statusOnly.Status.MarkReady()
+	statusOnly.ResourceVersion = "2"
+	h.OnUpdate(old, statusOnly)
+	if enqueued != 0 {
+		t.Errorf("a status-only update was enqueued")
+	}
+	for _, change := range []func(*v1alpha1.ClusterStack){
+		func(s *v1alpha1.ClusterStack) { s.Generation++ },
+		func(s *v1alpha1.ClusterStack) { s.Annotations = map[string]string{"a": "b"} },
+		func(s *v1alpha1.ClusterStack) { s.Labels = map[string]string{"a": "b"} },
+		func(s *v1alpha1.ClusterStack) { now := metav1.Now(); s.DeletionTimestamp = &now },
+	} {
+		changed := old.DeepCopy()
+		change(changed)
+		h.OnUpdate(old, changed)
+	}
+	if enqueued != 4 {
+		t.Errorf("%d of 4 spec/metadata changes enqueued", enqueued)
 	}
 }

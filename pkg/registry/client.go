@@ -48,6 +48,9 @@ type Options struct {
 	// Sessions bounds how many credential sets keep their authenticated
 	// transports (tokens) cached. Default 512.
 	Sessions int
+	// CachedImages bounds how many images read by digest are kept in
+	// memory (manifest and config, a few KiB each). Default 1024.
+	CachedImages int
 }
 
 func (o Options) withDefaults() Options {
@@ -75,6 +78,9 @@ func (o Options) withDefaults() Options {
 	if o.Sessions <= 0 {
 		o.Sessions = 512
 	}
+	if o.CachedImages <= 0 {
+		o.CachedImages = 1024
+	}
 	o.Health = o.Health.withDefaults()
 	return o
 }
@@ -99,6 +105,10 @@ type Client struct {
 
 	mu       sync.Mutex
 	sessions *lru.Cache // keychain cache key → *session
+	// images holds images read by digest: content-addressed, so never
+	// stale. Keyed by credentials too, since their lazy layers read with
+	// the credentials they were made with.
+	images *lru.Cache // keychain cache key + "|" + digest ref + "|" + platform → *Image
 }
 
 // session is a puller for one set of credentials; it keeps authenticated
@@ -118,6 +128,7 @@ func New(lifetime context.Context, opts Options) *Client {
 		lifetime:  lifetime,
 		transport: newAccountingTransport(opts.Transport),
 		sessions:  lru.New(opts.Sessions),
+		images:    lru.New(opts.CachedImages),
 	}
 	c.health = newHealth(lifetime, opts.Health, c.probe)
 	return c
@@ -188,15 +199,38 @@ type Image struct {
 
 // ReadImage reads the manifest and config of the image ref names. When ref
 // names an index, the image for platform is chosen from it (linux/amd64 when
-// platform is nil).
+// platform is nil). An image named by digest is read once and then served
+// from memory: a thousand builders on one stack read its build image once.
 func (c *Client) ReadImage(ctx context.Context, ref name.Reference, platform *v1.Platform, kc authn.Keychain) (*Image, error) {
+	cacheKey := ""
+	if _, byDigest := ref.(name.Digest); byDigest {
+		if keyer, ok := orAnonymous(kc).(cacheKeyer); ok {
+			cacheKey = keyer.CacheKey() + "|" + ref.String() + "|"
+			if platform != nil {
+				cacheKey += platformString(*platform)
+			}
+			if img, ok := c.images.Get(cacheKey); ok {
+				return img.(*Image), nil
+			}
+		}
+	}
 	var out *Image
 	err := c.do(ctx, ref, c.opts.Timeout, func(ctx context.Context, s *session) error {
 		var err error
 		out, err = c.readImage(ctx, s, ref, platform)
 		return err
 	}, kc)
+	if err == nil && cacheKey != "" {
+		c.images.Add(cacheKey, out)
+	}
 	return out, err
+}
+
+func orAnonymous(kc authn.Keychain) authn.Keychain {
+	if kc == nil {
+		return Anonymous
+	}
+	return kc
 }
 
 func (c *Client) readImage(ctx context.Context, s *session, ref name.Reference, platform *v1.Platform) (*Image, error) {
@@ -328,9 +362,7 @@ func (c *Client) do(ctx context.Context, ref name.Reference, timeout time.Durati
 type cacheKeyer interface{ CacheKey() string }
 
 func (c *Client) session(kc authn.Keychain) (*session, error) {
-	if kc == nil {
-		kc = Anonymous
-	}
+	kc = orAnonymous(kc)
 	keyer, cacheable := kc.(cacheKeyer)
 	if cacheable {
 		c.mu.Lock()

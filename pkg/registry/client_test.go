@@ -275,3 +275,36 @@ func TestRedact(t *testing.T) {
 		t.Errorf("message = %q", token.Error())
 	}
 }
+
+// TestReadByDigestIsCached: an image named by digest is read from the
+// registry once per set of credentials; by tag, every time.
+func TestReadByDigestIsCached(t *testing.T) {
+	f := registrytest.New(t)
+	img := f.Push("team/app:1")
+	digest, _ := img.Digest()
+	c := newTestClient(t, Options{})
+	ctx := context.Background()
+	byDigest := f.Ref("team/app@" + digest.String())
+	if _, err := c.ReadImage(ctx, byDigest, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	before := c.Stats()
+	for range 5 {
+		if _, err := c.ReadImage(ctx, byDigest, nil, Anonymous); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := c.Stats().Sub(before).Total(); n != 0 {
+		t.Errorf("%d requests for 5 reads of a cached digest", n)
+	}
+	other := staticKeychain{user: "u", password: "p"} // not cacheable: read anew
+	if _, err := c.ReadImage(ctx, byDigest, nil, other); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.ReadImage(ctx, f.Ref("team/app:1"), nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	if n := c.Stats().Sub(before).Total("GET"); n < 4 {
+		t.Errorf("%d GETs for uncached reads, want manifest and config each time", n)
+	}
+}

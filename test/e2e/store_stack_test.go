@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -90,7 +91,29 @@ func TestStoreAndStackRecoverFromRegistryOutage(t *testing.T) {
 		t.Errorf("kstatus during the outage: %s", got)
 	}
 
-	time.Sleep(2 * time.Second) // an outage, not a blip
+	// An outage, not a blip; and no hot loop during it: with a 30s backoff
+	// the failing store is reconciled (and its status written) at most
+	// once more in 2s. A status write must not requeue its own object.
+	versions := map[string]bool{}
+	for start := time.Now(); time.Since(start) < 2*time.Second; time.Sleep(20 * time.Millisecond) {
+		s, err := stores.Get(ctx, "outage", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		versions[s.ResourceVersion] = true
+	}
+	if writes := len(versions) - 1; writes > 1 {
+		t.Errorf("%d status writes in 2s of outage: the backoff is not honoured", writes)
+	}
+	// One failure so far, so the first delay: 30s ± 20 %. (Were the status
+	// write to requeue the store, it would have failed over and over and
+	// be at the 5m cap already.)
+	last, _ := stores.Get(ctx, "outage", metav1.GetOptions{})
+	if c := last.Status.GetCondition(v1alpha1.ConditionReconciling); c == nil {
+		t.Error("no Reconciling condition during the outage")
+	} else if d, err := time.ParseDuration(strings.TrimPrefix(c.Message, "retrying in ")); err != nil || d > 36*time.Second {
+		t.Errorf("Reconciling %q during the outage, want the first retry delay (≤ 36s)", c.Message)
+	}
 	f.Up()
 	took := eventually(t, 5*time.Second, "store Ready after the registry recovered", func() (bool, string) {
 		s, err := stores.Get(ctx, "outage", metav1.GetOptions{})

@@ -7,7 +7,7 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
-	"golang.org/x/sync/errgroup"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"k8s.io/apimachinery/pkg/types"
 	pkgreconciler "knative.dev/pkg/reconciler"
 
@@ -42,11 +42,15 @@ func (r *Reconciler) reconcile(ctx context.Context, stack *v1alpha1.ClusterStack
 		return err
 	}
 
-	var build, run *registry.Image
-	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() (err error) { build, err = r.read(gctx, spec.BuildImage.Image, keychain); return err })
-	g.Go(func() (err error) { run, err = r.read(gctx, spec.RunImage.Image, keychain); return err })
-	if err := g.Wait(); err != nil {
+	// The build image first: when the run image is an index, the image
+	// for the build image's platform is the one that matters.
+	build, err := r.read(ctx, spec.BuildImage.Image, nil, keychain)
+	if err != nil {
+		return err
+	}
+	platform := &v1.Platform{OS: build.Config.OS, Architecture: build.Config.Architecture, Variant: build.Config.Variant}
+	run, err := r.read(ctx, spec.RunImage.Image, platform, keychain)
+	if err != nil {
 		return err
 	}
 
@@ -67,12 +71,12 @@ func (r *Reconciler) reconcile(ctx context.Context, stack *v1alpha1.ClusterStack
 	return nil
 }
 
-func (r *Reconciler) read(ctx context.Context, image string, keychain authn.Keychain) (*registry.Image, error) {
+func (r *Reconciler) read(ctx context.Context, image string, platform *v1.Platform, keychain authn.Keychain) (*registry.Image, error) {
 	ref, err := name.ParseReference(image)
 	if err != nil { // Validate parsed it already; kept for safety
 		return nil, failure.Permanentf(registry.ReasonInvalidReference, "%v", err)
 	}
-	return r.Registry.ReadImage(ctx, ref, nil, keychain)
+	return r.Registry.ReadImage(ctx, ref, platform, keychain)
 }
 
 // ObserveDeletion drops the deleted stack's backoff and health waits.

@@ -195,7 +195,7 @@ func TestRefusedRegistryWaitsOnHealth(t *testing.T) {
 func newReconciler(ctx context.Context, clients *reconcilertest.Clients, client *registry.Client, opts reconciler.Options) (*Reconciler, controller.Reconciler) {
 	r := &Reconciler{
 		Registry:    client,
-		Policy:      reconciler.NewPolicy(opts, client.Health()),
+		Policy:      reconciler.NewPolicy("ClusterStack", opts, client.Health()),
 		Credentials: reconciler.NewCredentials(ctx, func(types.NamespacedName) {}),
 	}
 	r.Policy.SetEnqueue(func(types.NamespacedName) {})

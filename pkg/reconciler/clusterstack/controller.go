@@ -15,11 +15,11 @@ import (
 // NewController returns a constructor of the ClusterStack controller.
 func NewController(client *registry.Client, opts reconciler.Options) func(context.Context, configmap.Watcher) *controller.Impl {
 	return func(ctx context.Context, _ configmap.Watcher) *controller.Impl {
-		r := &Reconciler{Registry: client, Policy: reconciler.NewPolicy(opts, client.Health())}
+		r := &Reconciler{Registry: client, Policy: reconciler.NewPolicy("ClusterStack", opts, client.Health())}
 		impl := clusterstackreconciler.NewImpl(ctx, r)
 		r.Policy.SetEnqueue(impl.EnqueueKey)
 		r.Credentials = reconciler.NewCredentials(ctx, impl.EnqueueKey)
-		clusterstackinformer.Get(ctx).Informer().AddEventHandler(controller.HandleAll(impl.Enqueue))
+		clusterstackinformer.Get(ctx).Informer().AddEventHandler(reconciler.EnqueueOnChange(impl.Enqueue))
 		return impl
 	}
 }

@@ -5,6 +5,7 @@ package clusterstore
 import (
 	"context"
 
+	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
 	"golang.org/x/sync/errgroup"
 	"k8s.io/apimachinery/pkg/types"
@@ -49,25 +50,24 @@ func (r *Reconciler) reconcile(ctx context.Context, store *v1alpha1.ClusterStore
 		return err
 	}
 
+	// Every source is read to the end (no cancelling the others on the
+	// first failure), and the first failure in source order is reported:
+	// the same failures always give the same condition.
 	perSource := make([][]v1alpha1.StoreBuildpack, len(store.Spec.Sources))
-	g, gctx := errgroup.WithContext(ctx)
+	errs := make([]error, len(store.Spec.Sources))
+	var g errgroup.Group
 	g.SetLimit(parallelReads)
 	for i, source := range store.Spec.Sources {
 		g.Go(func() error {
-			ref, err := name.ParseReference(source.Image)
-			if err != nil { // Validate parsed it already
-				return failure.Permanentf(registry.ReasonInvalidReference, "%v", err)
-			}
-			img, err := r.Registry.ReadImage(gctx, ref, nil, keychain)
-			if err != nil {
-				return err
-			}
-			perSource[i], err = cnb.Buildpackage(img.Ref.String(), img.Config, img.Manifest)
-			return err
+			errs[i] = r.readSource(ctx, source.Image, keychain, &perSource[i])
+			return nil
 		})
 	}
-	if err := g.Wait(); err != nil {
-		return err
+	_ = g.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
 	}
 	buildpacks, err := cnb.MergeBuildpacks(perSource...)
 	if err != nil {
@@ -75,4 +75,18 @@ func (r *Reconciler) reconcile(ctx context.Context, store *v1alpha1.ClusterStore
 	}
 	store.Status.Buildpacks = buildpacks
 	return nil
+}
+
+// readSource reads one buildpackage and lists its buildpacks into out.
+func (r *Reconciler) readSource(ctx context.Context, image string, keychain authn.Keychain, out *[]v1alpha1.StoreBuildpack) error {
+	ref, err := name.ParseReference(image)
+	if err != nil { // Validate parsed it already
+		return failure.Permanentf(registry.ReasonInvalidReference, "%v", err)
+	}
+	img, err := r.Registry.ReadImage(ctx, ref, nil, keychain)
+	if err != nil {
+		return err
+	}
+	*out, err = cnb.Buildpackage(img.Ref.String(), img.Config, img.Manifest)
+	return err
 }

@@ -126,7 +126,7 @@ func newReconciler(ctx context.Context, clients *rt.Clients, client *registry.Cl
 } {
 	r := &Reconciler{
 		Registry:    client,
-		Policy:      reconciler.NewPolicy(reconciler.DefaultOptions(), client.Health()),
+		Policy:      reconciler.NewPolicy("ClusterStore", reconciler.DefaultOptions(), client.Health()),
 		Credentials: reconciler.NewCredentials(ctx, func(types.NamespacedName) {}),
 	}
 	r.Policy.SetEnqueue(func(types.NamespacedName) {})

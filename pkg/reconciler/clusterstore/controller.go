@@ -15,11 +15,11 @@ import (
 // NewController returns a constructor of the ClusterStore controller.
 func NewController(client *registry.Client, opts reconciler.Options) func(context.Context, configmap.Watcher) *controller.Impl {
 	return func(ctx context.Context, _ configmap.Watcher) *controller.Impl {
-		r := &Reconciler{Registry: client, Policy: reconciler.NewPolicy(opts, client.Health())}
+		r := &Reconciler{Registry: client, Policy: reconciler.NewPolicy("ClusterStore", opts, client.Health())}
 		impl := clusterstorereconciler.NewImpl(ctx, r)
 		r.Policy.SetEnqueue(impl.EnqueueKey)
 		r.Credentials = reconciler.NewCredentials(ctx, impl.EnqueueKey)
-		clusterstoreinformer.Get(ctx).Informer().AddEventHandler(controller.HandleAll(impl.Enqueue))
+		clusterstoreinformer.Get(ctx).Informer().AddEventHandler(reconciler.EnqueueOnChange(impl.Enqueue))
 		return impl
 	}
 }
