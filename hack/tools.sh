@@ -95,11 +95,18 @@ build_controller_gen() {
 }
 
 # The CNB lifecycle, one multi-call binary (detector, builder… are argv[0]
-# names), static so that it runs inside any builder image.
+# names), static so that it runs inside any builder image. Built from its own
+# module (hack/tools/lifecycle): `go install …@version` asks the proxy for
+# the module's version list, which it refuses for this module.
 build_lifecycle() {
-  GOBIN="$1" CGO_ENABLED=0 go install -trimpath \
+  (cd "${ROOT}/hack/tools/lifecycle" && CGO_ENABLED=0 go build -trimpath \
     -ldflags "-s -w -X github.com/buildpacks/lifecycle/cmd.Version=${LIFECYCLE_VERSION#v}" \
-    "github.com/buildpacks/lifecycle/cmd/lifecycle@${LIFECYCLE_VERSION}"
+    -o "$1/lifecycle" github.com/buildpacks/lifecycle/cmd/lifecycle)
+}
+
+lifecycle_key() {
+  cat "${ROOT}/hack/tools/lifecycle/go.mod" "${ROOT}/hack/tools/lifecycle/go.sum" |
+    { cat; printf '%s %s' "${LIFECYCLE_VERSION}" "${GO_VERSION}"; } | hash_of
 }
 
 main() {
@@ -115,7 +122,7 @@ main() {
         install_tool controller-gen "$(printf '%s %s' "${CONTROLLER_TOOLS_VERSION}" "${GO_VERSION}" | hash_of)" \
           build_controller_gen ;;
       lifecycle)
-        install_tool lifecycle "$(printf '%s %s' "${LIFECYCLE_VERSION}" "${GO_VERSION}" | hash_of)" build_lifecycle ;;
+        install_tool lifecycle "$(lifecycle_key)" build_lifecycle ;;
       *) log "unknown tool ${tool} (known: ${ALL_TOOLS[*]})"; return 2 ;;
     esac
   done

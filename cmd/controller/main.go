@@ -1,5 +1,5 @@
-// Command controller runs the buildsmith controllers: ClusterStore and
-// ClusterStack (Builder and ClusterBuilder follow).
+// Command controller runs the buildsmith controllers: ClusterStore,
+// ClusterStack, Builder and ClusterBuilder.
 //
 // In a cluster it needs nothing but its ServiceAccount; outside, pass
 // --kubeconfig. It reads SYSTEM_NAMESPACE (default "buildsmith") for its
@@ -18,12 +18,17 @@ import (
 	"knative.dev/pkg/signals"
 
 	"github.com/buildsmith/buildsmith/pkg/reconciler"
+	"github.com/buildsmith/buildsmith/pkg/reconciler/builder"
 	"github.com/buildsmith/buildsmith/pkg/reconciler/clusterstack"
 	"github.com/buildsmith/buildsmith/pkg/reconciler/clusterstore"
 	"github.com/buildsmith/buildsmith/pkg/registry"
 )
 
 const component = "buildsmith-controller"
+
+// version is set at release builds (-ldflags -X main.version=…); it is
+// recorded in the builder images' metadata.
+var version = "dev"
 
 func main() {
 	opts := reconciler.DefaultOptions()
@@ -64,9 +69,12 @@ func main() {
 		ctx = sharedmain.WithHealthProbesDisabled(ctx)
 	}
 	client := registry.New(ctx, regOpts)
+	builders := &builder.Controllers{Registry: client, Options: opts, Version: version}
 	sharedmain.MainWithConfig(ctx, component, cfg,
 		clusterstore.NewController(client, opts),
 		clusterstack.NewController(client, opts),
+		builders.NewBuilderController(),
+		builders.NewClusterBuilderController(),
 	)
 }
 

@@ -109,6 +109,11 @@ type BuilderStatus struct {
 	ObservedStackGeneration int64 `json:"observedStackGeneration,omitempty"`
 	// +optional
 	ObservedStoreGeneration int64 `json:"observedStoreGeneration,omitempty"`
+	// Fingerprint identifies the inputs LatestImage was built from (image
+	// digests, resolved order, labels, tag): while they and the tag stay
+	// the same, nothing is rebuilt or pushed.
+	// +optional
+	Fingerprint string `json:"fingerprint,omitempty"`
 }
 
 // BuildpackMetadata describes a buildpack in a builder image.

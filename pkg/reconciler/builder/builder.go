@@ -1,0 +1,272 @@
+// Package builder reconciles Builders and ClusterBuilders (one
+// implementation): it resolves the order against the store, checks the
+// buildpacks against the lifecycle and the stack, assembles the builder
+// image and pushes it — or, when nothing changed, only checks that the tag
+// still points at it.
+package builder
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+
+	"github.com/google/go-containerregistry/pkg/authn"
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"knative.dev/pkg/apis"
+	pkgreconciler "knative.dev/pkg/reconciler"
+	"knative.dev/pkg/tracker"
+
+	"github.com/buildsmith/buildsmith/pkg/apis/build/v1alpha1"
+	listers "github.com/buildsmith/buildsmith/pkg/client/listers/build/v1alpha1"
+	"github.com/buildsmith/buildsmith/pkg/cnb"
+	"github.com/buildsmith/buildsmith/pkg/failure"
+	"github.com/buildsmith/buildsmith/pkg/reconciler"
+	"github.com/buildsmith/buildsmith/pkg/registry"
+)
+
+// Reasons of dependency errors.
+const (
+	ReasonStackNotReady = "StackNotReady"
+	ReasonStoreNotReady = "StoreNotReady"
+)
+
+// Core is what Builder and ClusterBuilder reconcilers share.
+type Core struct {
+	Registry    *registry.Client
+	Credentials reconciler.Credentials
+	Policy      *reconciler.Policy
+	Stacks      listers.ClusterStackLister
+	Stores      listers.ClusterStoreLister
+	Tracker     tracker.Interface
+	Lifecycle   *LifecycleSource
+	// Version is buildsmith's version, recorded in the builder metadata.
+	Version string
+}
+
+// BuilderReconciler reconciles Builders.
+type BuilderReconciler struct{ *Core }
+
+// ReconcileKind implements the generated reconciler's Interface.
+func (r BuilderReconciler) ReconcileKind(ctx context.Context, b *v1alpha1.Builder) pkgreconciler.Event {
+	keychain := func() (authn.Keychain, error) {
+		account := b.Spec.ServiceAccountName
+		if account == "" {
+			account = v1alpha1.DefaultServiceAccountName
+		}
+		return r.Credentials.ForServiceAccount(ctx, b, &v1alpha1.ServiceAccountRef{Namespace: b.Namespace, Name: account})
+	}
+	return r.Policy.Finish(ctx, b, r.reconcile(ctx, b, &b.Spec.BuilderSpec, &b.Status, keychain))
+}
+
+// ObserveDeletion drops the deleted builder's backoff and health waits.
+func (r BuilderReconciler) ObserveDeletion(_ context.Context, key types.NamespacedName) error {
+	r.Policy.Forget(key)
+	return nil
+}
+
+// ClusterBuilderReconciler reconciles ClusterBuilders.
+type ClusterBuilderReconciler struct{ *Core }
+
+// ReconcileKind implements the generated reconciler's Interface.
+func (r ClusterBuilderReconciler) ReconcileKind(ctx context.Context, b *v1alpha1.ClusterBuilder) pkgreconciler.Event {
+	keychain := func() (authn.Keychain, error) {
+		return r.Credentials.ForServiceAccount(ctx, b, b.Spec.ServiceAccountRef)
+	}
+	return r.Policy.Finish(ctx, b, r.reconcile(ctx, b, &b.Spec.BuilderSpec, &b.Status, keychain))
+}
+
+// ObserveDeletion drops the deleted builder's backoff and health waits.
+func (r ClusterBuilderReconciler) ObserveDeletion(_ context.Context, key types.NamespacedName) error {
+	r.Policy.Forget(key)
+	return nil
+}
+
+type object interface {
+	reconciler.Object
+	Validate(context.Context) *apis.FieldError
+}
+
+// reconcile makes the builder image, or checks that the one built from the
+// same inputs is still at the tag. Status changes only on success.
+func (r *Core) reconcile(ctx context.Context, obj object, spec *v1alpha1.BuilderSpec, status *v1alpha1.BuilderStatus,
+	keychain func() (authn.Keychain, error)) error {
+	if err := obj.Validate(ctx); err != nil {
+		return failure.Permanentf(reconciler.ReasonInvalidSpec, "%v", err)
+	}
+	tag, err := name.NewTag(spec.Tag)
+	if err != nil {
+		return failure.Permanentf(reconciler.ReasonInvalidSpec, "spec.tag: %v", err)
+	}
+	stack, err := r.stack(obj, spec.Stack.Name)
+	if err != nil {
+		return err
+	}
+	store, err := r.store(obj, spec.Store.Name)
+	if err != nil {
+		return err
+	}
+	kc, err := keychain()
+	if err != nil {
+		return err
+	}
+	resolved, err := cnb.ResolveOrder(spec.Order, store.Status.Buildpacks)
+	if err != nil {
+		return err
+	}
+	platform := v1.Platform{OS: stack.Status.OS, Architecture: stack.Status.Arch}
+	lifecycle, lifecycleDigest, err := r.Lifecycle.Get(ctx, platform, kc)
+	if err != nil {
+		return err
+	}
+	stackInfo := &cnb.Stack{ID: stack.Status.ID, Mixins: stack.Status.Mixins, UserID: stack.Status.UserID,
+		GroupID: stack.Status.GroupID, OS: stack.Status.OS, Arch: stack.Status.Arch}
+	if d := stack.Status.Distro; d != nil {
+		stackInfo.DistroName, stackInfo.DistroVersion = d.Name, d.Version
+	}
+	if err := cnb.CheckCompatibility(resolved.Buildpacks, lifecycle.APIs.Buildpack, stackInfo); err != nil {
+		return err
+	}
+
+	fingerprint := fingerprintOf(stack, lifecycleDigest, resolved, spec, r.Version)
+	if status.Fingerprint == fingerprint && status.LatestImage != "" {
+		// Nothing changed since the last push: one HEAD to check that the
+		// tag still points at it.
+		desc, err := r.Registry.Resolve(ctx, tag, kc)
+		if err == nil && desc.Ref.String() == status.LatestImage {
+			return nil
+		}
+		if err != nil && registry.Classify(err) == registry.Transient {
+			return err
+		}
+		// The tag moved or is gone: push again.
+	}
+
+	image, err := r.assemble(ctx, stack, stackInfo, lifecycle, resolved, spec, platform, kc)
+	if err != nil {
+		return err
+	}
+	pushed, err := r.Registry.Write(ctx, tag, image, kc)
+	if err != nil {
+		return err
+	}
+
+	*status = v1alpha1.BuilderStatus{
+		ConditionedStatus:       status.ConditionedStatus,
+		LatestImage:             pushed.String(),
+		Order:                   resolved.Order,
+		Stack:                   v1alpha1.BuiltStack{ID: stack.Status.ID, RunImage: stack.Status.RunImage.Image},
+		Lifecycle:               v1alpha1.LifecycleStatus{Version: lifecycle.Version, APIs: lifecycle.APIs},
+		ObservedStackGeneration: stack.Generation,
+		ObservedStoreGeneration: store.Generation,
+		Fingerprint:             fingerprint,
+	}
+	for _, bp := range resolved.Buildpacks {
+		status.BuilderMetadata = append(status.BuilderMetadata, v1alpha1.BuildpackMetadata{ID: bp.ID, Version: bp.Version, Homepage: bp.Homepage})
+	}
+	return nil
+}
+
+// assemble reads the build image and the buildpacks' layers (lazily, and by
+// digest, so from the registry client's cache after the first builder) and
+// puts the builder image together.
+func (r *Core) assemble(ctx context.Context, stack *v1alpha1.ClusterStack, stackInfo *cnb.Stack, lifecycle cnb.Lifecycle,
+	resolved *cnb.ResolvedOrder, spec *v1alpha1.BuilderSpec, platform v1.Platform, kc authn.Keychain) (v1.Image, error) {
+	buildRef, err := name.NewDigest(stack.Status.BuildImage.LatestImage)
+	if err != nil {
+		return nil, failure.Permanentf(ReasonStackNotReady, "ClusterStack %s: build image %q: %v", stack.Name, stack.Status.BuildImage.LatestImage, err)
+	}
+	build, err := r.Registry.ReadImage(ctx, buildRef, &platform, kc)
+	if err != nil {
+		return nil, err
+	}
+	layers := make([]cnb.BuildpackLayer, 0, len(resolved.Buildpacks))
+	for _, bp := range resolved.Buildpacks {
+		storeRef, err := name.NewDigest(bp.StoreImage.Image)
+		if err != nil {
+			return nil, failure.Permanentf(ReasonStoreNotReady, "buildpack %s@%s: store image %q: %v", bp.ID, bp.Version, bp.StoreImage.Image, err)
+		}
+		storeImage, err := r.Registry.ReadImage(ctx, storeRef, &platform, kc)
+		if err != nil {
+			return nil, err
+		}
+		diffID, err := v1.NewHash(bp.DiffID)
+		if err != nil {
+			return nil, failure.Permanentf(ReasonStoreNotReady, "buildpack %s@%s: diffID %q: %v", bp.ID, bp.Version, bp.DiffID, err)
+		}
+		layer, err := storeImage.Image.LayerByDiffID(diffID)
+		if err != nil {
+			// The store's status no longer matches the image: the store
+			// will notice on its next read.
+			return nil, failure.Waitingf(ReasonStoreNotReady, "buildpack %s@%s: %v", bp.ID, bp.Version, err)
+		}
+		layers = append(layers, cnb.BuildpackLayer{Buildpack: bp, Layer: layer})
+	}
+	return cnb.AssembleBuilder(cnb.BuilderSpec{
+		BuildImage:       build.Image,
+		Stack:            stackInfo,
+		RunImage:         stack.Status.RunImage.Image,
+		Lifecycle:        lifecycle,
+		Buildpacks:       layers,
+		Order:            resolved.Order,
+		AdditionalLabels: spec.AdditionalLabels,
+		CreatedBy:        r.Version,
+	})
+}
+
+// stack returns the named ClusterStack if it is Ready for its current
+// generation, and tracks it either way.
+func (r *Core) stack(obj object, name string) (*v1alpha1.ClusterStack, error) {
+	_ = r.Tracker.TrackReference(tracker.Reference{APIVersion: v1alpha1.SchemeGroupVersion.String(), Kind: "ClusterStack", Name: name}, obj)
+	stack, err := r.Stacks.Get(name)
+	if apierrors.IsNotFound(err) {
+		return nil, failure.Waitingf(ReasonStackNotReady, "ClusterStack %s not found", name)
+	} else if err != nil {
+		return nil, err
+	}
+	if !stack.Status.IsReady() || stack.Status.ObservedGeneration != stack.Generation {
+		return nil, failure.Waitingf(ReasonStackNotReady, "ClusterStack %s is not Ready%s", name, why(stack.Status.ConditionedStatus))
+	}
+	return stack, nil
+}
+
+// store returns the named ClusterStore if it is Ready for its current
+// generation, and tracks it either way.
+func (r *Core) store(obj object, name string) (*v1alpha1.ClusterStore, error) {
+	_ = r.Tracker.TrackReference(tracker.Reference{APIVersion: v1alpha1.SchemeGroupVersion.String(), Kind: "ClusterStore", Name: name}, obj)
+	store, err := r.Stores.Get(name)
+	if apierrors.IsNotFound(err) {
+		return nil, failure.Waitingf(ReasonStoreNotReady, "ClusterStore %s not found", name)
+	} else if err != nil {
+		return nil, err
+	}
+	if !store.Status.IsReady() || store.Status.ObservedGeneration != store.Generation {
+		return nil, failure.Waitingf(ReasonStoreNotReady, "ClusterStore %s is not Ready%s", name, why(store.Status.ConditionedStatus))
+	}
+	return store, nil
+}
+
+func why(s v1alpha1.ConditionedStatus) string {
+	if c := s.GetCondition(v1alpha1.ConditionReady); c != nil && c.Reason != "" {
+		return fmt.Sprintf(" (%s: %s)", c.Reason, c.Message)
+	}
+	return ""
+}
+
+// fingerprintOf digests every input of the builder image.
+func fingerprintOf(stack *v1alpha1.ClusterStack, lifecycleDigest string, resolved *cnb.ResolvedOrder,
+	spec *v1alpha1.BuilderSpec, version string) string {
+	raw, _ := json.Marshal(struct {
+		BuildImage, RunImage, Lifecycle, Tag, Version string
+		Buildpacks                                    []v1alpha1.StoreBuildpack
+		Order                                         []v1alpha1.OrderEntry
+		Labels                                        map[string]string
+	}{stack.Status.BuildImage.LatestImage, stack.Status.RunImage.Image, lifecycleDigest, spec.Tag, version,
+		resolved.Buildpacks, resolved.Order, spec.AdditionalLabels})
+	sum := sha256.Sum256(raw)
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
