@@ -4,7 +4,9 @@
 package registrytest
 
 import (
+	"archive/tar"
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -14,6 +16,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	ggcrregistry "github.com/google/go-containerregistry/pkg/registry"
@@ -22,6 +25,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/random"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 )
 
@@ -266,7 +270,7 @@ func (f *Registry) PushImage(repo string, labels map[string]string, env ...strin
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	return f.pushLinuxImage(repo, []v1.Layer{layer}, labels, env)
+	return f.PushLayers(repo, []v1.Layer{layer}, labels, env)
 }
 
 // Buildpack describes a buildpack in a test buildpackage.
@@ -299,11 +303,11 @@ func (f *Registry) PushBuildpackage(repo string, buildpacks ...Buildpack) v1.Ima
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	return f.pushLinuxImage(repo, layers, map[string]string{"io.buildpacks.buildpack.layers": string(raw)}, nil)
+	return f.PushLayers(repo, layers, map[string]string{"io.buildpacks.buildpack.layers": string(raw)}, nil)
 }
 
-// pushLinuxImage pushes an OCI linux/amd64 image of layers with labels and env.
-func (f *Registry) pushLinuxImage(repo string, layers []v1.Layer, labels map[string]string, env []string) v1.Image {
+// PushLayers pushes an OCI linux/amd64 image of layers with labels and env.
+func (f *Registry) PushLayers(repo string, layers []v1.Layer, labels map[string]string, env []string) v1.Image {
 	f.t.Helper()
 	img, err := mutate.AppendLayers(mutate.MediaType(empty.Image, types.OCIManifestSchema1), layers...)
 	if err != nil {
@@ -322,4 +326,61 @@ func (f *Registry) pushLinuxImage(repo string, layers []v1.Layer, labels map[str
 		f.t.Fatal(err)
 	}
 	return img
+}
+
+// File is an entry of a layer made by TarLayer.
+type File struct {
+	Path    string // without a leading slash; a trailing slash makes a directory
+	Mode    int64
+	Content string
+	Link    string // the target, for a symlink
+	UID     int
+}
+
+// TarLayer makes a layer of files, with fixed times.
+func TarLayer(t testing.TB, files ...File) v1.Layer {
+	t.Helper()
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for _, file := range files {
+		h := &tar.Header{Name: file.Path, Mode: file.Mode, Uid: file.UID, Gid: file.UID, ModTime: time.Unix(315532801, 0)}
+		switch {
+		case file.Link != "":
+			h.Typeflag, h.Linkname = tar.TypeSymlink, file.Link
+		case strings.HasSuffix(file.Path, "/"):
+			h.Typeflag = tar.TypeDir
+		default:
+			h.Typeflag, h.Size = tar.TypeReg, int64(len(file.Content))
+		}
+		if err := tw.WriteHeader(h); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.WriteString(tw, file.Content); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	data := buf.Bytes()
+	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) {
+		return io.NopCloser(bytes.NewReader(data)), nil
+	}, tarball.WithMediaType(types.OCILayer))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return layer
+}
+
+// Resolve returns repository@digest of what ref points at now.
+func (f *Registry) Resolve(ref string) (string, error) {
+	r, err := name.ParseReference(ref)
+	if err != nil {
+		return "", err
+	}
+	desc, err := remote.Head(r)
+	if err != nil {
+		return "", err
+	}
+	return r.Context().Digest(desc.Digest.String()).String(), nil
 }

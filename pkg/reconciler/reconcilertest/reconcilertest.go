@@ -21,6 +21,8 @@ import (
 	"github.com/buildsmith/buildsmith/pkg/apis/build/v1alpha1"
 	fakeclient "github.com/buildsmith/buildsmith/pkg/client/clientset/versioned/fake"
 	fakebuildsmithclient "github.com/buildsmith/buildsmith/pkg/client/injection/client/fake"
+	fakebuilderinformer "github.com/buildsmith/buildsmith/pkg/client/injection/informers/build/v1alpha1/builder/fake"
+	fakeclusterbuilderinformer "github.com/buildsmith/buildsmith/pkg/client/injection/informers/build/v1alpha1/clusterbuilder/fake"
 	fakeclusterstackinformer "github.com/buildsmith/buildsmith/pkg/client/injection/informers/build/v1alpha1/clusterstack/fake"
 	fakeclusterstoreinformer "github.com/buildsmith/buildsmith/pkg/client/injection/informers/build/v1alpha1/clusterstore/fake"
 	"github.com/buildsmith/buildsmith/pkg/reconciler"
@@ -46,6 +48,12 @@ func Setup(t *testing.T, objects ...runtime.Object) (context.Context, *Clients) 
 		case *v1alpha1.ClusterStore:
 			ours = append(ours, o)
 			err = fakeclusterstoreinformer.Get(ctx).Informer().GetIndexer().Add(o)
+		case *v1alpha1.Builder:
+			ours = append(ours, o)
+			err = fakebuilderinformer.Get(ctx).Informer().GetIndexer().Add(o)
+		case *v1alpha1.ClusterBuilder:
+			ours = append(ours, o)
+			err = fakeclusterbuilderinformer.Get(ctx).Informer().GetIndexer().Add(o)
 		case *corev1.ServiceAccount:
 			kube = append(kube, o)
 			err = fakeserviceaccountinformer.Get(ctx).Informer().GetIndexer().Add(o)

@@ -1,0 +1,280 @@
+package builder
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"knative.dev/pkg/logging"
+	pkgreconciler "knative.dev/pkg/reconciler"
+	"knative.dev/pkg/tracker"
+
+	"github.com/buildsmith/buildsmith/pkg/apis/build/v1alpha1"
+	builderinformer "github.com/buildsmith/buildsmith/pkg/client/injection/informers/build/v1alpha1/builder"
+	clusterstackinformer "github.com/buildsmith/buildsmith/pkg/client/injection/informers/build/v1alpha1/clusterstack"
+	clusterstoreinformer "github.com/buildsmith/buildsmith/pkg/client/injection/informers/build/v1alpha1/clusterstore"
+	builderreconciler "github.com/buildsmith/buildsmith/pkg/client/injection/reconciler/build/v1alpha1/builder"
+	"github.com/buildsmith/buildsmith/pkg/cnb"
+	"github.com/buildsmith/buildsmith/pkg/reconciler"
+	rt "github.com/buildsmith/buildsmith/pkg/reconciler/reconcilertest"
+	"github.com/buildsmith/buildsmith/pkg/registry"
+	"github.com/buildsmith/buildsmith/test/registrytest"
+)
+
+const lifecycleAPIs = `{"buildpack":{"deprecated":[],"supported":["0.7","0.8","0.9","0.10","0.11","0.12"]},` +
+	`"platform":{"deprecated":[],"supported":["0.7","0.8","0.9","0.10","0.11","0.12","0.13","0.14","0.15"]}}`
+
+// fixture is a registry with a stack, a store's buildpackages and a
+// lifecycle image, and the Ready ClusterStack and ClusterStore describing
+// them, as their reconcilers would have written them.
+type fixture struct {
+	f     *registrytest.Registry
+	stack *v1alpha1.ClusterStack
+	store *v1alpha1.ClusterStore
+	// client and lifecycle live across reconciles, as in the controller.
+	client    *registry.Client
+	lifecycle *LifecycleSource
+}
+
+func newFixture(t *testing.T) *fixture {
+	f := registrytest.New(t)
+	labels := map[string]string{cnb.LabelStackID: "io.buildpacks.stacks.jammy"}
+	build := f.PushImage("stack/build:1", labels, "CNB_USER_ID=1000", "CNB_GROUP_ID=1000")
+	f.PushImage("stack/run:1", labels)
+	f.PushLayers("lifecycle:0.21.0", []v1.Layer{registrytest.TarLayer(t, registrytest.File{Path: "cnb/lifecycle/lifecycle", Mode: 0o755, Content: "ELF"})},
+		map[string]string{cnb.LabelLifecycleVer: "0.21.0", cnb.LabelLifecycleAPIs: lifecycleAPIs}, nil)
+	goImage := f.PushBuildpackage("bp/go:1", registrytest.Buildpack{ID: "example/go", Version: "1.0.0", API: "0.10"},
+		registrytest.Buildpack{ID: "example/go", Version: "1.1.0", API: "0.10"})
+	futureImage := f.PushBuildpackage("bp/future:1", registrytest.Buildpack{ID: "example/future", Version: "1.0.0", API: "0.99"})
+
+	buildDigest, _ := build.Digest()
+	stack := &v1alpha1.ClusterStack{ObjectMeta: metav1.ObjectMeta{Name: "jammy", Generation: 3}}
+	stack.Status = v1alpha1.ClusterStackStatus{ID: "io.buildpacks.stacks.jammy", UserID: 1000, GroupID: 1000, OS: "linux", Arch: "amd64",
+		BuildImage: v1alpha1.ResolvedImage{Image: f.Addr + "/stack/build:1", LatestImage: f.Addr + "/stack/build@" + buildDigest.String()},
+		RunImage:   v1alpha1.ResolvedImage{Image: f.Addr + "/stack/run:1"}}
+	stack.Status.ObservedGeneration = 3
+	stack.Status.MarkReady()
+
+	store := &v1alpha1.ClusterStore{ObjectMeta: metav1.ObjectMeta{Name: "default", Generation: 5}}
+	for _, img := range []struct {
+		repo  string
+		image v1.Image
+	}{{"bp/go", goImage}, {"bp/future", futureImage}} {
+		digest, _ := img.image.Digest()
+		cf, _ := img.image.ConfigFile()
+		m, _ := img.image.Manifest()
+		bps, err := cnb.Buildpackage(f.Addr+"/"+img.repo+"@"+digest.String(), cf, m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		store.Status.Buildpacks = append(store.Status.Buildpacks, bps...)
+	}
+	cnb.SortBuildpacks(store.Status.Buildpacks)
+	store.Status.ObservedGeneration = 5
+	store.Status.MarkReady()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	client := registry.New(ctx, registry.Options{Timeout: 5 * time.Second})
+	return &fixture{f: f, stack: stack, store: store, client: client,
+		lifecycle: &LifecycleSource{Registry: client, Refresh: time.Hour}}
+}
+
+func (x *fixture) builder(mutate func(*v1alpha1.Builder)) *v1alpha1.Builder {
+	b := &v1alpha1.Builder{
+		ObjectMeta: metav1.ObjectMeta{Name: "go", Namespace: "apps", Generation: 1},
+		Spec: v1alpha1.NamespacedBuilderSpec{BuilderSpec: v1alpha1.BuilderSpec{
+			Tag:   x.f.Addr + "/builders/go:latest",
+			Stack: v1alpha1.StackRef{Kind: "ClusterStack", Name: "jammy"},
+			Store: v1alpha1.StoreRef{Kind: "ClusterStore", Name: "default"},
+			Order: []v1alpha1.OrderEntry{{Group: []v1alpha1.BuildpackRef{{ID: "example/go"}}}},
+		}, ServiceAccountName: "default"},
+	}
+	if mutate != nil {
+		mutate(b)
+	}
+	return b
+}
+
+// run reconciles b once with the fixture's objects (plus extra) and returns
+// the stored builder, the events, the error and the registry traffic.
+func (x *fixture) run(t *testing.T, b *v1alpha1.Builder, lifecycle string, extra ...runtime.Object) (*v1alpha1.Builder, []string, error, registry.Stats) {
+	t.Helper()
+	objects := append([]runtime.Object{b, x.stack, x.store,
+		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default", Namespace: "apps"}}}, extra...)
+	ctx, clients := rt.Setup(t, objects...)
+	client, source := x.client, x.lifecycle
+	source.Update(&corev1.ConfigMap{Data: map[string]string{LifecycleImageKey: lifecycle}})
+	core := &Core{
+		Registry:    client,
+		Policy:      reconciler.NewPolicy("Builder", reconciler.DefaultOptions(), client.Health()),
+		Credentials: reconciler.NewCredentials(ctx, func(types.NamespacedName) {}),
+		Stacks:      clusterstackinformer.Get(ctx).Lister(),
+		Stores:      clusterstoreinformer.Get(ctx).Lister(),
+		Tracker:     tracker.New(func(types.NamespacedName) {}, time.Hour),
+		Lifecycle:   source,
+		Version:     "test",
+	}
+	core.Policy.SetEnqueue(func(types.NamespacedName) {})
+	rec := builderreconciler.NewReconciler(ctx, logging.FromContext(ctx), clients.Buildsmith,
+		builderinformer.Get(ctx).Lister(), clients.Recorder, BuilderReconciler{core})
+	_ = rec.(pkgreconciler.LeaderAware).Promote(pkgreconciler.UniversalBucket(), func(pkgreconciler.Bucket, types.NamespacedName) {})
+	before := client.Stats()
+	err := rec.Reconcile(ctx, b.Namespace+"/"+b.Name)
+	traffic := client.Stats().Sub(before)
+	got, getErr := clients.Buildsmith.BuildsmithV1alpha1().Builders(b.Namespace).Get(ctx, b.Name, metav1.GetOptions{})
+	if getErr != nil {
+		t.Fatal(getErr)
+	}
+	return got, clients.Events(), err, traffic
+}
+
+func TestBuilderReadyAndThenNoRedundantWork(t *testing.T) {
+	x := newFixture(t)
+	lifecycle := x.f.Addr + "/lifecycle:0.21.0"
+	got, events, err, _ := x.run(t, x.builder(nil), lifecycle)
+	rt.Check(t, got, err, events, rt.Outcome{Ready: corev1.ConditionTrue, Requeue: rt.Resync,
+		MinDelay: 8 * time.Minute, MaxDelay: 12 * time.Minute, EventReasons: []string{"Ready"}})
+
+	s := got.Status
+	tagged, err := x.f.Resolve(x.f.Addr + "/builders/go:latest")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.LatestImage != tagged || !strings.HasPrefix(s.LatestImage, x.f.Addr+"/builders/go@sha256:") {
+		t.Errorf("latestImage %q, the tag points at %q", s.LatestImage, tagged)
+	}
+	if diff := cmp.Diff([]v1alpha1.OrderEntry{{Group: []v1alpha1.BuildpackRef{{ID: "example/go", Version: "1.1.0"}}}}, s.Order); diff != "" {
+		t.Errorf("resolved order (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]v1alpha1.BuildpackMetadata{{ID: "example/go", Version: "1.1.0"}}, s.BuilderMetadata); diff != "" {
+		t.Errorf("builderMetadata (-want +got):\n%s", diff)
+	}
+	if s.Stack != (v1alpha1.BuiltStack{ID: "io.buildpacks.stacks.jammy", RunImage: x.f.Addr + "/stack/run:1"}) ||
+		s.Lifecycle.Version != "0.21.0" || len(s.Lifecycle.APIs.Platform.Supported) != 9 ||
+		s.ObservedStackGeneration != 3 || s.ObservedStoreGeneration != 5 || s.Fingerprint == "" {
+		t.Errorf("status: %+v", s)
+	}
+
+	// The same builder again, as the controller finds it at its resyncs:
+	// one HEAD of the tag, nothing uploaded. (The first HEAD of a
+	// repository through the client's read session follows a /v2/ ping;
+	// the session keeps it from then on.)
+	for i, want := range [][]string{
+		{"GET /v2/", "HEAD /v2/builders/go/manifests/latest"},
+		{"HEAD /v2/builders/go/manifests/latest"},
+		{"HEAD /v2/builders/go/manifests/latest"},
+	} {
+		x.f.ForgetRequests()
+		again, events, err, traffic := x.run(t, got, lifecycle)
+		rt.Check(t, again, err, events, rt.Outcome{Ready: corev1.ConditionTrue, Requeue: rt.Resync,
+			MinDelay: 8 * time.Minute, MaxDelay: 12 * time.Minute})
+		if diff := cmp.Diff(want, x.f.Requests()); diff != "" || traffic.TotalBytesUp() != 0 {
+			t.Errorf("unchanged builder, resync %d: %d bytes up, requests (-want +got):\n%s", i+1, traffic.TotalBytesUp(), diff)
+		}
+		if again.Status.LatestImage != s.LatestImage {
+			t.Errorf("latestImage changed: %s", again.Status.LatestImage)
+		}
+	}
+
+	// Someone pushed over the tag: built and pushed again.
+	x.f.Push("builders/go:latest")
+	again, _, err, traffic := x.run(t, got, lifecycle)
+	if !again.Status.IsReady() || traffic.Total("PUT") == 0 {
+		t.Errorf("moved tag: ready %v, %v (%v)", again.Status.IsReady(), traffic.Requests, err)
+	}
+	if now, _ := x.f.Resolve(x.f.Addr + "/builders/go:latest"); now != s.LatestImage {
+		t.Errorf("tag at %s after the rebuild, want %s (same inputs, same digest)", now, s.LatestImage)
+	}
+}
+
+func TestBuilderFailures(t *testing.T) {
+	x := newFixture(t)
+	lifecycle := x.f.Addr + "/lifecycle:0.21.0"
+	notReady := x.stack.DeepCopy()
+	notReady.Name = "jammy-next"
+	notReady.Generation = 4 // a new generation the stack reconciler has not seen yet
+	tests := []struct {
+		name      string
+		builder   *v1alpha1.Builder
+		lifecycle string
+		extra     []runtime.Object
+		setup     func(*fixture)
+		want      rt.Outcome
+	}{{
+		name:    "stack not Ready for its generation",
+		builder: x.builder(func(b *v1alpha1.Builder) { b.Spec.Stack.Name = "jammy-next" }), lifecycle: lifecycle,
+		extra: []runtime.Object{notReady},
+		want: rt.Outcome{Ready: corev1.ConditionFalse, Reason: ReasonStackNotReady, Reconciling: true, Requeue: rt.Poll,
+			MinDelay: 48 * time.Second, MaxDelay: 72 * time.Second, EventReasons: []string{ReasonStackNotReady}, MessageContains: "jammy-next"},
+	}, {
+		name:    "stack missing",
+		builder: x.builder(func(b *v1alpha1.Builder) { b.Spec.Stack.Name = "bionic" }), lifecycle: lifecycle,
+		want: rt.Outcome{Ready: corev1.ConditionFalse, Reason: ReasonStackNotReady, Reconciling: true, Requeue: rt.Poll,
+			MinDelay: 48 * time.Second, MaxDelay: 72 * time.Second, EventReasons: []string{ReasonStackNotReady}, MessageContains: "bionic"},
+	}, {
+		name:    "store missing",
+		builder: x.builder(func(b *v1alpha1.Builder) { b.Spec.Store.Name = "other" }), lifecycle: lifecycle,
+		want: rt.Outcome{Ready: corev1.ConditionFalse, Reason: ReasonStoreNotReady, Reconciling: true, Requeue: rt.Poll,
+			MinDelay: 48 * time.Second, MaxDelay: 72 * time.Second, EventReasons: []string{ReasonStoreNotReady}},
+	}, {
+		name:    "no lifecycle configured",
+		builder: x.builder(nil),
+		want: rt.Outcome{Ready: corev1.ConditionFalse, Reason: ReasonLifecycleNotConfigured, Reconciling: true, Requeue: rt.Poll,
+			MinDelay: 48 * time.Second, MaxDelay: 72 * time.Second, EventReasons: []string{ReasonLifecycleNotConfigured}},
+	}, {
+		name:    "not a lifecycle image",
+		builder: x.builder(nil), lifecycle: x.f.Addr + "/stack/run:1",
+		want: rt.Outcome{Ready: corev1.ConditionFalse, Reason: ReasonInvalidLifecycleImage, Stalled: true, Requeue: rt.NoRequeue,
+			EventReasons: []string{ReasonInvalidLifecycleImage}},
+	}, {
+		name: "buildpack not in the store",
+		builder: x.builder(func(b *v1alpha1.Builder) {
+			b.Spec.Order = []v1alpha1.OrderEntry{{Group: []v1alpha1.BuildpackRef{{ID: "example/ruby"}}}}
+		}), lifecycle: lifecycle,
+		want: rt.Outcome{Ready: corev1.ConditionFalse, Reason: cnb.ReasonBuildpackNotFound, Stalled: true, Requeue: rt.NoRequeue,
+			EventReasons: []string{cnb.ReasonBuildpackNotFound}, MessageContains: "example/ruby"},
+	}, {
+		name: "buildpack API the lifecycle lacks",
+		builder: x.builder(func(b *v1alpha1.Builder) {
+			b.Spec.Order = []v1alpha1.OrderEntry{{Group: []v1alpha1.BuildpackRef{{ID: "example/future"}}}}
+		}), lifecycle: lifecycle,
+		want: rt.Outcome{Ready: corev1.ConditionFalse, Reason: cnb.ReasonBuildpackAPIUnsupported, Stalled: true, Requeue: rt.NoRequeue,
+			EventReasons: []string{cnb.ReasonBuildpackAPIUnsupported}, MessageContains: "example/future@1.0.0"},
+	}, {
+		name:    "push fails: nothing tagged",
+		builder: x.builder(func(b *v1alpha1.Builder) { b.Spec.Tag = x.f.Addr + "/builders/failing:latest" }), lifecycle: lifecycle,
+		setup: func(x *fixture) {
+			x.f.Inject("PUT", "/builders/failing/manifests/", -1, registrytest.Answer(503, nil, ""))
+		},
+		want: rt.Outcome{Ready: corev1.ConditionFalse, Reason: registry.ReasonRegistryUnavailable, Reconciling: true, Requeue: rt.Retry,
+			MinDelay: 800 * time.Millisecond, MaxDelay: 1200 * time.Millisecond, EventReasons: []string{registry.ReasonRegistryUnavailable}},
+	}}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			defer x.f.ClearFaults()
+			if tc.setup != nil {
+				tc.setup(x)
+			}
+			b := tc.builder
+			// A previous success: its latestImage must survive any failure.
+			b.Status.LatestImage = x.f.Addr + "/builders/go@sha256:" + strings.Repeat("1", 64)
+			b.Status.ObservedGeneration = 1
+			b.Status.MarkReady()
+			got, events, err, _ := x.run(t, b, tc.lifecycle, tc.extra...)
+			rt.Check(t, got, err, events, tc.want)
+			if got.Status.LatestImage != b.Status.LatestImage {
+				t.Errorf("latestImage %q, want the previous one kept", got.Status.LatestImage)
+			}
+		})
+	}
+	if _, err := x.f.Resolve(x.f.Addr + "/builders/failing:latest"); err == nil {
+		t.Error("a failed push left a tag")
+	}
+}
