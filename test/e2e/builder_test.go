@@ -1,0 +1,315 @@
+package e2e
+
+import (
+	"archive/tar"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/buildsmith/buildsmith/pkg/apis/build/v1alpha1"
+	"github.com/buildsmith/buildsmith/test/registrytest"
+)
+
+// The build user of the test stack; the lifecycle refuses to run as root.
+const cnbUID = 1000
+
+// TestBuilderRunsTheRealLifecycle is the conformance test nobody can fake:
+// the controller builds and pushes a builder image; the test pulls it,
+// unpacks its filesystem and runs the lifecycle binary found inside it —
+// the real CNB lifecycle v0.21.0 — as the build user: the detector against
+// the image's /cnb/order.toml and /cnb/buildpacks, then the builder, which
+// runs the sample buildpack's bin/build.
+func TestBuilderRunsTheRealLifecycle(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("this test drops to uid 1000 to run the lifecycle (which refuses root) and must run as root")
+	}
+	ctx := context.Background()
+	f := registrytest.New(t)
+	pushLifecycleImage(t, f, "buildsmith/lifecycle:0.21.0")
+	pushSampleBuildpackage(t, f, "buildpacks/hello:1.0.0", "example/hello", "1.0.0")
+	pushSampleBuildpackage(t, f, "buildpacks/never:1.0.0", "example/never", "1.0.0")
+	labels := map[string]string{"io.buildpacks.stack.id": "io.buildpacks.stacks.test"}
+	f.PushImage("stack/build:1", labels, fmt.Sprintf("CNB_USER_ID=%d", cnbUID), fmt.Sprintf("CNB_GROUP_ID=%d", cnbUID))
+	f.PushImage("stack/run:1", labels)
+
+	if _, err := kube.CoreV1().ConfigMaps(systemNamespace).Create(ctx, &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: "lifecycle-image"},
+		Data:       map[string]string{"image": f.Addr + "/buildsmith/lifecycle:0.21.0"},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = kube.CoreV1().ConfigMaps(systemNamespace).Delete(ctx, "lifecycle-image", metav1.DeleteOptions{}) })
+	const ns = "conformance"
+	if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// envtest runs no controller-manager: no default ServiceAccount.
+	if _, err := kube.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	startController(t)
+
+	bs := client.BuildsmithV1alpha1()
+	if _, err := bs.ClusterStores().Create(ctx, &v1alpha1.ClusterStore{ObjectMeta: metav1.ObjectMeta{Name: "conformance"},
+		Spec: v1alpha1.ClusterStoreSpec{Sources: []v1alpha1.ImageSource{
+			{Image: f.Addr + "/buildpacks/hello:1.0.0"}, {Image: f.Addr + "/buildpacks/never:1.0.0"}}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bs.ClusterStacks().Create(ctx, &v1alpha1.ClusterStack{ObjectMeta: metav1.ObjectMeta{Name: "conformance"},
+		Spec: v1alpha1.ClusterStackSpec{ID: "io.buildpacks.stacks.test",
+			BuildImage: v1alpha1.ImageSource{Image: f.Addr + "/stack/build:1"},
+			RunImage:   v1alpha1.ImageSource{Image: f.Addr + "/stack/run:1"}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bs.Builders(ns).Create(ctx, &v1alpha1.Builder{ObjectMeta: metav1.ObjectMeta{Name: "conformance", Namespace: ns},
+		Spec: v1alpha1.NamespacedBuilderSpec{BuilderSpec: v1alpha1.BuilderSpec{
+			Tag:   f.Addr + "/builders/conformance:latest",
+			Stack: v1alpha1.StackRef{Name: "conformance"},
+			Store: v1alpha1.StoreRef{Name: "conformance"},
+			// "never" fails detection: the lifecycle must fall through
+			// to the second group.
+			Order: []v1alpha1.OrderEntry{
+				{Group: []v1alpha1.BuildpackRef{{ID: "example/never"}}},
+				{Group: []v1alpha1.BuildpackRef{{ID: "example/hello"}}},
+			},
+		}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var builder *v1alpha1.Builder
+	eventually(t, 60*time.Second, "Builder Ready", func() (bool, string) {
+		b, err := bs.Builders(ns).Get(ctx, "conformance", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		builder = b
+		return b.Status.IsReady() && b.Status.LatestImage != "", fmt.Sprintf("%+v", b.Status.Conditions)
+	})
+	out, _ := env.Kubectl("get", "bldr", "-n", ns).CombinedOutput()
+	t.Logf("kubectl get bldr:\n%s", out)
+	if !strings.Contains(string(out), builder.Status.LatestImage) || !strings.Contains(string(out), "True") {
+		t.Errorf("kubectl get bldr does not show Ready and LatestImage:\n%s", out)
+	}
+
+	// Pull the builder image and unpack it.
+	ref, err := name.NewDigest(builder.Status.LatestImage)
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := remote.Image(ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	work := worldReadableTempDir(t)
+	rootfs := filepath.Join(work, "rootfs")
+	extract(t, img, rootfs)
+
+	app := filepath.Join(work, "app")
+	layers := filepath.Join(work, "layers")
+	platform := filepath.Join(work, "platform")
+	for _, dir := range []string{app, layers, platform} {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(dir, cnbUID, cnbUID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(app, "hello.txt"), []byte("hi"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	common := []string{"-app", app, "-layers", layers, "-platform", platform,
+		"-buildpacks", filepath.Join(rootfs, "cnb/buildpacks"),
+		"-group", filepath.Join(layers, "group.toml"), "-plan", filepath.Join(layers, "plan.toml"),
+		"-log-level", "debug"}
+	runLifecycle(t, rootfs, "detector", append(common,
+		"-order", filepath.Join(rootfs, "cnb/order.toml"),
+		"-run", filepath.Join(rootfs, "cnb/run.toml"),
+		"-build-config", filepath.Join(rootfs, "cnb/build-config"))...)
+	group, err := os.ReadFile(filepath.Join(layers, "group.toml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(group), `id = "example/hello"`) || strings.Contains(string(group), "example/never") {
+		t.Errorf("group.toml:\n%s", group)
+	}
+	runLifecycle(t, rootfs, "builder", append(common, "-build-config", filepath.Join(rootfs, "cnb/build-config"))...)
+	marker, err := os.ReadFile(filepath.Join(layers, "example_hello", "hello", "marker"))
+	if err != nil || strings.TrimSpace(string(marker)) != "built hello.txt" {
+		t.Errorf("bin/build did not run as expected: %q, %v", marker, err)
+	}
+	if _, err := os.Stat(filepath.Join(layers, "config", "metadata.toml")); err != nil {
+		t.Errorf("the builder wrote no metadata.toml: %v", err)
+	}
+
+	// The labels other tools read.
+	cf, err := img.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var meta struct {
+		Buildpacks []struct{ ID, Version string } `json:"buildpacks"`
+		Lifecycle  struct{ Version string }       `json:"lifecycle"`
+	}
+	if err := json.Unmarshal([]byte(cf.Config.Labels["io.buildpacks.builder.metadata"]), &meta); err != nil ||
+		len(meta.Buildpacks) != 2 || meta.Lifecycle.Version != "0.21.0" {
+		t.Errorf("io.buildpacks.builder.metadata: %+v, %v", meta, err)
+	}
+}
+
+// pushLifecycleImage pushes an image like buildpacksio/lifecycle: the
+// lifecycle binary built by hack/tools.sh, its phase names, lifecycle.toml,
+// and the labels the lifecycle's image build sets.
+func pushLifecycleImage(t *testing.T, f *registrytest.Registry, repo string) {
+	t.Helper()
+	binary, err := os.ReadFile(filepath.Join(env.Root, "bin", "lifecycle"))
+	if err != nil {
+		t.Fatalf("bin/lifecycle (make tools builds it): %v", err)
+	}
+	// The APIs of lifecycle v0.21.0 (its api/apis.go).
+	const apis = `{"buildpack":{"deprecated":[],"supported":["0.7","0.8","0.9","0.10","0.11","0.12"]},` +
+		`"platform":{"deprecated":[],"supported":["0.7","0.8","0.9","0.10","0.11","0.12","0.13","0.14","0.15"]}}`
+	files := []registrytest.File{
+		{Path: "cnb/", Mode: 0o755}, {Path: "cnb/lifecycle/", Mode: 0o755},
+		{Path: "cnb/lifecycle/lifecycle", Mode: 0o755, Content: string(binary)},
+		{Path: "cnb/lifecycle.toml", Mode: 0o644, Content: "[lifecycle]\n  version = \"0.21.0\"\n"},
+	}
+	for _, phase := range []string{"analyzer", "builder", "creator", "detector", "exporter", "extender", "rebaser", "restorer"} {
+		files = append(files, registrytest.File{Path: "cnb/lifecycle/" + phase, Mode: 0o777, Link: "lifecycle"})
+	}
+	f.PushLayers(repo, []v1.Layer{registrytest.TarLayer(t, files...)},
+		map[string]string{"io.buildpacks.lifecycle.version": "0.21.0", "io.buildpacks.lifecycle.apis": apis}, nil)
+}
+
+// pushSampleBuildpackage pushes a buildpackage with one buildpack whose
+// bin/detect passes when the app has hello.txt (id "example/hello") or
+// never, and whose bin/build writes a launch layer.
+func pushSampleBuildpackage(t *testing.T, f *registrytest.Registry, repo, id, version string) {
+	t.Helper()
+	dir := "cnb/buildpacks/" + strings.ReplaceAll(id, "/", "_") + "/"
+	detect := "#!/bin/sh\nexit 100\n"
+	if id == "example/hello" {
+		detect = "#!/bin/sh\n[ -f hello.txt ] && exit 0\nexit 100\n"
+	}
+	build := `#!/bin/sh
+set -e
+layer="$CNB_LAYERS_DIR/hello"
+mkdir -p "$layer"
+echo "built $(ls)" > "$layer/marker"
+printf '[types]\nlaunch = true\n' > "$CNB_LAYERS_DIR/hello.toml"
+`
+	layer := registrytest.TarLayer(t,
+		registrytest.File{Path: "cnb/", Mode: 0o755}, registrytest.File{Path: "cnb/buildpacks/", Mode: 0o755},
+		registrytest.File{Path: dir, Mode: 0o755}, registrytest.File{Path: dir + version + "/", Mode: 0o755},
+		registrytest.File{Path: dir + version + "/buildpack.toml", Mode: 0o644, Content: fmt.Sprintf(
+			"api = \"0.10\"\n\n[buildpack]\n  id = %q\n  version = %q\n\n[[targets]]\n  os = \"linux\"\n", id, version)},
+		registrytest.File{Path: dir + version + "/bin/", Mode: 0o755},
+		registrytest.File{Path: dir + version + "/bin/detect", Mode: 0o755, Content: detect},
+		registrytest.File{Path: dir + version + "/bin/build", Mode: 0o755, Content: build},
+	)
+	diffID, err := layer.DiffID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	label := fmt.Sprintf(`{%q:{%q:{"api":"0.10","targets":[{"os":"linux"}],"layerDiffID":%q}}}`, id, version, diffID)
+	f.PushLayers(repo, []v1.Layer{layer}, map[string]string{"io.buildpacks.buildpack.layers": label}, nil)
+}
+
+// worldReadableTempDir returns a directory that uid 1000 can enter
+// (t.TempDir's parents are private to root).
+func worldReadableTempDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "buildsmith-conformance-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// extract unpacks img's layers into dir, in order, keeping modes, owners
+// and symlinks (the builder image's filesystem as a container would see it).
+func extract(t *testing.T, img v1.Image, dir string) {
+	t.Helper()
+	layers, err := img.Layers()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, layer := range layers {
+		rc, err := layer.Uncompressed()
+		if err != nil {
+			t.Fatal(err)
+		}
+		tr := tar.NewReader(rc)
+		for {
+			h, err := tr.Next()
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			target := filepath.Join(dir, filepath.Clean("/"+h.Name))
+			switch h.Typeflag {
+			case tar.TypeDir:
+				if err := os.MkdirAll(target, os.FileMode(h.Mode)&os.ModePerm); err != nil {
+					t.Fatal(err)
+				}
+				_ = os.Chmod(target, os.FileMode(h.Mode)&os.ModePerm)
+			case tar.TypeReg:
+				if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				out, err := os.OpenFile(target, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, os.FileMode(h.Mode)&os.ModePerm)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := io.Copy(out, tr); err != nil {
+					t.Fatal(err)
+				}
+				_ = out.Close()
+			case tar.TypeSymlink:
+				_ = os.Remove(target)
+				if err := os.Symlink(h.Linkname, target); err != nil {
+					t.Fatal(err)
+				}
+			default:
+				continue
+			}
+			_ = os.Lchown(target, h.Uid, h.Gid)
+		}
+		_ = rc.Close()
+	}
+}
+
+// runLifecycle runs a lifecycle phase from the unpacked builder as the
+// build user, with platform API 0.13.
+func runLifecycle(t *testing.T, rootfs, phase string, args ...string) {
+	t.Helper()
+	uid := fmt.Sprint(cnbUID)
+	cmd := exec.Command("setpriv", append([]string{"--reuid=" + uid, "--regid=" + uid, "--clear-groups",
+		filepath.Join(rootfs, "cnb/lifecycle", phase)}, args...)...)
+	cmd.Env = []string{"CNB_PLATFORM_API=0.13", "PATH=/usr/bin:/bin", "HOME=/tmp"}
+	out, err := cmd.CombinedOutput()
+	t.Logf("%s:\n%s", phase, out)
+	if err != nil {
+		t.Fatalf("%s: %v", phase, err)
+	}
+}
