@@ -9,7 +9,7 @@ GO_FILES = $(shell find . -name '*.go' -not -path './bin/*' -not -path './.git/*
 all: build
 
 .PHONY: tools
-tools: ## build etcd, kube-apiserver, kubectl and controller-gen into bin/ (cached)
+tools: ## build etcd, kube-apiserver, kubectl, controller-gen and the CNB lifecycle into bin/ (cached)
 	hack/tools.sh
 
 .PHONY: build
@@ -41,6 +41,10 @@ RACE_PKGS = ./pkg/registry/... ./pkg/reconciler/...
 test: tools verify-codegen vet fmt-check ## everything CI runs
 	$(GO) test -count=1 -race $(RACE_PKGS)
 	$(GO) test -count=1 $$($(GO) list ./... | grep -v -e /pkg/registry -e /pkg/reconciler)
+
+.PHONY: bench
+bench: ## Go benchmarks: requests, bytes uploaded and allocations per operation
+	$(GO) test -run '^$$' -bench . -benchmem ./pkg/...
 
 .PHONY: demo
 demo:

@@ -46,13 +46,6 @@ func TestBuilderRunsTheRealLifecycle(t *testing.T) {
 	f.PushImage("stack/build:1", labels, fmt.Sprintf("CNB_USER_ID=%d", cnbUID), fmt.Sprintf("CNB_GROUP_ID=%d", cnbUID))
 	f.PushImage("stack/run:1", labels)
 
-	if _, err := kube.CoreV1().ConfigMaps(systemNamespace).Create(ctx, &corev1.ConfigMap{
-		ObjectMeta: metav1.ObjectMeta{Name: "lifecycle-image"},
-		Data:       map[string]string{"image": f.Addr + "/buildsmith/lifecycle:0.21.0"},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = kube.CoreV1().ConfigMaps(systemNamespace).Delete(ctx, "lifecycle-image", metav1.DeleteOptions{}) })
 	const ns = "conformance"
 	if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -89,8 +82,28 @@ func TestBuilderRunsTheRealLifecycle(t *testing.T) {
 		}}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	// No lifecycle image configured yet: the builder waits, and says so.
+	eventually(t, 30*time.Second, "Builder waiting for the lifecycle", func() (bool, string) {
+		b, err := bs.Builders(ns).Get(ctx, "conformance", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		c := b.Status.GetCondition(v1alpha1.ConditionReady)
+		return c != nil && c.Reason == "LifecycleNotConfigured", fmt.Sprintf("%+v", b.Status.Conditions)
+	})
+	// Configuring it reconciles the builder at once (the poll interval is
+	// a minute; the test allows 20 s).
+	if _, err := kube.CoreV1().ConfigMaps(systemNamespace).Create(ctx, &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: "lifecycle-image"},
+		Data:       map[string]string{"image": f.Addr + "/buildsmith/lifecycle:0.21.0"},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = kube.CoreV1().ConfigMaps(systemNamespace).Delete(ctx, "lifecycle-image", metav1.DeleteOptions{})
+	})
 	var builder *v1alpha1.Builder
-	eventually(t, 60*time.Second, "Builder Ready", func() (bool, string) {
+	eventually(t, 20*time.Second, "Builder Ready", func() (bool, string) {
 		b, err := bs.Builders(ns).Get(ctx, "conformance", metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()

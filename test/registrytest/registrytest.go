@@ -7,6 +7,7 @@ import (
 	"archive/tar"
 	"bufio"
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -276,6 +277,8 @@ func (f *Registry) PushImage(repo string, labels map[string]string, env ...strin
 // Buildpack describes a buildpack in a test buildpackage.
 type Buildpack struct {
 	ID, Version, API string
+	// Size is the size of its (random) layer; 256 bytes when 0.
+	Size int64
 }
 
 // PushBuildpackage pushes an image with one (random) layer per buildpack
@@ -285,7 +288,7 @@ func (f *Registry) PushBuildpackage(repo string, buildpacks ...Buildpack) v1.Ima
 	var layers []v1.Layer
 	label := map[string]map[string]map[string]string{}
 	for _, bp := range buildpacks {
-		layer, err := random.Layer(256, types.OCILayer)
+		layer, err := random.Layer(cmp.Or(bp.Size, 256), types.OCILayer)
 		if err != nil {
 			f.t.Fatal(err)
 		}

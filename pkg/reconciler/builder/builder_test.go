@@ -2,11 +2,13 @@ package builder
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -276,5 +278,100 @@ func TestBuilderFailures(t *testing.T) {
 	}
 	if _, err := x.f.Resolve(x.f.Addr + "/builders/failing:latest"); err == nil {
 		t.Error("a failed push left a tag")
+	}
+}
+
+// TestBuildersShareStoreReads: a second builder over the same stack and
+// store reads none of their images again (they are read by digest, and
+// the registry client keeps what it read by digest).
+func TestBuildersShareStoreReads(t *testing.T) {
+	x := newFixture(t)
+	lifecycle := x.f.Addr + "/lifecycle:0.21.0"
+	if got, _, err, _ := x.run(t, x.builder(nil), lifecycle); !got.Status.IsReady() {
+		t.Fatalf("first builder: %v", err)
+	}
+	x.f.ForgetRequests()
+	second := x.builder(func(b *v1alpha1.Builder) { b.Name, b.Spec.Tag = "go-2", x.f.Addr+"/builders/go-2:latest" })
+	if got, _, err, _ := x.run(t, second, lifecycle); !got.Status.IsReady() {
+		t.Fatalf("second builder: %v", err)
+	}
+	for _, r := range x.f.Requests() {
+		if strings.HasPrefix(r, "GET ") && (strings.Contains(r, "/bp/") || strings.Contains(r, "/stack/") || strings.Contains(r, "/lifecycle/")) {
+			t.Errorf("the second builder read %s again", r)
+		}
+	}
+}
+
+// BenchmarkAssembleBuilder builds and pushes a builder of 10 buildpacks
+// whose layers already live in the same registry, and reports what one
+// push costs: requests, and bytes uploaded (only the new small layers, the
+// config and the manifest: buildpack layers are mounted or skipped).
+func BenchmarkAssembleBuilder(b *testing.B) {
+	f := registrytest.New(b)
+	labels := map[string]string{cnb.LabelStackID: "io.buildpacks.stacks.jammy"}
+	build := f.PushImage("stack/build:1", labels, "CNB_USER_ID=1000", "CNB_GROUP_ID=1000")
+	f.PushLayers("lifecycle:0.21.0", []v1.Layer{registrytest.TarLayer(b, registrytest.File{Path: "cnb/lifecycle/lifecycle", Mode: 0o755, Content: "ELF"})},
+		map[string]string{cnb.LabelLifecycleVer: "0.21.0", cnb.LabelLifecycleAPIs: lifecycleAPIs}, nil)
+	var buildpacks []registrytest.Buildpack
+	var order []v1alpha1.BuildpackRef
+	for i := range 10 {
+		id := fmt.Sprintf("example/bp-%d", i)
+		buildpacks = append(buildpacks, registrytest.Buildpack{ID: id, Version: "1.0.0", API: "0.10", Size: 512 << 10})
+		order = append(order, v1alpha1.BuildpackRef{ID: id})
+	}
+	pkg := f.PushBuildpackage("bp/all:1", buildpacks...)
+	digest, _ := pkg.Digest()
+	cf, _ := pkg.ConfigFile()
+	m, _ := pkg.Manifest()
+	store, err := cnb.Buildpackage(f.Addr+"/bp/all@"+digest.String(), cf, m)
+	if err != nil {
+		b.Fatal(err)
+	}
+	resolved, err := cnb.ResolveOrder([]v1alpha1.OrderEntry{{Group: order}}, store)
+	if err != nil {
+		b.Fatal(err)
+	}
+	buildDigest, _ := build.Digest()
+	stack := &v1alpha1.ClusterStack{ObjectMeta: metav1.ObjectMeta{Name: "jammy"}, Status: v1alpha1.ClusterStackStatus{
+		ID: "io.buildpacks.stacks.jammy", UserID: 1000, GroupID: 1000, OS: "linux", Arch: "amd64",
+		BuildImage: v1alpha1.ResolvedImage{LatestImage: f.Addr + "/stack/build@" + buildDigest.String()},
+		RunImage:   v1alpha1.ResolvedImage{Image: f.Addr + "/stack/run:1"}}}
+	ctx := context.Background()
+	client := registry.New(ctx, registry.Options{})
+	core := &Core{Registry: client, Lifecycle: &LifecycleSource{Registry: client, Refresh: time.Hour}, Version: "bench"}
+	core.Lifecycle.Update(&corev1.ConfigMap{Data: map[string]string{LifecycleImageKey: f.Addr + "/lifecycle:0.21.0"}})
+	platform := v1.Platform{OS: "linux", Architecture: "amd64"}
+	lifecycle, _, err := core.Lifecycle.Get(ctx, platform, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	stackInfo := &cnb.Stack{ID: "io.buildpacks.stacks.jammy", UserID: 1000, GroupID: 1000, OS: "linux", Arch: "amd64"}
+	before := client.Stats()
+	b.ReportAllocs()
+	b.ResetTimer()
+	i := 0
+	for b.Loop() {
+		spec := &v1alpha1.BuilderSpec{AdditionalLabels: map[string]string{"n": fmt.Sprint(i)}} // a new image each time
+		img, err := core.assemble(ctx, stack, stackInfo, lifecycle, resolved, spec, platform, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		tag, _ := name.NewTag(fmt.Sprintf("%s/builders/bench:%d", f.Addr, i))
+		if _, err := client.Write(ctx, tag, img, nil); err != nil {
+			b.Fatal(err)
+		}
+		i++
+	}
+	b.StopTimer()
+	d := client.Stats().Sub(before)
+	b.ReportMetric(float64(d.Total())/float64(i), "requests/op")
+	b.ReportMetric(float64(d.TotalBytesUp())/float64(i), "bytes-up/op")
+	var layerBytes int64
+	for _, bp := range resolved.Buildpacks {
+		layerBytes += bp.Size
+	}
+	b.ReportMetric(float64(layerBytes), "buildpack-layer-bytes")
+	if up := d.TotalBytesUp() / int64(i); up > 64<<10 {
+		b.Errorf("%d bytes uploaded per builder; the buildpack layers (%d bytes) were uploaded again", up, layerBytes)
 	}
 }
