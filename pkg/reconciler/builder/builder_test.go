@@ -20,9 +20,11 @@ import (
 
 	"github.com/buildsmith/buildsmith/pkg/apis/build/v1alpha1"
 	builderinformer "github.com/buildsmith/buildsmith/pkg/client/injection/informers/build/v1alpha1/builder"
+	clusterbuilderinformer "github.com/buildsmith/buildsmith/pkg/client/injection/informers/build/v1alpha1/clusterbuilder"
 	clusterstackinformer "github.com/buildsmith/buildsmith/pkg/client/injection/informers/build/v1alpha1/clusterstack"
 	clusterstoreinformer "github.com/buildsmith/buildsmith/pkg/client/injection/informers/build/v1alpha1/clusterstore"
 	builderreconciler "github.com/buildsmith/buildsmith/pkg/client/injection/reconciler/build/v1alpha1/builder"
+	clusterbuilderreconciler "github.com/buildsmith/buildsmith/pkg/client/injection/reconciler/build/v1alpha1/clusterbuilder"
 	"github.com/buildsmith/buildsmith/pkg/cnb"
 	"github.com/buildsmith/buildsmith/pkg/reconciler"
 	rt "github.com/buildsmith/buildsmith/pkg/reconciler/reconcilertest"
@@ -373,5 +375,47 @@ func BenchmarkAssembleBuilder(b *testing.B) {
 	b.ReportMetric(float64(layerBytes), "buildpack-layer-bytes")
 	if up := d.TotalBytesUp() / int64(i); up > 64<<10 {
 		b.Errorf("%d bytes uploaded per builder; the buildpack layers (%d bytes) were uploaded again", up, layerBytes)
+	}
+}
+
+// TestClusterBuilder: the cluster-scoped kind goes through the same
+// implementation, with credentials from serviceAccountRef.
+func TestClusterBuilder(t *testing.T) {
+	x := newFixture(t)
+	cb := &v1alpha1.ClusterBuilder{
+		ObjectMeta: metav1.ObjectMeta{Name: "go", Generation: 1},
+		Spec: v1alpha1.ClusterBuilderSpec{BuilderSpec: x.builder(nil).Spec.BuilderSpec,
+			ServiceAccountRef: &v1alpha1.ServiceAccountRef{Name: "pusher", Namespace: "buildsmith"}},
+	}
+	cb.Spec.Tag = x.f.Addr + "/builders/cluster-go:latest"
+	reconcile := func(objects ...runtime.Object) (*v1alpha1.ClusterBuilder, []string, error) {
+		ctx, clients := rt.Setup(t, append([]runtime.Object{cb, x.stack, x.store}, objects...)...)
+		x.lifecycle.Update(&corev1.ConfigMap{Data: map[string]string{LifecycleImageKey: x.f.Addr + "/lifecycle:0.21.0"}})
+		core := &Core{Registry: x.client, Policy: reconciler.NewPolicy("ClusterBuilder", reconciler.DefaultOptions(), x.client.Health()),
+			Credentials: reconciler.NewCredentials(ctx, func(types.NamespacedName) {}),
+			Stacks:      clusterstackinformer.Get(ctx).Lister(), Stores: clusterstoreinformer.Get(ctx).Lister(),
+			Tracker: tracker.New(func(types.NamespacedName) {}, time.Hour), Lifecycle: x.lifecycle, Version: "test"}
+		core.Policy.SetEnqueue(func(types.NamespacedName) {})
+		rec := clusterbuilderreconciler.NewReconciler(ctx, logging.FromContext(ctx), clients.Buildsmith,
+			clusterbuilderinformer.Get(ctx).Lister(), clients.Recorder, ClusterBuilderReconciler{core})
+		_ = rec.(pkgreconciler.LeaderAware).Promote(pkgreconciler.UniversalBucket(), func(pkgreconciler.Bucket, types.NamespacedName) {})
+		err := rec.Reconcile(ctx, cb.Name)
+		got, getErr := clients.Buildsmith.BuildsmithV1alpha1().ClusterBuilders().Get(ctx, cb.Name, metav1.GetOptions{})
+		if getErr != nil {
+			t.Fatal(getErr)
+		}
+		return got, clients.Events(), err
+	}
+
+	got, events, err := reconcile()
+	rt.Check(t, got, err, events, rt.Outcome{Ready: corev1.ConditionFalse, Reason: registry.ReasonServiceAccountNotFound,
+		Reconciling: true, Requeue: rt.Poll, MinDelay: 48 * time.Second, MaxDelay: 72 * time.Second,
+		EventReasons: []string{registry.ReasonServiceAccountNotFound}, MessageContains: "buildsmith/pusher"})
+
+	got, events, err = reconcile(&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "pusher", Namespace: "buildsmith"}})
+	rt.Check(t, got, err, events, rt.Outcome{Ready: corev1.ConditionTrue, Requeue: rt.Resync,
+		MinDelay: 8 * time.Minute, MaxDelay: 12 * time.Minute, EventReasons: []string{"Ready"}})
+	if tagged, _ := x.f.Resolve(cb.Spec.Tag); got.Status.LatestImage != tagged || tagged == "" {
+		t.Errorf("latestImage %q, tag at %q", got.Status.LatestImage, tagged)
 	}
 }
