@@ -322,15 +322,6 @@ func labelAPIs(apis v1alpha1.LifecycleAPIs) lifecycleAPIs {
 	}
 }
 
-type layerMetadata struct {
-	API         string                     `json:"api,omitempty"`
-	Stacks      []v1alpha1.BuildpackStack  `json:"stacks,omitempty"`
-	Targets     []v1alpha1.BuildpackTarget `json:"targets,omitempty"`
-	Order       []v1alpha1.OrderEntry      `json:"order,omitempty"`
-	LayerDiffID string                     `json:"layerDiffID"`
-	Homepage    string                     `json:"homepage,omitempty"`
-}
-
 func builderLabels(spec BuilderSpec) (map[string]string, error) {
 	labels := map[string]string{}
 	for k, v := range spec.AdditionalLabels {
@@ -354,14 +345,14 @@ func builderLabels(spec BuilderSpec) (map[string]string, error) {
 		},
 		CreatedBy: map[string]string{"name": "buildsmith", "version": spec.CreatedBy},
 	}
-	layers := map[string]map[string]layerMetadata{}
+	layers := map[string]map[string]layerInfo{}
 	for _, bl := range sortedBuildpackLayers(spec.Buildpacks) {
 		bp := bl.Buildpack
 		meta.Buildpacks = append(meta.Buildpacks, buildpackInfo{ID: bp.ID, Version: bp.Version, Homepage: bp.Homepage})
 		if layers[bp.ID] == nil {
-			layers[bp.ID] = map[string]layerMetadata{}
+			layers[bp.ID] = map[string]layerInfo{}
 		}
-		layers[bp.ID][bp.Version] = layerMetadata{API: bp.API, Stacks: bp.Stacks, Targets: bp.Targets,
+		layers[bp.ID][bp.Version] = layerInfo{API: bp.API, Stacks: bp.Stacks, Targets: bp.Targets,
 			Order: bp.Order, LayerDiffID: bp.DiffID, Homepage: bp.Homepage}
 	}
 	for key, value := range map[string]any{

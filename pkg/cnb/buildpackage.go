@@ -27,7 +27,7 @@ const (
 )
 
 // layerInfo is one id@version entry of io.buildpacks.buildpack.layers, as
-// pack writes it.
+// pack writes it; read from buildpackages, written into builders.
 type layerInfo struct {
 	API         string                     `json:"api"`
 	Stacks      []v1alpha1.BuildpackStack  `json:"stacks,omitempty"`

@@ -106,18 +106,13 @@ func (x *fixture) builder(mutate func(*v1alpha1.Builder)) *v1alpha1.Builder {
 	return b
 }
 
-// run reconciles b once with the fixture's objects (plus extra) and returns
-// the stored builder, the events, the error and the registry traffic.
-func (x *fixture) run(t *testing.T, b *v1alpha1.Builder, lifecycle string, extra ...runtime.Object) (*v1alpha1.Builder, []string, error, registry.Stats) {
-	t.Helper()
-	objects := append([]runtime.Object{b, x.stack, x.store,
-		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default", Namespace: "apps"}}}, extra...)
-	ctx, clients := rt.Setup(t, objects...)
-	client, source := x.client, x.lifecycle
-	source.Update(&corev1.ConfigMap{Data: map[string]string{LifecycleImageKey: lifecycle}})
+// core returns the shared part of the Builder and ClusterBuilder
+// reconcilers over the fake informers of ctx, with the lifecycle image ref
+// configured ("" for none).
+func (x *fixture) core(ctx context.Context, kind string, source *LifecycleSource) *Core {
 	core := &Core{
-		Registry:    client,
-		Policy:      reconciler.NewPolicy("Builder", reconciler.DefaultOptions(), client.Health()),
+		Registry:    x.client,
+		Policy:      reconciler.NewPolicy(kind, reconciler.DefaultOptions(), x.client.Health()),
 		Credentials: reconciler.NewCredentials(ctx, func(types.NamespacedName) {}),
 		Stacks:      clusterstackinformer.Get(ctx).Lister(),
 		Stores:      clusterstoreinformer.Get(ctx).Lister(),
@@ -126,6 +121,19 @@ func (x *fixture) run(t *testing.T, b *v1alpha1.Builder, lifecycle string, extra
 		Version:     "test",
 	}
 	core.Policy.SetEnqueue(func(types.NamespacedName) {})
+	return core
+}
+
+// run reconciles b once with the fixture's objects (plus extra) and returns
+// the stored builder, the events, the error and the registry traffic.
+func (x *fixture) run(t *testing.T, b *v1alpha1.Builder, lifecycle string, extra ...runtime.Object) (*v1alpha1.Builder, []string, error, registry.Stats) {
+	t.Helper()
+	objects := append([]runtime.Object{b, x.stack, x.store,
+		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default", Namespace: "apps"}}}, extra...)
+	ctx, clients := rt.Setup(t, objects...)
+	client := x.client
+	x.lifecycle.Update(&corev1.ConfigMap{Data: map[string]string{LifecycleImageKey: lifecycle}})
+	core := x.core(ctx, "Builder", x.lifecycle)
 	rec := builderreconciler.NewReconciler(ctx, logging.FromContext(ctx), clients.Buildsmith,
 		builderinformer.Get(ctx).Lister(), clients.Recorder, BuilderReconciler{core})
 	_ = rec.(pkgreconciler.LeaderAware).Promote(pkgreconciler.UniversalBucket(), func(pkgreconciler.Bucket, types.NamespacedName) {})
@@ -391,11 +399,7 @@ func TestClusterBuilder(t *testing.T) {
 	reconcile := func(objects ...runtime.Object) (*v1alpha1.ClusterBuilder, []string, error) {
 		ctx, clients := rt.Setup(t, append([]runtime.Object{cb, x.stack, x.store}, objects...)...)
 		x.lifecycle.Update(&corev1.ConfigMap{Data: map[string]string{LifecycleImageKey: x.f.Addr + "/lifecycle:0.21.0"}})
-		core := &Core{Registry: x.client, Policy: reconciler.NewPolicy("ClusterBuilder", reconciler.DefaultOptions(), x.client.Health()),
-			Credentials: reconciler.NewCredentials(ctx, func(types.NamespacedName) {}),
-			Stacks:      clusterstackinformer.Get(ctx).Lister(), Stores: clusterstoreinformer.Get(ctx).Lister(),
-			Tracker: tracker.New(func(types.NamespacedName) {}, time.Hour), Lifecycle: x.lifecycle, Version: "test"}
-		core.Policy.SetEnqueue(func(types.NamespacedName) {})
+		core := x.core(ctx, "ClusterBuilder", x.lifecycle)
 		rec := clusterbuilderreconciler.NewReconciler(ctx, logging.FromContext(ctx), clients.Buildsmith,
 			clusterbuilderinformer.Get(ctx).Lister(), clients.Recorder, ClusterBuilderReconciler{core})
 		_ = rec.(pkgreconciler.LeaderAware).Promote(pkgreconciler.UniversalBucket(), func(pkgreconciler.Bucket, types.NamespacedName) {})

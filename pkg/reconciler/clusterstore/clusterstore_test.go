@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"knative.dev/pkg/controller"
 	"knative.dev/pkg/logging"
 	pkgreconciler "knative.dev/pkg/reconciler"
 
@@ -121,9 +122,7 @@ func TestReconcile(t *testing.T) {
 	}
 }
 
-func newReconciler(ctx context.Context, clients *rt.Clients, client *registry.Client) interface {
-	Reconcile(context.Context, string) error
-} {
+func newReconciler(ctx context.Context, clients *rt.Clients, client *registry.Client) controller.Reconciler {
 	r := &Reconciler{
 		Registry:    client,
 		Policy:      reconciler.NewPolicy("ClusterStore", reconciler.DefaultOptions(), client.Health()),

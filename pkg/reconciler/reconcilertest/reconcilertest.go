@@ -151,3 +151,13 @@ func Check(t *testing.T, obj reconciler.Object, err error, events []string, want
 		}
 	}
 }
+
+// TableFactory returns a factory for knative's TableTest: fake clients and
+// informers holding the row's objects, and the reconciler newReconciler
+// makes of them (already promoted to leader).
+func TableFactory(newReconciler func(ctx context.Context, clients *Clients) controller.Reconciler) pkgtesting.Factory {
+	return func(t *testing.T, row *pkgtesting.TableRow) (controller.Reconciler, pkgtesting.ActionRecorderList, pkgtesting.EventList) {
+		ctx, clients := Setup(t, row.Objects...)
+		return newReconciler(ctx, clients), pkgtesting.ActionRecorderList{clients.Buildsmith}, pkgtesting.EventList{Recorder: clients.Recorder}
+	}
+}
