@@ -47,10 +47,12 @@ bench: ## Go benchmarks: requests, bytes uploaded and allocations per operation
 	$(GO) test -run '^$$' -bench . -benchmem ./pkg/...
 
 .PHONY: demo
-demo:
-	@echo "make demo is not built yet: it arrives with the issue 'Run it like users do'." >&2
-	@echo "Until then, 'make test' starts a real control plane and applies config/samples." >&2
-	@exit 2
+demo: tools ## everything on this machine: control plane, registry, lifecycle, controller, samples
+	$(GO) run ./hack/demo
+
+.PHONY: dev
+dev: tools ## like demo, but keeps running and prints a KUBECONFIG
+	$(GO) run ./hack/demo --keep
 
 .PHONY: help
 help:

@@ -21,7 +21,7 @@ KUBE_VERSION=v1.35.4
 CONTROLLER_TOOLS_VERSION=v0.23.0
 LIFECYCLE_VERSION=v0.21.0
 
-ALL_TOOLS=(etcd kube-apiserver kubectl controller-gen lifecycle)
+ALL_TOOLS=(etcd kube-apiserver kubectl controller-gen lifecycle registry)
 
 log() { printf 'tools: %s\n' "$*" >&2; }
 
@@ -94,19 +94,27 @@ build_controller_gen() {
     "sigs.k8s.io/controller-tools/cmd/controller-gen@${CONTROLLER_TOOLS_VERSION}"
 }
 
+# Tools pinned by a module of their own under hack/tools/NAME (a tools.go
+# importing the command): their dependencies stay apart from ours and from
+# each other. `go install …@version` is not used: it asks the proxy for the
+# module's version list, which the proxy here refuses for some modules.
+module_tool_key() {
+  cat "${ROOT}/hack/tools/$1/go.mod" "${ROOT}/hack/tools/$1/go.sum" |
+    { cat; printf '%s %s' "$2" "${GO_VERSION}"; } | hash_of
+}
+
 # The CNB lifecycle, one multi-call binary (detector, builder… are argv[0]
-# names), static so that it runs inside any builder image. Built from its own
-# module (hack/tools/lifecycle): `go install …@version` asks the proxy for
-# the module's version list, which it refuses for this module.
+# names), static so that it runs inside any builder image.
+LIFECYCLE_LDFLAGS="-s -w -X github.com/buildpacks/lifecycle/cmd.Version=${LIFECYCLE_VERSION#v}"
 build_lifecycle() {
-  (cd "${ROOT}/hack/tools/lifecycle" && CGO_ENABLED=0 go build -trimpath \
-    -ldflags "-s -w -X github.com/buildpacks/lifecycle/cmd.Version=${LIFECYCLE_VERSION#v}" \
+  (cd "${ROOT}/hack/tools/lifecycle" && CGO_ENABLED=0 go build -trimpath -ldflags "${LIFECYCLE_LDFLAGS}" \
     -o "$1/lifecycle" github.com/buildpacks/lifecycle/cmd/lifecycle)
 }
 
-lifecycle_key() {
-  cat "${ROOT}/hack/tools/lifecycle/go.mod" "${ROOT}/hack/tools/lifecycle/go.sum" |
-    { cat; printf '%s %s' "${LIFECYCLE_VERSION}" "${GO_VERSION}"; } | hash_of
+# The reference registry (distribution), for the demo and the e2e tests.
+build_registry() {
+  (cd "${ROOT}/hack/tools/registry" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" \
+    -o "$1/registry" github.com/distribution/distribution/v3/cmd/registry)
 }
 
 main() {
@@ -121,8 +129,8 @@ main() {
       controller-gen)
         install_tool controller-gen "$(printf '%s %s' "${CONTROLLER_TOOLS_VERSION}" "${GO_VERSION}" | hash_of)" \
           build_controller_gen ;;
-      lifecycle)
-        install_tool lifecycle "$(lifecycle_key)" build_lifecycle ;;
+      lifecycle) install_tool lifecycle "$(module_tool_key lifecycle "${LIFECYCLE_LDFLAGS}")" build_lifecycle ;;
+      registry) install_tool registry "$(module_tool_key registry "")" build_registry ;;
       *) log "unknown tool ${tool} (known: ${ALL_TOOLS[*]})"; return 2 ;;
     esac
   done

@@ -26,7 +26,9 @@ func CheckCompatibility(buildpacks []v1alpha1.StoreBuildpack, lifecycleAPIs v1al
 				"buildpack %s implements buildpack API %s; the lifecycle supports %s",
 				key, bp.API, strings.Join(append(slices.Clone(lifecycleAPIs.Supported), lifecycleAPIs.Deprecated...), ", "))
 		}
-		if len(bp.Stacks) > 0 && !runsOnStack(bp.Stacks, stack) {
+		// As the lifecycle does: [[targets]], when present, replace the
+		// legacy [[stacks]].
+		if len(bp.Stacks) > 0 && len(bp.Targets) == 0 && !runsOnStack(bp.Stacks, stack) {
 			return failure.Permanentf(ReasonIncompatibleBuildpack,
 				"buildpack %s does not run on stack %s (its stacks: %s, or mixins missing from the build image)",
 				key, stack.ID, stackIDs(bp.Stacks))

@@ -34,6 +34,7 @@ func TestResolveOrder(t *testing.T) {
 		sbp("inner", "1.0.0", ref("procfile", "1.0.0")),
 		sbp("weird", "latest"),
 		sbp("loop-a", "1.0.0", ref("loop-b", "1.0.0")), sbp("loop-b", "1.0.0", ref("loop-a", "1.0.0")),
+		sbp("orphan-parent", "1.0.0", ref("ghost", "1.0.0")),
 	}
 	tests := []struct {
 		name       string
@@ -71,6 +72,9 @@ func TestResolveOrder(t *testing.T) {
 		order:     []v1alpha1.OrderEntry{group(ref("weird", "latest"))},
 		wantOrder: []v1alpha1.OrderEntry{group(ref("weird", "latest"))},
 		wantUsed:  []string{"weird@latest"},
+	}, {
+		name: "child of a meta-buildpack missing", order: []v1alpha1.OrderEntry{group(ref("orphan-parent", ""))},
+		wantReason: ReasonBuildpackNotFound, wantText: "in meta-buildpack orphan-parent@1.0.0: buildpack ghost is not in the store",
 	}, {
 		name: "cycle", order: []v1alpha1.OrderEntry{group(ref("loop-a", ""))},
 		wantReason: ReasonBuildpackCycle, wantText: "loop-a@1.0.0 → loop-b@1.0.0 → loop-a@1.0.0",
@@ -119,9 +123,7 @@ func TestCheckCompatibility(t *testing.T) {
 		{"no stacks, no targets", with(func(*v1alpha1.StoreBuildpack) {}), ""},
 		{"deprecated API", with(func(bp *v1alpha1.StoreBuildpack) { bp.API = "0.7" }), ""},
 		{"unsupported API", with(func(bp *v1alpha1.StoreBuildpack) { bp.API = "0.13" }), ReasonBuildpackAPIUnsupported},
-		{"API of a meta-buildpack's child", []v1alpha1.StoreBuildpack{
-			{ID: "meta", Version: "1", API: "0.10", Order: []v1alpha1.OrderEntry{group(ref("child", "1"))}},
-			{ID: "child", Version: "1", API: "0.2"}}, ReasonBuildpackAPIUnsupported},
+		{"API of a meta-buildpack's child", metaWithOldChild(t), ReasonBuildpackAPIUnsupported},
 		{"any stack", with(func(bp *v1alpha1.StoreBuildpack) { bp.Stacks = []v1alpha1.BuildpackStack{{ID: "*"}} }), ""},
 		{"other stack", with(func(bp *v1alpha1.StoreBuildpack) {
 			bp.Stacks = []v1alpha1.BuildpackStack{{ID: "io.buildpacks.stacks.bionic"}}
@@ -139,6 +141,10 @@ func TestCheckCompatibility(t *testing.T) {
 		{"target of another arch", with(func(bp *v1alpha1.StoreBuildpack) {
 			bp.Targets = []v1alpha1.BuildpackTarget{{OS: "linux", Arch: "arm64"}}
 		}), ReasonIncompatibleBuildpack},
+		{"targets replace stacks, as in the lifecycle", with(func(bp *v1alpha1.StoreBuildpack) {
+			bp.Stacks = []v1alpha1.BuildpackStack{{ID: "io.buildpacks.stacks.bionic"}}
+			bp.Targets = []v1alpha1.BuildpackTarget{{OS: "linux"}}
+		}), ""},
 		{"target of another distro", with(func(bp *v1alpha1.StoreBuildpack) {
 			bp.Targets = []v1alpha1.BuildpackTarget{{OS: "linux", Distros: []v1alpha1.Distro{{Name: "alpine"}}}}
 		}), ReasonIncompatibleBuildpack},
@@ -157,4 +163,20 @@ func TestCheckCompatibility(t *testing.T) {
 			}
 		})
 	}
+}
+
+// metaWithOldChild resolves an order naming only a meta-buildpack whose
+// child implements an API the lifecycle lacks: the child must be among the
+// buildpacks checked.
+func metaWithOldChild(t *testing.T) []v1alpha1.StoreBuildpack {
+	t.Helper()
+	store := []v1alpha1.StoreBuildpack{
+		{ID: "meta", Version: "1", API: "0.10", Order: []v1alpha1.OrderEntry{group(ref("child", "1"))}},
+		{ID: "child", Version: "1", API: "0.2"},
+	}
+	resolved, err := ResolveOrder([]v1alpha1.OrderEntry{group(ref("meta", "1"))}, store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resolved.Buildpacks
 }

@@ -202,16 +202,17 @@ type Image struct {
 // platform is nil). An image named by digest is read once and then served
 // from memory: a thousand builders on one stack read its build image once.
 func (c *Client) ReadImage(ctx context.Context, ref name.Reference, platform *v1.Platform, kc authn.Keychain) (*Image, error) {
-	cacheKey := ""
-	if _, byDigest := ref.(name.Digest); byDigest {
-		if keyer, ok := orAnonymous(kc).(cacheKeyer); ok {
-			cacheKey = keyer.CacheKey() + "|" + ref.String() + "|"
-			if platform != nil {
-				cacheKey += platformString(*platform)
-			}
-			if img, ok := c.images.Get(cacheKey); ok {
-				return img.(*Image), nil
-			}
+	keyer, cacheable := orAnonymous(kc).(cacheKeyer)
+	cacheKey := func(digest name.Digest) string {
+		key := keyer.CacheKey() + "|" + digest.String() + "|"
+		if platform != nil {
+			key += platformString(*platform)
+		}
+		return key
+	}
+	if digest, byDigest := ref.(name.Digest); byDigest && cacheable {
+		if img, ok := c.images.Get(cacheKey(digest)); ok {
+			return img.(*Image), nil
 		}
 	}
 	var out *Image
@@ -220,8 +221,11 @@ func (c *Client) ReadImage(ctx context.Context, ref name.Reference, platform *v1
 		out, err = c.readImage(ctx, s, ref, platform)
 		return err
 	}, kc)
-	if err == nil && cacheKey != "" {
-		c.images.Add(cacheKey, out)
+	if err == nil && cacheable {
+		// Under the digest read (an index's, for an index) and the image's
+		// own: a tag read now serves later reads by either digest.
+		c.images.Add(cacheKey(out.Ref), out)
+		c.images.Add(cacheKey(out.Ref.Context().Digest(out.Digest.String())), out)
 	}
 	return out, err
 }

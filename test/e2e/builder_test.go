@@ -22,6 +22,7 @@ import (
 
 	"github.com/buildsmith/buildsmith/pkg/apis/build/v1alpha1"
 	"github.com/buildsmith/buildsmith/test/registrytest"
+	"github.com/buildsmith/buildsmith/test/sampleimages"
 )
 
 // The build user of the test stack; the lifecycle refuses to run as root.
@@ -39,12 +40,16 @@ func TestBuilderRunsTheRealLifecycle(t *testing.T) {
 	}
 	ctx := context.Background()
 	f := registrytest.New(t)
-	pushLifecycleImage(t, f, "buildsmith/lifecycle:0.21.0")
-	pushSampleBuildpackage(t, f, "buildpacks/hello:1.0.0", "example/hello", "1.0.0")
-	pushSampleBuildpackage(t, f, "buildpacks/never:1.0.0", "example/never", "1.0.0")
-	labels := map[string]string{"io.buildpacks.stack.id": "io.buildpacks.stacks.test"}
-	f.PushImage("stack/build:1", labels, fmt.Sprintf("CNB_USER_ID=%d", cnbUID), fmt.Sprintf("CNB_GROUP_ID=%d", cnbUID))
-	f.PushImage("stack/run:1", labels)
+	lifecycle, err := sampleimages.Lifecycle(filepath.Join(env.Root, "bin", "lifecycle"), "0.21.0")
+	push(t, f, "buildsmith/lifecycle:0.21.0", lifecycle, err)
+	hello, err := sampleimages.Buildpackage(helloBuildpack)
+	push(t, f, "buildpacks/hello:1.0.0", hello, err)
+	never, err := sampleimages.Buildpackage(neverBuildpack)
+	push(t, f, "buildpacks/never:1.0.0", never, err)
+	build, err := sampleimages.StackImage("io.buildpacks.stacks.test", cnbUID)
+	push(t, f, "stack/build:1", build, err)
+	run, err := sampleimages.StackImage("io.buildpacks.stacks.test", 0)
+	push(t, f, "stack/run:1", run, err)
 
 	const ns = "conformance"
 	if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
@@ -184,63 +189,29 @@ func TestBuilderRunsTheRealLifecycle(t *testing.T) {
 	}
 }
 
-// pushLifecycleImage pushes an image like buildpacksio/lifecycle: the
-// lifecycle binary built by hack/tools.sh, its phase names, lifecycle.toml,
-// and the labels the lifecycle's image build sets.
-func pushLifecycleImage(t *testing.T, f *registrytest.Registry, repo string) {
+// push writes img to repo in f.
+func push(t *testing.T, f *registrytest.Registry, repo string, img v1.Image, err error) {
 	t.Helper()
-	binary, err := os.ReadFile(filepath.Join(env.Root, "bin", "lifecycle"))
-	if err != nil {
-		t.Fatalf("bin/lifecycle (make tools builds it): %v", err)
-	}
-	// The APIs of lifecycle v0.21.0 (its api/apis.go).
-	const apis = `{"buildpack":{"deprecated":[],"supported":["0.7","0.8","0.9","0.10","0.11","0.12"]},` +
-		`"platform":{"deprecated":[],"supported":["0.7","0.8","0.9","0.10","0.11","0.12","0.13","0.14","0.15"]}}`
-	files := []registrytest.File{
-		{Path: "cnb/", Mode: 0o755}, {Path: "cnb/lifecycle/", Mode: 0o755},
-		{Path: "cnb/lifecycle/lifecycle", Mode: 0o755, Content: string(binary)},
-		{Path: "cnb/lifecycle.toml", Mode: 0o644, Content: "[lifecycle]\n  version = \"0.21.0\"\n"},
-	}
-	for _, phase := range []string{"analyzer", "builder", "creator", "detector", "exporter", "extender", "rebaser", "restorer"} {
-		files = append(files, registrytest.File{Path: "cnb/lifecycle/" + phase, Mode: 0o777, Link: "lifecycle"})
-	}
-	f.PushLayers(repo, []v1.Layer{registrytest.TarLayer(t, files...)},
-		map[string]string{"io.buildpacks.lifecycle.version": "0.21.0", "io.buildpacks.lifecycle.apis": apis}, nil)
-}
-
-// pushSampleBuildpackage pushes a buildpackage with one buildpack whose
-// bin/detect passes when the app has hello.txt (id "example/hello") or
-// never, and whose bin/build writes a launch layer.
-func pushSampleBuildpackage(t *testing.T, f *registrytest.Registry, repo, id, version string) {
-	t.Helper()
-	dir := "cnb/buildpacks/" + strings.ReplaceAll(id, "/", "_") + "/"
-	detect := "#!/bin/sh\nexit 100\n"
-	if id == "example/hello" {
-		detect = "#!/bin/sh\n[ -f hello.txt ] && exit 0\nexit 100\n"
-	}
-	build := `#!/bin/sh
-set -e
-layer="$CNB_LAYERS_DIR/hello"
-mkdir -p "$layer"
-echo "built $(ls)" > "$layer/marker"
-printf '[types]\nlaunch = true\n' > "$CNB_LAYERS_DIR/hello.toml"
-`
-	layer := registrytest.TarLayer(t,
-		registrytest.File{Path: "cnb/", Mode: 0o755}, registrytest.File{Path: "cnb/buildpacks/", Mode: 0o755},
-		registrytest.File{Path: dir, Mode: 0o755}, registrytest.File{Path: dir + version + "/", Mode: 0o755},
-		registrytest.File{Path: dir + version + "/buildpack.toml", Mode: 0o644, Content: fmt.Sprintf(
-			"api = \"0.10\"\n\n[buildpack]\n  id = %q\n  version = %q\n\n[[targets]]\n  os = \"linux\"\n", id, version)},
-		registrytest.File{Path: dir + version + "/bin/", Mode: 0o755},
-		registrytest.File{Path: dir + version + "/bin/detect", Mode: 0o755, Content: detect},
-		registrytest.File{Path: dir + version + "/bin/build", Mode: 0o755, Content: build},
-	)
-	diffID, err := layer.DiffID()
 	if err != nil {
 		t.Fatal(err)
 	}
-	label := fmt.Sprintf(`{%q:{%q:{"api":"0.10","targets":[{"os":"linux"}],"layerDiffID":%q}}}`, id, version, diffID)
-	f.PushLayers(repo, []v1.Layer{layer}, map[string]string{"io.buildpacks.buildpack.layers": label}, nil)
+	if err := remote.Write(f.Ref(repo), img); err != nil {
+		t.Fatal(err)
+	}
 }
+
+// helloBuildpack passes detection when the app has hello.txt, and writes a
+// launch layer whose marker file lists the app's files.
+var helloBuildpack = sampleimages.Buildpack{ID: "example/hello", Version: "1.0.0",
+	Detect: "[ -f hello.txt ] && exit 0\nexit 100\n",
+	Build: `layer="$CNB_LAYERS_DIR/hello"
+mkdir -p "$layer"
+echo "built $(ls)" > "$layer/marker"
+printf '[types]\nlaunch = true\n' > "$CNB_LAYERS_DIR/hello.toml"
+`}
+
+// neverBuildpack never passes detection.
+var neverBuildpack = sampleimages.Buildpack{ID: "example/never", Version: "1.0.0", Detect: "exit 100\n", Build: "exit 1\n"}
 
 // worldReadableTempDir returns a directory that uid 1000 can enter
 // (t.TempDir's parents are private to root).

@@ -133,11 +133,27 @@ func (r *Core) reconcile(ctx context.Context, obj object, spec *v1alpha1.Builder
 	}
 
 	fingerprint := fingerprintOf(stack, lifecycleDigest, resolved, spec, r.Version)
+	next := v1alpha1.BuilderStatus{
+		ConditionedStatus:       status.ConditionedStatus,
+		LatestImage:             status.LatestImage,
+		Order:                   resolved.Order,
+		Stack:                   v1alpha1.BuiltStack{ID: stack.Status.ID, RunImage: stack.Status.RunImage.Image},
+		Lifecycle:               v1alpha1.LifecycleStatus{Version: lifecycle.Version, APIs: lifecycle.APIs},
+		ObservedStackGeneration: stack.Generation,
+		ObservedStoreGeneration: store.Generation,
+		Fingerprint:             fingerprint,
+	}
+	for _, bp := range resolved.Buildpacks {
+		next.BuilderMetadata = append(next.BuilderMetadata, v1alpha1.BuildpackMetadata{ID: bp.ID, Version: bp.Version, Homepage: bp.Homepage})
+	}
+
 	if status.Fingerprint == fingerprint && status.LatestImage != "" {
 		// Nothing changed since the last push: one HEAD to check that the
-		// tag still points at it.
+		// tag still points at it. The status is refreshed all the same (a
+		// new stack or store generation may resolve to the same inputs).
 		desc, err := r.Registry.Resolve(ctx, tag, kc)
 		if err == nil && desc.Ref.String() == status.LatestImage {
+			*status = next
 			return nil
 		}
 		if err != nil && registry.Classify(err) == registry.Transient {
@@ -154,20 +170,8 @@ func (r *Core) reconcile(ctx context.Context, obj object, spec *v1alpha1.Builder
 	if err != nil {
 		return err
 	}
-
-	*status = v1alpha1.BuilderStatus{
-		ConditionedStatus:       status.ConditionedStatus,
-		LatestImage:             pushed.String(),
-		Order:                   resolved.Order,
-		Stack:                   v1alpha1.BuiltStack{ID: stack.Status.ID, RunImage: stack.Status.RunImage.Image},
-		Lifecycle:               v1alpha1.LifecycleStatus{Version: lifecycle.Version, APIs: lifecycle.APIs},
-		ObservedStackGeneration: stack.Generation,
-		ObservedStoreGeneration: store.Generation,
-		Fingerprint:             fingerprint,
-	}
-	for _, bp := range resolved.Buildpacks {
-		status.BuilderMetadata = append(status.BuilderMetadata, v1alpha1.BuildpackMetadata{ID: bp.ID, Version: bp.Version, Homepage: bp.Homepage})
-	}
+	next.LatestImage = pushed.String()
+	*status = next
 	return nil
 }
 
@@ -257,16 +261,24 @@ func why(s v1alpha1.ConditionedStatus) string {
 	return ""
 }
 
-// fingerprintOf digests every input of the builder image.
+// fingerprintOf digests every input of the builder image, and nothing
+// else: a buildpack counts by its layer and its metadata, not by the
+// buildpackage it came from (re-pushing a buildpackage with the same layer
+// changes no builder).
 func fingerprintOf(stack *v1alpha1.ClusterStack, lifecycleDigest string, resolved *cnb.ResolvedOrder,
 	spec *v1alpha1.BuilderSpec, version string) string {
+	buildpacks := make([]v1alpha1.StoreBuildpack, len(resolved.Buildpacks))
+	for i, bp := range resolved.Buildpacks {
+		bp.StoreImage = v1alpha1.ImageSource{}
+		buildpacks[i] = bp
+	}
 	raw, _ := json.Marshal(struct {
 		BuildImage, RunImage, Lifecycle, Tag, Version string
 		Buildpacks                                    []v1alpha1.StoreBuildpack
 		Order                                         []v1alpha1.OrderEntry
 		Labels                                        map[string]string
 	}{stack.Status.BuildImage.LatestImage, stack.Status.RunImage.Image, lifecycleDigest, spec.Tag, version,
-		resolved.Buildpacks, resolved.Order, spec.AdditionalLabels})
+		buildpacks, resolved.Order, spec.AdditionalLabels})
 	sum := sha256.Sum256(raw)
 	return "sha256:" + hex.EncodeToString(sum[:])
 }

@@ -31,10 +31,13 @@ const (
 )
 
 // LifecycleSource is the lifecycle image all builders use: named by the
-// lifecycle-image ConfigMap, resolved at most once per refresh interval and
-// per platform, and shared by every builder. Builders then know the
-// lifecycle's digest without asking the registry, which keeps an unchanged
-// builder's reconcile at one request.
+// lifecycle-image ConfigMap, resolved to a digest at most once per refresh
+// interval and per platform, and shared by every builder. Builders then
+// know the lifecycle's digest without asking the registry, which keeps an
+// unchanged builder's reconcile at one request. Only the digest is shared:
+// each builder reads the image with its own credentials (the registry
+// client caches reads by digest per credentials), so no builder ever uses a
+// layer read with another's secrets.
 //
 // Its version and APIs come from the image's io.buildpacks.lifecycle.version
 // and io.buildpacks.lifecycle.apis labels, which the lifecycle's own image
@@ -51,9 +54,8 @@ type LifecycleSource struct {
 }
 
 type resolvedLifecycle struct {
-	lifecycle cnb.Lifecycle
-	digest    string // repository@digest of the image read
-	at        time.Time
+	digest name.Digest // of the image for the platform
+	at     time.Time
 }
 
 // Update records the ConfigMap's content (nil when it is absent).
@@ -69,8 +71,8 @@ func (s *LifecycleSource) Update(cm *corev1.ConfigMap) {
 	}
 }
 
-// Get returns the lifecycle for platform, reading the image when it was not
-// read yet or its refresh time passed.
+// Get returns the lifecycle for platform, read with kc, and the digest of
+// its image.
 func (s *LifecycleSource) Get(ctx context.Context, platform v1.Platform, kc authn.Keychain) (cnb.Lifecycle, string, error) {
 	s.mu.Lock()
 	ref := s.ref
@@ -81,14 +83,15 @@ func (s *LifecycleSource) Get(ctx context.Context, platform v1.Platform, kc auth
 		return cnb.Lifecycle{}, "", failure.Waitingf(ReasonLifecycleNotConfigured,
 			"the ConfigMap %s (key %q) in the controller's namespace names no lifecycle image", LifecycleConfigMap, LifecycleImageKey)
 	}
-	if cached != nil && time.Since(cached.at) < s.Refresh {
-		return cached.lifecycle, cached.digest, nil
+	var read name.Reference = cached.digestOr(nil)
+	if cached == nil || time.Since(cached.at) >= s.Refresh {
+		parsed, err := name.ParseReference(ref)
+		if err != nil {
+			return cnb.Lifecycle{}, "", failure.Permanentf(ReasonInvalidLifecycleImage, "lifecycle image %q: %v", ref, err)
+		}
+		read = parsed
 	}
-	parsed, err := name.ParseReference(ref)
-	if err != nil {
-		return cnb.Lifecycle{}, "", failure.Permanentf(ReasonInvalidLifecycleImage, "lifecycle image %q: %v", ref, err)
-	}
-	img, err := s.Registry.ReadImage(ctx, parsed, &platform, kc)
+	img, err := s.Registry.ReadImage(ctx, read, &platform, kc)
 	if err != nil {
 		return cnb.Lifecycle{}, "", err
 	}
@@ -96,15 +99,27 @@ func (s *LifecycleSource) Get(ctx context.Context, platform v1.Platform, kc auth
 	if err != nil {
 		return cnb.Lifecycle{}, "", err
 	}
-	s.mu.Lock()
-	if s.ref == ref {
-		if s.resolved == nil {
-			s.resolved = map[string]*resolvedLifecycle{}
+	// The image for the platform, by digest: an index's child when the
+	// reference names an index.
+	digest := img.Ref.Context().Digest(img.Digest.String())
+	if _, byTag := read.(name.Tag); byTag || cached == nil {
+		s.mu.Lock()
+		if s.ref == ref {
+			if s.resolved == nil {
+				s.resolved = map[string]*resolvedLifecycle{}
+			}
+			s.resolved[key] = &resolvedLifecycle{digest: digest, at: time.Now()}
 		}
-		s.resolved[key] = &resolvedLifecycle{lifecycle: lifecycle, digest: img.Ref.String(), at: time.Now()}
+		s.mu.Unlock()
 	}
-	s.mu.Unlock()
-	return lifecycle, img.Ref.String(), nil
+	return lifecycle, digest.String(), nil
+}
+
+func (r *resolvedLifecycle) digestOr(fallback name.Reference) name.Reference {
+	if r == nil {
+		return fallback
+	}
+	return r.digest
 }
 
 // lifecycleOf reads the lifecycle from its image: the last layer and the

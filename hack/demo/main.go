@@ -1,0 +1,376 @@
+// Command demo runs buildsmith end to end on this machine, from nothing:
+// a local etcd and kube-apiserver, the distribution registry seeded with a
+// demo stack, buildpacks and the real CNB lifecycle, the CRDs and samples
+// applied with kubectl, and the controller — and prints the Ready objects
+// and the labels of the builder image it pushed. Everything it starts is
+// stopped, and everything it writes removed, when it ends or on Ctrl-C.
+//
+//	go run ./hack/demo          (make demo)
+//	go run ./hack/demo --keep   (make dev: keeps running, prints KUBECONFIG)
+//
+// The tools come from bin/ (hack/tools.sh builds them; make does that first).
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+
+	"github.com/buildsmith/buildsmith/test/envtest"
+	"github.com/buildsmith/buildsmith/test/sampleimages"
+)
+
+const (
+	systemNamespace = "buildsmith"
+	// samplesRegistry is the registry the samples name; the demo's
+	// registry listens on a free port instead, substituted when applying.
+	samplesRegistry = "localhost:5000"
+	stackID         = "dev.buildsmith.stacks.demo"
+)
+
+func main() {
+	keep := flag.Bool("keep", false, "keep everything running after the builders are Ready, until Ctrl-C")
+	timeout := flag.Duration("timeout", 5*time.Minute, "how long to wait for every object to be Ready")
+	flag.Parse()
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	d := &demo{keep: *keep, timeout: *timeout}
+	err := d.run(ctx)
+	d.teardown()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "demo: FAILED: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+type demo struct {
+	keep    bool
+	timeout time.Duration
+
+	root       string
+	dir        string // scratch: registry storage, logs, config
+	env        *envtest.Env
+	registry   string // host:port
+	processes  []*exec.Cmd
+	controller string // log path
+}
+
+func step(format string, args ...any) { fmt.Printf("demo: "+format+"\n", args...) }
+
+func (d *demo) run(ctx context.Context) error {
+	var err error
+	if d.root, err = envtest.RepoRoot(); err != nil {
+		return err
+	}
+	if d.dir, err = os.MkdirTemp("", "buildsmith-demo-"); err != nil {
+		return err
+	}
+
+	step("starting etcd and kube-apiserver (bin/), installing the CRDs")
+	if d.env, err = envtest.Start(); err != nil {
+		return err
+	}
+	step("starting the registry (bin/registry, distribution) on a free port")
+	if err := d.startRegistry(ctx); err != nil {
+		return err
+	}
+	step("registry at %s; seeding it with a stack, two buildpackages and the lifecycle", d.registry)
+	if err := d.seed(); err != nil {
+		return err
+	}
+	step("applying the namespace, the lifecycle-image ConfigMap and config/samples with kubectl")
+	if err := d.apply(ctx); err != nil {
+		return err
+	}
+	step("building and starting the controller (log: %s)", filepath.Join(d.dir, "controller.log"))
+	if err := d.startController(ctx); err != nil {
+		return err
+	}
+	step("waiting for every object to be Ready (up to %s)", d.timeout)
+	if err := d.waitReady(ctx); err != nil {
+		return err
+	}
+	if err := d.printBuilder(ctx); err != nil {
+		return err
+	}
+	if d.keep {
+		step("running; use it with:\n\n  export KUBECONFIG=%s\n  %s/bin/kubectl get buildsmith -A\n\n  registry: %s\n\nCtrl-C stops everything.",
+			d.env.Kubeconfig, d.root, d.registry)
+		<-ctx.Done()
+	}
+	step("done")
+	return nil
+}
+
+func (d *demo) startRegistry(ctx context.Context) error {
+	port, err := freePort()
+	if err != nil {
+		return err
+	}
+	d.registry = fmt.Sprintf("127.0.0.1:%d", port)
+	config := filepath.Join(d.dir, "registry.yaml")
+	if err := os.WriteFile(config, []byte(fmt.Sprintf(`version: 0.1
+log:
+  level: warn
+  accesslog:
+    disabled: true
+storage:
+  filesystem:
+    rootdirectory: %s
+http:
+  addr: %s
+`, filepath.Join(d.dir, "registry"), d.registry)), 0o600); err != nil {
+		return err
+	}
+	if _, err := d.start("registry", filepath.Join(d.dir, "registry.log"), filepath.Join(d.root, "bin", "registry"), "serve", config); err != nil {
+		return err
+	}
+	return poll(ctx, 30*time.Second, "the registry to answer", func() bool {
+		resp, err := http.Get("http://" + d.registry + "/v2/")
+		if err != nil {
+			return false
+		}
+		_ = resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+}
+
+func (d *demo) seed() error {
+	lifecycle, err := sampleimages.Lifecycle(filepath.Join(d.root, "bin", "lifecycle"), "0.21.0")
+	if err != nil {
+		return fmt.Errorf("the lifecycle image (is bin/lifecycle built?): %w", err)
+	}
+	hello, err := sampleimages.Buildpackage(sampleimages.Buildpack{ID: "buildsmith-demo/hello", Version: "1.0.0",
+		Detect: "exit 0\n", Build: "echo 'hello from buildsmith-demo/hello'\n"})
+	if err != nil {
+		return err
+	}
+	greeting, err := sampleimages.Buildpackage(sampleimages.Buildpack{ID: "buildsmith-demo/greeting", Version: "1.0.0",
+		Detect: "exit 0\n", Build: "echo 'greetings from buildsmith-demo/greeting'\n"})
+	if err != nil {
+		return err
+	}
+	build, err := sampleimages.StackImage(stackID, 1000)
+	if err != nil {
+		return err
+	}
+	run, err := sampleimages.StackImage(stackID, 0)
+	if err != nil {
+		return err
+	}
+	for repo, img := range map[string]v1.Image{
+		"buildsmith-demo/lifecycle:0.21.0":          lifecycle,
+		"buildsmith-demo/buildpacks/hello:1.0.0":    hello,
+		"buildsmith-demo/buildpacks/greeting:1.0.0": greeting,
+		"buildsmith-demo/stack/build:1.0.0":         build,
+		"buildsmith-demo/stack/run:1.0.0":           run,
+	} {
+		ref, err := name.ParseReference(d.registry + "/" + repo)
+		if err != nil {
+			return err
+		}
+		if err := remote.Write(ref, img); err != nil {
+			return fmt.Errorf("pushing %s: %w", ref, err)
+		}
+	}
+	return nil
+}
+
+func (d *demo) apply(ctx context.Context) error {
+	manifests := []string{
+		"apiVersion: v1\nkind: Namespace\nmetadata:\n  name: " + systemNamespace,
+		fmt.Sprintf("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: lifecycle-image\n  namespace: %s\ndata:\n  image: %s/buildsmith-demo/lifecycle:0.21.0",
+			systemNamespace, d.registry),
+		// No controller-manager here: no default ServiceAccount either.
+		"apiVersion: v1\nkind: ServiceAccount\nmetadata:\n  name: default\n  namespace: default",
+	}
+	samples, err := filepath.Glob(filepath.Join(d.root, "config", "samples", "*.yaml"))
+	if err != nil {
+		return err
+	}
+	for _, sample := range samples {
+		raw, err := os.ReadFile(sample)
+		if err != nil {
+			return err
+		}
+		manifests = append(manifests, strings.ReplaceAll(string(raw), samplesRegistry, d.registry))
+	}
+	out, err := d.kubectl(ctx, strings.Join(manifests, "\n---\n"), "apply", "-f", "-")
+	fmt.Print(indent(out))
+	return err
+}
+
+func (d *demo) startController(ctx context.Context) error {
+	binary := filepath.Join(d.root, "bin", "controller")
+	build := exec.CommandContext(ctx, "go", "build", "-o", binary, "./cmd/controller")
+	build.Dir = d.root
+	if out, err := build.CombinedOutput(); err != nil {
+		return fmt.Errorf("go build ./cmd/controller: %v\n%s", err, out)
+	}
+	metrics, err := freePort()
+	if err != nil {
+		return err
+	}
+	d.controller = filepath.Join(d.dir, "controller.log")
+	_, err = d.start("controller", d.controller, binary, "--kubeconfig", d.env.Kubeconfig, "--disable-ha",
+		"--health-probes=false", "--profiling-port=0", fmt.Sprintf("--metrics-port=%d", metrics))
+	return err
+}
+
+func (d *demo) waitReady(ctx context.Context) error {
+	last := ""
+	err := poll(ctx, d.timeout, "every object to be Ready", func() bool {
+		out, err := d.kubectl(ctx, "", "get", "clusterstore,clusterstack,builder,clusterbuilder", "-A")
+		if err != nil {
+			return false
+		}
+		if out != last {
+			fmt.Print(indent(out))
+			last = out
+		}
+		ready := 0
+		for _, line := range strings.Split(out, "\n") {
+			if strings.Contains(line, "buildsmith.dev/") && strings.Contains(line, " True ") {
+				ready++
+			}
+		}
+		return ready == 4
+	})
+	if err != nil {
+		log, _ := os.ReadFile(d.controller)
+		lines := strings.Split(strings.TrimSpace(string(log)), "\n")
+		fmt.Fprintf(os.Stderr, "demo: the controller's last log lines:\n%s\n", indent(strings.Join(lines[max(0, len(lines)-20):], "\n")))
+	}
+	return err
+}
+
+func (d *demo) printBuilder(ctx context.Context) error {
+	out, err := d.kubectl(ctx, "", "get", "builder", "demo", "-n", "default", "-o", "jsonpath={.status.latestImage}")
+	if err != nil {
+		return err
+	}
+	ref, err := name.NewDigest(strings.TrimSpace(out))
+	if err != nil {
+		return fmt.Errorf("builder demo's latestImage %q: %w", out, err)
+	}
+	img, err := remote.Image(ref)
+	if err != nil {
+		return err
+	}
+	cf, err := img.ConfigFile()
+	if err != nil {
+		return err
+	}
+	step("builder image %s, labels:", ref)
+	for _, key := range []string{"io.buildpacks.builder.metadata", "io.buildpacks.buildpack.order", "io.buildpacks.lifecycle.version"} {
+		var pretty bytes.Buffer
+		value := cf.Config.Labels[key]
+		if json.Indent(&pretty, []byte(value), "    ", "  ") == nil {
+			value = pretty.String()
+		}
+		fmt.Printf("  %s:\n    %s\n", key, value)
+	}
+	return nil
+}
+
+// start runs a long-lived process, its output in logPath; teardown stops it.
+func (d *demo) start(what, logPath, binary string, args ...string) (*exec.Cmd, error) {
+	log, err := os.Create(logPath)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(binary, args...)
+	cmd.Stdout, cmd.Stderr = log, log
+	cmd.Env = append(os.Environ(), "SYSTEM_NAMESPACE="+systemNamespace)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // Ctrl-C reaches us, we stop them
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("starting the %s (%s): %w", what, binary, err)
+	}
+	d.processes = append(d.processes, cmd)
+	return cmd, nil
+}
+
+func (d *demo) kubectl(ctx context.Context, stdin string, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, filepath.Join(d.root, "bin", "kubectl"), append([]string{"--kubeconfig", d.env.Kubeconfig}, args...)...)
+	if stdin != "" {
+		cmd.Stdin = strings.NewReader(stdin)
+	}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return string(out), fmt.Errorf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out), nil
+}
+
+// teardown stops what run started, newest first, and removes the scratch
+// directory.
+func (d *demo) teardown() {
+	for i := len(d.processes) - 1; i >= 0; i-- {
+		p := d.processes[i]
+		_ = syscall.Kill(-p.Process.Pid, syscall.SIGTERM)
+		done := make(chan struct{})
+		go func() { _ = p.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			_ = syscall.Kill(-p.Process.Pid, syscall.SIGKILL)
+			<-done
+		}
+	}
+	if d.env != nil {
+		if err := d.env.Stop(); err != nil {
+			fmt.Fprintln(os.Stderr, "demo: stopping the control plane:", err)
+		}
+	}
+	if d.dir != "" {
+		_ = os.RemoveAll(d.dir)
+	}
+}
+
+func poll(ctx context.Context, timeout time.Duration, what string, done func() bool) error {
+	deadline := time.Now().Add(timeout)
+	for !done() {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("timed out after %s waiting for %s", timeout, what)
+		}
+		select {
+		case <-ctx.Done():
+			return errors.New("interrupted")
+		case <-time.After(time.Second):
+		}
+	}
+	return nil
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+func indent(s string) string {
+	if s == "" {
+		return ""
+	}
+	return "    " + strings.ReplaceAll(strings.TrimRight(s, "\n"), "\n", "\n    ") + "\n"
+}
