@@ -1,0 +1,28 @@
+package e2e
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// TestMakeDemo runs the demo as `make demo` does (the tools are built by
+// then) and checks that it ends with every object Ready and nothing left
+// running.
+func TestMakeDemo(t *testing.T) {
+	cmd := exec.Command("go", "run", "./hack/demo", "--timeout", "2m")
+	cmd.Dir = env.Root
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "demo: done") {
+		t.Fatalf("demo: %v\n%s", err, out)
+	}
+	for _, want := range []string{"builder.buildsmith.dev/demo   True", "clusterbuilder.buildsmith.dev/demo   True",
+		`"id": "buildsmith-demo/greeting"`, "io.buildpacks.lifecycle.version"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("demo output lacks %q:\n%s", want, out)
+		}
+	}
+	if ps, _ := exec.Command("pgrep", "-f", "buildsmith-demo-").CombinedOutput(); len(strings.TrimSpace(string(ps))) > 0 {
+		t.Errorf("processes left running after the demo: %s", ps)
+	}
+}
