@@ -21,7 +21,7 @@ KUBE_VERSION=v1.35.4
 CONTROLLER_TOOLS_VERSION=v0.23.0
 LIFECYCLE_VERSION=v0.21.0
 
-ALL_TOOLS=(etcd kube-apiserver kubectl controller-gen lifecycle registry)
+ALL_TOOLS=(etcd kube-apiserver kubectl controller-gen lifecycle registry helm)
 
 log() { printf 'tools: %s\n' "$*" >&2; }
 
@@ -117,6 +117,12 @@ build_registry() {
     -o "$1/registry" github.com/distribution/distribution/v3/cmd/registry)
 }
 
+# Helm v4, to lint and install the chart. (v3.22 is refused by the proxy.)
+build_helm() {
+  (cd "${ROOT}/hack/tools/helm" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" \
+    -o "$1/helm" helm.sh/helm/v4/cmd/helm)
+}
+
 main() {
   local tools=("$@")
   [[ ${#tools[@]} -gt 0 ]] || tools=("${ALL_TOOLS[@]}")
@@ -131,6 +137,7 @@ main() {
           build_controller_gen ;;
       lifecycle) install_tool lifecycle "$(module_tool_key lifecycle "${LIFECYCLE_LDFLAGS}")" build_lifecycle ;;
       registry) install_tool registry "$(module_tool_key registry "")" build_registry ;;
+      helm) install_tool helm "$(module_tool_key helm "")" build_helm ;;
       *) log "unknown tool ${tool} (known: ${ALL_TOOLS[*]})"; return 2 ;;
     esac
   done

@@ -5,15 +5,15 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-GENERATED=(pkg/apis pkg/client config/crd)
+GENERATED=(pkg/apis pkg/client config/crd charts/buildsmith/crds config/install)
 
-"${ROOT}/hack/tools.sh" controller-gen
+"${ROOT}/hack/tools.sh" controller-gen helm
 
 SCRATCH="$(mktemp -d)"
 trap 'rm -rf "${SCRATCH}"' EXIT
 tar -C "${ROOT}" --exclude=./bin --exclude=./.git -cf - . | tar -C "${SCRATCH}" -xf -
 
-CONTROLLER_GEN="${ROOT}/bin/controller-gen" "${SCRATCH}/hack/update-codegen.sh" >/dev/null
+CONTROLLER_GEN="${ROOT}/bin/controller-gen" HELM="${ROOT}/bin/helm" "${SCRATCH}/hack/update-codegen.sh" >/dev/null
 
 status=0
 for path in "${GENERATED[@]}"; do

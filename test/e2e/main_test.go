@@ -77,15 +77,24 @@ func run(m *testing.M) int {
 // printed when the test fails.
 func startController(t *testing.T, args ...string) {
 	t.Helper()
+	startControllerWith(t, env.Kubeconfig, systemNamespace, true, args...)
+}
+
+// startControllerWith runs the controller with a kubeconfig, a system
+// namespace and leader election on or off.
+func startControllerWith(t *testing.T, kubeconfig, namespace string, disableHA bool, args ...string) {
+	t.Helper()
+	if disableHA {
+		args = append(args, "--disable-ha")
+	}
 	args = append([]string{
-		"--kubeconfig", env.Kubeconfig,
-		"--disable-ha",
+		"--kubeconfig", kubeconfig,
 		"--health-probes=false",
 		"--profiling-port", "0",
 		"--metrics-port", strconv.Itoa(freePort(t)),
 	}, args...)
 	cmd := exec.Command(controller, args...)
-	cmd.Env = append(os.Environ(), "SYSTEM_NAMESPACE="+systemNamespace)
+	cmd.Env = append(os.Environ(), "SYSTEM_NAMESPACE="+namespace)
 	var log syncBuffer
 	cmd.Stdout, cmd.Stderr = &log, &log
 	if err := cmd.Start(); err != nil {

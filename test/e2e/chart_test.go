@@ -1,0 +1,123 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/buildsmith/buildsmith/pkg/apis/build/v1alpha1"
+	"github.com/buildsmith/buildsmith/test/registrytest"
+	"github.com/buildsmith/buildsmith/test/sampleimages"
+)
+
+func helm(args ...string) *exec.Cmd {
+	cmd := exec.Command(filepath.Join(env.Root, "bin", "helm"), args...)
+	cmd.Dir = env.Root
+	cmd.Env = append(os.Environ(), "HELM_CACHE_HOME="+os.TempDir()+"/buildsmith-helm-cache",
+		"HELM_CONFIG_HOME="+os.TempDir()+"/buildsmith-helm-config", "HELM_DATA_HOME="+os.TempDir()+"/buildsmith-helm-data")
+	return cmd
+}
+
+// TestChartLintAndSchema: the chart lints clean, and its values schema
+// refuses bad values with a message naming them.
+func TestChartLintAndSchema(t *testing.T) {
+	if out, err := helm("lint", "--strict", "charts/buildsmith").CombinedOutput(); err != nil {
+		t.Fatalf("helm lint: %v\n%s", err, out)
+	}
+	for _, bad := range []struct{ set, mentions string }{
+		{"replicas=0", "replicas"},
+		{"retry.baseDelay=soon", "baseDelay"},
+		{"image.pullPolicy=Sometimes", "pullPolicy"},
+		{"unknownKnob=1", "unknownKnob"},
+	} {
+		out, err := helm("lint", "charts/buildsmith", "--set", bad.set).CombinedOutput()
+		if err == nil || !strings.Contains(string(out), bad.mentions) {
+			t.Errorf("helm lint --set %s: %v, want a schema error naming %s:\n%s", bad.set, err, bad.mentions, out)
+		}
+	}
+}
+
+// TestChartInstallAndRBAC installs the chart with helm, then runs the
+// controller out of cluster as the chart's ServiceAccount (impersonated),
+// with leader election on: if the chart's RBAC lacks anything the
+// controller needs, nothing gets Ready.
+func TestChartInstallAndRBAC(t *testing.T) {
+	ctx := context.Background()
+	const ns = "buildsmith-chart"
+	f := registrytest.New(t)
+	lifecycle, err := sampleimages.Lifecycle(filepath.Join(env.Root, "bin", "lifecycle"), "0.21.0")
+	push(t, f, "buildsmith/lifecycle:0.21.0", lifecycle, err)
+	hello, err := sampleimages.Buildpackage(helloBuildpack)
+	push(t, f, "buildpacks/hello:1.0.0", hello, err)
+	build, err := sampleimages.StackImage("io.buildpacks.stacks.chart", cnbUID)
+	push(t, f, "stack/build:1", build, err)
+	run, err := sampleimages.StackImage("io.buildpacks.stacks.chart", 0)
+	push(t, f, "stack/run:1", run, err)
+
+	out, err := helm("install", "buildsmith", "charts/buildsmith", "--kubeconfig", env.Kubeconfig,
+		"--namespace", ns, "--create-namespace", "--set", "lifecycleImage="+f.Addr+"/buildsmith/lifecycle:0.21.0").CombinedOutput()
+	if err != nil {
+		t.Fatalf("helm install: %v\n%s", err, out)
+	}
+	t.Cleanup(func() {
+		_, _ = helm("uninstall", "buildsmith", "--kubeconfig", env.Kubeconfig, "--namespace", ns).CombinedOutput()
+	})
+
+	// A kubeconfig that acts as the chart's ServiceAccount.
+	config, err := clientcmd.LoadFromFile(env.Kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, user := range config.AuthInfos {
+		user.Impersonate = "system:serviceaccount:" + ns + ":buildsmith-controller"
+	}
+	impersonating := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := clientcmd.WriteToFile(*config, impersonating); err != nil {
+		t.Fatal(err)
+	}
+	startControllerWith(t, impersonating, ns, false)
+
+	bs := client.BuildsmithV1alpha1()
+	if _, err := kube.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bs.ClusterStores().Create(ctx, &v1alpha1.ClusterStore{ObjectMeta: metav1.ObjectMeta{Name: "chart"},
+		Spec: v1alpha1.ClusterStoreSpec{Sources: []v1alpha1.ImageSource{{Image: f.Addr + "/buildpacks/hello:1.0.0"}}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bs.ClusterStacks().Create(ctx, &v1alpha1.ClusterStack{ObjectMeta: metav1.ObjectMeta{Name: "chart"},
+		Spec: v1alpha1.ClusterStackSpec{ID: "io.buildpacks.stacks.chart",
+			BuildImage: v1alpha1.ImageSource{Image: f.Addr + "/stack/build:1"},
+			RunImage:   v1alpha1.ImageSource{Image: f.Addr + "/stack/run:1"}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bs.Builders(ns).Create(ctx, &v1alpha1.Builder{ObjectMeta: metav1.ObjectMeta{Name: "chart", Namespace: ns},
+		Spec: v1alpha1.NamespacedBuilderSpec{BuilderSpec: v1alpha1.BuilderSpec{
+			Tag: f.Addr + "/builders/chart:latest", Stack: v1alpha1.StackRef{Name: "chart"}, Store: v1alpha1.StoreRef{Name: "chart"},
+			Order: []v1alpha1.OrderEntry{{Group: []v1alpha1.BuildpackRef{{ID: "example/hello"}}}}}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	wait := env.Kubectl("wait", "--for=condition=Ready", "--timeout=60s", "clusterstore/chart", "clusterstack/chart",
+		"-n", ns, "builder/chart")
+	if out, err := wait.CombinedOutput(); err != nil {
+		b, _ := bs.Builders(ns).Get(ctx, "chart", metav1.GetOptions{})
+		t.Fatalf("kubectl wait: %v\n%s\nbuilder: %+v", err, out, b.Status.Conditions)
+	}
+	// Leader election ran under the chart's Role: the Leases exist.
+	eventually(t, 10*time.Second, "leader-election Leases", func() (bool, string) {
+		leases, err := kube.CoordinationV1().Leases(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		return len(leases.Items) > 0, fmt.Sprint(len(leases.Items), " leases")
+	})
+}
