@@ -1,0 +1,220 @@
+package e2e
+
+import (
+	"context"
+	"encoding/base64"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/authn"
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/buildsmith/buildsmith/pkg/apis/build/v1alpha1"
+	"github.com/buildsmith/buildsmith/test/sampleimages"
+)
+
+// The user of the authenticating registry, and the bcrypt hash of its
+// password ("s3cr3t-pushes"), made once with golang.org/x/crypto/bcrypt.
+const (
+	registryUser     = "pusher"
+	registryPassword = "s3cr3t-pushes"
+	registryHtpasswd = "pusher:$2a$10$WacmzzjvXXpSgwiq8B9uxeP5pEK0IAaSiHg7H3H3/ggJ7kCldltWi\n"
+)
+
+// distribution is the reference registry (bin/registry) with htpasswd auth.
+type distribution struct {
+	addr string
+	log  string // its access log
+}
+
+func startDistribution(t *testing.T) *distribution {
+	t.Helper()
+	dir := t.TempDir()
+	d := &distribution{addr: fmt.Sprintf("127.0.0.1:%d", freePort(t)), log: filepath.Join(dir, "registry.log")}
+	if err := os.WriteFile(filepath.Join(dir, "htpasswd"), []byte(registryHtpasswd), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	config := fmt.Sprintf(`version: 0.1
+log:
+  level: info
+storage:
+  filesystem:
+    rootdirectory: %s
+auth:
+  htpasswd:
+    realm: buildsmith-e2e
+    path: %s
+http:
+  addr: %s
+`, filepath.Join(dir, "storage"), filepath.Join(dir, "htpasswd"), d.addr)
+	if err := os.WriteFile(filepath.Join(dir, "config.yml"), []byte(config), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	logFile, err := os.Create(d.log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(filepath.Join(env.Root, "bin", "registry"), "serve", filepath.Join(dir, "config.yml"))
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		_ = logFile.Close()
+	})
+	eventually(t, 20*time.Second, "the registry to answer", func() (bool, string) {
+		resp, err := http.Get("http://" + d.addr + "/v2/")
+		if err != nil {
+			return false, err.Error()
+		}
+		_ = resp.Body.Close()
+		return resp.StatusCode == http.StatusUnauthorized, resp.Status
+	})
+	return d
+}
+
+func (d *distribution) push(t *testing.T, repo string, img v1.Image, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref, err := name.ParseReference(d.addr + "/" + repo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := remote.Write(ref, img, remote.WithAuth(&authn.Basic{Username: registryUser, Password: registryPassword})); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func dockerConfig(registry, user, password string) []byte {
+	auth := base64.StdEncoding.EncodeToString([]byte(user + ":" + password))
+	return []byte(fmt.Sprintf(`{"auths":{%q:{"auth":%q}}}`, registry, auth))
+}
+
+// TestAuthenticatingRegistry runs everything against the distribution
+// registry with htpasswd auth: with a wrong password in the pull Secret,
+// the objects say Unauthorized; fixing the Secret makes them Ready at once
+// (the Secret is watched: no waiting for the poll); and the builder's push
+// mounts the buildpack layers from the store's repository instead of
+// uploading them.
+func TestAuthenticatingRegistry(t *testing.T) {
+	ctx := context.Background()
+	d := startDistribution(t)
+	lifecycle, err := sampleimages.Lifecycle(filepath.Join(env.Root, "bin", "lifecycle"), "0.21.0")
+	d.push(t, "buildsmith/lifecycle:0.21.0", lifecycle, err)
+	hello, err := sampleimages.Buildpackage(helloBuildpack)
+	d.push(t, "buildpacks/hello:1.0.0", hello, err)
+	build, err := sampleimages.StackImage("io.buildpacks.stacks.auth", cnbUID)
+	d.push(t, "stack/build:1", build, err)
+	run, err := sampleimages.StackImage("io.buildpacks.stacks.auth", 0)
+	d.push(t, "stack/run:1", run, err)
+
+	const ns = "auth"
+	if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	secrets := kube.CoreV1().Secrets(ns)
+	if _, err := secrets.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "registry"},
+		Type: corev1.SecretTypeDockerConfigJson,
+		Data: map[string][]byte{corev1.DockerConfigJsonKey: dockerConfig(d.addr, registryUser, "wrong")}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kube.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "builder"},
+		ImagePullSecrets: []corev1.LocalObjectReference{{Name: "registry"}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// The lifecycle-image ConfigMap of the controller's namespace, for
+	// this test's registry.
+	cms := kube.CoreV1().ConfigMaps(systemNamespace)
+	_ = cms.Delete(ctx, "lifecycle-image", metav1.DeleteOptions{})
+	if _, err := cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "lifecycle-image"},
+		Data: map[string]string{"image": d.addr + "/buildsmith/lifecycle:0.21.0"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cms.Delete(ctx, "lifecycle-image", metav1.DeleteOptions{}) })
+	startController(t)
+
+	account := &v1alpha1.ServiceAccountRef{Name: "builder", Namespace: ns}
+	bs := client.BuildsmithV1alpha1()
+	if _, err := bs.ClusterStores().Create(ctx, &v1alpha1.ClusterStore{ObjectMeta: metav1.ObjectMeta{Name: "auth"},
+		Spec: v1alpha1.ClusterStoreSpec{ServiceAccountRef: account,
+			Sources: []v1alpha1.ImageSource{{Image: d.addr + "/buildpacks/hello:1.0.0"}}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bs.ClusterStacks().Create(ctx, &v1alpha1.ClusterStack{ObjectMeta: metav1.ObjectMeta{Name: "auth"},
+		Spec: v1alpha1.ClusterStackSpec{ID: "io.buildpacks.stacks.auth", ServiceAccountRef: account,
+			BuildImage: v1alpha1.ImageSource{Image: d.addr + "/stack/build:1"},
+			RunImage:   v1alpha1.ImageSource{Image: d.addr + "/stack/run:1"}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bs.Builders(ns).Create(ctx, &v1alpha1.Builder{ObjectMeta: metav1.ObjectMeta{Name: "auth", Namespace: ns},
+		Spec: v1alpha1.NamespacedBuilderSpec{ServiceAccountName: "builder", BuilderSpec: v1alpha1.BuilderSpec{
+			Tag: d.addr + "/builders/auth:latest", Stack: v1alpha1.StackRef{Name: "auth"}, Store: v1alpha1.StoreRef{Name: "auth"},
+			Order: []v1alpha1.OrderEntry{{Group: []v1alpha1.BuildpackRef{{ID: "example/hello"}}}}}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	eventually(t, 30*time.Second, "the store to report the refused credentials", func() (bool, string) {
+		s, err := bs.ClusterStores().Get(ctx, "auth", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		c := s.Status.GetCondition(v1alpha1.ConditionReady)
+		return c != nil && c.Reason == "Unauthorized", fmt.Sprintf("%+v", s.Status.Conditions)
+	})
+	s, _ := bs.ClusterStores().Get(ctx, "auth", metav1.GetOptions{})
+	if msg := s.Status.GetCondition(v1alpha1.ConditionReady).Message; strings.Contains(msg, "wrong") || strings.Contains(msg, registryPassword) {
+		t.Errorf("the condition leaks a password: %s", msg)
+	}
+
+	secret, err := secrets.Get(ctx, "registry", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	secret.Data[corev1.DockerConfigJsonKey] = dockerConfig(d.addr, registryUser, registryPassword)
+	if _, err := secrets.Update(ctx, secret, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	fixed := time.Now()
+	wait := env.Kubectl("wait", "--for=condition=Ready", "--timeout=40s", "clusterstore/auth", "clusterstack/auth", "-n", ns, "builder/auth")
+	if out, err := wait.CombinedOutput(); err != nil {
+		b, _ := bs.Builders(ns).Get(ctx, "auth", metav1.GetOptions{})
+		t.Fatalf("kubectl wait after fixing the Secret: %v\n%s\nbuilder: %+v", err, out, b.Status.Conditions)
+	}
+	t.Logf("all Ready %v after the Secret was fixed (poll interval: 1m)", time.Since(fixed).Round(10*time.Millisecond))
+
+	// The builder's push mounted the buildpack layer from the store's
+	// repository (distribution answers a mount with 201 Created).
+	log, err := os.ReadFile(d.log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mounts := 0
+	for _, line := range strings.Split(string(log), "\n") {
+		if strings.Contains(line, "/v2/builders/auth/blobs/uploads/?") && strings.Contains(line, "mount=") &&
+			strings.Contains(line, "from=buildpacks%2Fhello") && strings.Contains(line, " 201 ") {
+			mounts++
+		}
+	}
+	if mounts == 0 {
+		t.Errorf("no cross-repository mount of the buildpack layer into builders/auth; registry log:\n%s", lastLines(string(log), 40))
+	}
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}
