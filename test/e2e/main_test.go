@@ -80,9 +80,17 @@ func startController(t *testing.T, args ...string) {
 	startControllerWith(t, env.Kubeconfig, systemNamespace, true, args...)
 }
 
+// startStoppableController runs the controller and returns a function that
+// kills it (SIGKILL: no graceful shutdown, as when a node dies).
+func startStoppableController(t *testing.T, args ...string) (kill func()) {
+	t.Helper()
+	return startControllerWith(t, env.Kubeconfig, systemNamespace, true, args...)
+}
+
 // startControllerWith runs the controller with a kubeconfig, a system
-// namespace and leader election on or off.
-func startControllerWith(t *testing.T, kubeconfig, namespace string, disableHA bool, args ...string) {
+// namespace and leader election on or off, and returns a function that
+// kills it.
+func startControllerWith(t *testing.T, kubeconfig, namespace string, disableHA bool, args ...string) (kill func()) {
 	t.Helper()
 	if disableHA {
 		args = append(args, "--disable-ha")
@@ -100,10 +108,10 @@ func startControllerWith(t *testing.T, kubeconfig, namespace string, disableHA b
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
 	t.Cleanup(func() {
 		_ = cmd.Process.Signal(os.Interrupt)
-		done := make(chan struct{})
-		go func() { _ = cmd.Wait(); close(done) }()
 		select {
 		case <-done:
 		case <-time.After(10 * time.Second):
@@ -114,6 +122,10 @@ func startControllerWith(t *testing.T, kubeconfig, namespace string, disableHA b
 			t.Logf("controller log:\n%s", log.String())
 		}
 	})
+	return func() {
+		_ = cmd.Process.Kill()
+		<-done
+	}
 }
 
 func freePort(t *testing.T) int {

@@ -1,0 +1,201 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/buildsmith/buildsmith/pkg/apis/build/v1alpha1"
+	"github.com/buildsmith/buildsmith/test/registrytest"
+	"github.com/buildsmith/buildsmith/test/sampleimages"
+)
+
+// faultWorld is a registry with a stack, a buildpackage and the lifecycle,
+// and the objects over them, in a namespace of its own.
+type faultWorld struct {
+	f    *registrytest.Registry
+	ns   string
+	name string
+}
+
+func newFaultWorld(t *testing.T, name string) *faultWorld {
+	t.Helper()
+	ctx := context.Background()
+	w := &faultWorld{f: registrytest.New(t), ns: "faults-" + name, name: name}
+	lifecycle, err := sampleimages.Lifecycle(filepath.Join(env.Root, "bin", "lifecycle"), "0.21.0")
+	push(t, w.f, "buildsmith/lifecycle:0.21.0", lifecycle, err)
+	hello, err := sampleimages.Buildpackage(helloBuildpack)
+	push(t, w.f, "buildpacks/hello:1.0.0", hello, err)
+	build, err := sampleimages.StackImage("io.buildpacks.stacks.faults", cnbUID)
+	push(t, w.f, "stack/build:1", build, err)
+	run, err := sampleimages.StackImage("io.buildpacks.stacks.faults", 0)
+	push(t, w.f, "stack/run:1", run, err)
+
+	if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: w.ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kube.CoreV1().ServiceAccounts(w.ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	cms := kube.CoreV1().ConfigMaps(systemNamespace)
+	_ = cms.Delete(ctx, "lifecycle-image", metav1.DeleteOptions{})
+	if _, err := cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "lifecycle-image"},
+		Data: map[string]string{"image": w.f.Addr + "/buildsmith/lifecycle:0.21.0"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cms.Delete(ctx, "lifecycle-image", metav1.DeleteOptions{}) })
+	return w
+}
+
+// apply creates the store, the stack and a builder.
+func (w *faultWorld) apply(t *testing.T) {
+	t.Helper()
+	ctx := context.Background()
+	bs := client.BuildsmithV1alpha1()
+	if _, err := bs.ClusterStores().Create(ctx, &v1alpha1.ClusterStore{ObjectMeta: metav1.ObjectMeta{Name: w.name},
+		Spec: v1alpha1.ClusterStoreSpec{Sources: []v1alpha1.ImageSource{{Image: w.f.Addr + "/buildpacks/hello:1.0.0"}}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bs.ClusterStacks().Create(ctx, &v1alpha1.ClusterStack{ObjectMeta: metav1.ObjectMeta{Name: w.name},
+		Spec: v1alpha1.ClusterStackSpec{ID: "io.buildpacks.stacks.faults",
+			BuildImage: v1alpha1.ImageSource{Image: w.f.Addr + "/stack/build:1"},
+			RunImage:   v1alpha1.ImageSource{Image: w.f.Addr + "/stack/run:1"}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bs.Builders(w.ns).Create(ctx, &v1alpha1.Builder{ObjectMeta: metav1.ObjectMeta{Name: w.name, Namespace: w.ns},
+		Spec: v1alpha1.NamespacedBuilderSpec{BuilderSpec: v1alpha1.BuilderSpec{
+			Tag: w.f.Addr + "/builders/" + w.name + ":latest", Stack: v1alpha1.StackRef{Name: w.name}, Store: v1alpha1.StoreRef{Name: w.name},
+			Order: []v1alpha1.OrderEntry{{Group: []v1alpha1.BuildpackRef{{ID: "example/hello"}}}}}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitReady waits with kubectl for the three objects.
+func (w *faultWorld) waitReady(t *testing.T, timeout time.Duration) {
+	t.Helper()
+	wait := env.Kubectl("wait", "--for=condition=Ready", fmt.Sprintf("--timeout=%s", timeout),
+		"clusterstore/"+w.name, "clusterstack/"+w.name, "-n", w.ns, "builder/"+w.name)
+	if out, err := wait.CombinedOutput(); err != nil {
+		b, _ := client.BuildsmithV1alpha1().Builders(w.ns).Get(context.Background(), w.name, metav1.GetOptions{})
+		t.Fatalf("kubectl wait: %v\n%s\nbuilder: %+v", err, out, b.Status.Conditions)
+	}
+}
+
+// TestRegistryAnswering503ForAWhile: 503 on every manifest for 6 s, then
+// normal: everything ends Ready, nothing needed.
+func TestRegistryAnswering503ForAWhile(t *testing.T) {
+	w := newFaultWorld(t, "unavailable")
+	w.f.Inject("", "/manifests/", -1, registrytest.Answer(503, nil, ""))
+	startController(t)
+	w.apply(t)
+	time.Sleep(6 * time.Second)
+	s, _ := client.BuildsmithV1alpha1().ClusterStores().Get(context.Background(), w.name, metav1.GetOptions{})
+	if c := s.Status.GetCondition(v1alpha1.ConditionReady); c == nil || c.Reason != "RegistryUnavailable" {
+		t.Errorf("store during the 503s: %+v", s.Status.Conditions)
+	}
+	w.f.ClearFaults()
+	// The backoff after ~6 s of failures is below 16 s (1, 2, 4, 8 s ±20 %).
+	w.waitReady(t, 30*time.Second)
+}
+
+// TestRateLimitedWithRetryAfter: the registry answers 429 with
+// Retry-After: 3 to the first manifest requests; no request on a limited
+// repository comes before its Retry-After, and everything ends Ready.
+func TestRateLimitedWithRetryAfter(t *testing.T) {
+	w := newFaultWorld(t, "limited")
+	var mu sync.Mutex
+	var limitedAt []time.Time
+	limited := 0
+	w.f.Inject("", "/stack/run/manifests/", -1, func(rw http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		limitedAt = append(limitedAt, time.Now())
+		limited++
+		n := limited
+		mu.Unlock()
+		if n <= 2 {
+			registrytest.Answer(429, map[string]string{"Retry-After": "3"}, registrytest.OCIError("TOOMANYREQUESTS", "slow down"))(rw, r)
+			return
+		}
+		w.f.Handler.ServeHTTP(rw, r)
+	})
+	startController(t)
+	w.apply(t)
+	w.waitReady(t, 40*time.Second)
+	mu.Lock()
+	defer mu.Unlock()
+	for i := 1; i < len(limitedAt) && i <= 2; i++ {
+		if gap := limitedAt[i].Sub(limitedAt[i-1]); gap < 3*time.Second {
+			t.Errorf("request %d came %v after a 429 with Retry-After: 3", i+1, gap.Round(time.Millisecond))
+		}
+	}
+}
+
+// TestStackImagePushedLater: a ClusterStack applied before its run image
+// exists waits (ImageNotFound), and becomes Ready once the image is pushed,
+// by its poll.
+func TestStackImagePushedLater(t *testing.T) {
+	w := newFaultWorld(t, "late")
+	ctx := context.Background()
+	startController(t, "--poll-interval", "2s")
+	bs := client.BuildsmithV1alpha1()
+	if _, err := bs.ClusterStacks().Create(ctx, &v1alpha1.ClusterStack{ObjectMeta: metav1.ObjectMeta{Name: "late"},
+		Spec: v1alpha1.ClusterStackSpec{ID: "io.buildpacks.stacks.faults",
+			BuildImage: v1alpha1.ImageSource{Image: w.f.Addr + "/stack/build:1"},
+			RunImage:   v1alpha1.ImageSource{Image: w.f.Addr + "/stack/run-later:1"}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 20*time.Second, "the stack waiting for its run image", func() (bool, string) {
+		s, err := bs.ClusterStacks().Get(ctx, "late", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		c := s.Status.GetCondition(v1alpha1.ConditionReady)
+		return c != nil && c.Reason == "ImageNotFound" && strings.Contains(c.Message, "run-later"), fmt.Sprintf("%+v", s.Status.Conditions)
+	})
+	run, err := sampleimages.StackImage("io.buildpacks.stacks.faults", 0)
+	push(t, w.f, "stack/run-later:1", run, err)
+	if out, err := env.Kubectl("wait", "--for=condition=Ready", "--timeout=20s", "clusterstack/late").CombinedOutput(); err != nil {
+		t.Fatalf("kubectl wait: %v\n%s", err, out)
+	}
+}
+
+// TestControllerKilledDuringPush: the controller is killed while it pushes
+// a builder (the manifest PUT hangs); nothing is tagged; a new controller
+// finishes the job.
+func TestControllerKilledDuringPush(t *testing.T) {
+	w := newFaultWorld(t, "killed")
+	hung := make(chan struct{}, 1)
+	w.f.Inject("PUT", "/builders/killed/manifests/", -1, func(rw http.ResponseWriter, r *http.Request) {
+		select {
+		case hung <- struct{}{}:
+		default:
+		}
+		w.f.Hang(rw, r)
+	})
+	stop := startStoppableController(t)
+	w.apply(t)
+	select {
+	case <-hung:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the builder push never reached the manifest")
+	}
+	stop()
+	if _, err := w.f.Resolve(w.f.Addr + "/builders/killed:latest"); err == nil {
+		t.Fatal("the tag exists although the push was killed before its manifest")
+	}
+	w.f.ClearFaults()
+	startController(t)
+	w.waitReady(t, 30*time.Second)
+	b, _ := client.BuildsmithV1alpha1().Builders(w.ns).Get(context.Background(), w.name, metav1.GetOptions{})
+	if tagged, _ := w.f.Resolve(w.f.Addr + "/builders/killed:latest"); tagged != b.Status.LatestImage {
+		t.Errorf("tag at %q, latestImage %q", tagged, b.Status.LatestImage)
+	}
+}
