@@ -199,3 +199,67 @@ func TestControllerKilledDuringPush(t *testing.T) {
 		t.Errorf("tag at %q, latestImage %q", tagged, b.Status.LatestImage)
 	}
 }
+
+// TestTwoReplicas: two controllers with leader election share the work by
+// buckets; when one is killed, the other takes its buckets over and
+// finishes what comes next.
+func TestTwoReplicas(t *testing.T) {
+	w := newFaultWorld(t, "ha")
+	ctx := context.Background()
+	cms := kube.CoreV1().ConfigMaps(systemNamespace)
+	if _, err := cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "config-leader-election"},
+		Data: map[string]string{"buckets": "4", "lease-duration": "4s", "renew-deadline": "3s", "retry-period": "1s"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cms.Delete(ctx, "config-leader-election", metav1.DeleteOptions{}) })
+	first := startControllerWith(t, env.Kubeconfig, systemNamespace, false)
+	startControllerWith(t, env.Kubeconfig, systemNamespace, false)
+
+	stacks := client.BuildsmithV1alpha1().ClusterStacks()
+	create := func(names ...string) {
+		for _, name := range names {
+			if _, err := stacks.Create(ctx, &v1alpha1.ClusterStack{ObjectMeta: metav1.ObjectMeta{Name: name},
+				Spec: v1alpha1.ClusterStackSpec{ID: "io.buildpacks.stacks.faults",
+					BuildImage: v1alpha1.ImageSource{Image: w.f.Addr + "/stack/build:1"},
+					RunImage:   v1alpha1.ImageSource{Image: w.f.Addr + "/stack/run:1"}}}, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	ready := func(names ...string) {
+		t.Helper()
+		args := []string{"wait", "--for=condition=Ready", "--timeout=60s"}
+		for _, name := range names {
+			args = append(args, "clusterstack/"+name)
+		}
+		if out, err := env.Kubectl(args...).CombinedOutput(); err != nil {
+			t.Fatalf("kubectl wait: %v\n%s", err, out)
+		}
+	}
+	before := []string{"ha-1", "ha-2", "ha-3", "ha-4", "ha-5", "ha-6"}
+	create(before...)
+	ready(before...)
+
+	// The ClusterStack controller's buckets are held by both replicas.
+	holders := map[string]bool{}
+	eventually(t, 20*time.Second, "both replicas holding buckets", func() (bool, string) {
+		leases, err := kube.CoordinationV1().Leases(systemNamespace).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		holders = map[string]bool{}
+		var names []string
+		for _, l := range leases.Items {
+			if strings.Contains(l.Name, "clusterstack") && l.Spec.HolderIdentity != nil {
+				holders[*l.Spec.HolderIdentity] = true
+				names = append(names, l.Name)
+			}
+		}
+		return len(holders) == 2, fmt.Sprintf("%d holders of %v", len(holders), names)
+	})
+
+	first()
+	after := []string{"ha-7", "ha-8", "ha-9", "ha-10", "ha-11", "ha-12"}
+	create(after...)
+	ready(after...)
+}
