@@ -69,6 +69,9 @@ func main() {
 		ctx = sharedmain.WithHealthProbesDisabled(ctx)
 	}
 	client := registry.New(ctx, regOpts)
+	if err := registerRegistryMetrics(client); err != nil {
+		log.Fatalf("registering metrics: %v", err)
+	}
 	builders := &builder.Controllers{Registry: client, Options: opts, Version: version}
 	sharedmain.MainWithConfig(ctx, component, cfg,
 		clusterstore.NewController(client, opts),

@@ -114,8 +114,11 @@ func (p *Policy) Finish(ctx context.Context, obj Object, err error) pkgreconcile
 		p.Forget(key)
 		p.recordTransition(ctx, obj, before)
 		if p.opts.ResyncInterval > 0 {
-			return controller.NewRequeueAfter(p.jittered(p.opts.ResyncInterval))
+			delay := p.jittered(p.opts.ResyncInterval)
+			recordOutcome(ctx, p.kind, "ready", delay)
+			return controller.NewRequeueAfter(delay)
 		}
+		recordOutcome(ctx, p.kind, "ready", 0)
 		return nil
 	}
 
@@ -125,6 +128,7 @@ func (p *Policy) Finish(ctx context.Context, obj Object, err error) pkgreconcile
 	case failure.Permanent:
 		conditions.MarkStalled(f.Reason, message)
 		p.Forget(key)
+		recordOutcome(ctx, p.kind, "permanent", 0)
 		if !readyChanged(before, conditions.GetCondition(v1alpha1.ConditionReady)) {
 			// Same failure as last time (a tracked Secret changed, the
 			// controller restarted): no event again. A skip key is
@@ -141,7 +145,9 @@ func (p *Policy) Finish(ctx context.Context, obj Object, err error) pkgreconcile
 		conditions.MarkRetrying(f.Reason, message,
 			fmt.Sprintf("retrying in %s, or when a dependency changes", p.opts.PollInterval))
 		p.recordTransition(ctx, obj, before)
-		return controller.NewRequeueAfter(p.jittered(p.opts.PollInterval))
+		delay := p.jittered(p.opts.PollInterval)
+		recordOutcome(ctx, p.kind, "waiting", delay)
+		return controller.NewRequeueAfter(delay)
 	default: // transient
 		// Jitter first, then the cap, then the server's wish: the cap is a
 		// promise to the user, Retry-After a promise to the server.
@@ -152,6 +158,7 @@ func (p *Policy) Finish(ctx context.Context, obj Object, err error) pkgreconcile
 			p.health.NotifyWhenHealthy(f.Host, p.healthKey(key), func() { p.enqueue(key) })
 		}
 		p.recordTransition(ctx, obj, before)
+		recordOutcome(ctx, p.kind, "transient", delay)
 		return controller.NewRequeueAfter(delay)
 	}
 }

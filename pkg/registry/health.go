@@ -111,6 +111,19 @@ func (h *Health) Forget(key string) {
 	}
 }
 
+// Down returns the hosts currently believed down.
+func (h *Health) Down() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var down []string
+	for host, hh := range h.hosts {
+		if hh.down {
+			down = append(down, host)
+		}
+	}
+	return down
+}
+
 // Waiting returns how many keys wait on host.
 func (h *Health) Waiting(host string) int {
 	h.mu.Lock()

@@ -1,0 +1,83 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// TestPrometheusMetrics: with metrics-protocol prometheus in
+// config-observability, the controller serves its reconcile and registry
+// metrics on --metrics-port.
+func TestPrometheusMetrics(t *testing.T) {
+	w := newFaultWorld(t, "metrics")
+	ctx := context.Background()
+	cms := kube.CoreV1().ConfigMaps(systemNamespace)
+	if _, err := cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "config-observability"},
+		Data: map[string]string{"metrics-protocol": "prometheus"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cms.Delete(ctx, "config-observability", metav1.DeleteOptions{}) })
+	port := freePort(t)
+	startController(t, "--metrics-port", fmt.Sprint(port))
+	w.apply(t)
+	w.waitReady(t, 30*time.Second)
+
+	var body string
+	eventually(t, 20*time.Second, "the metrics", func() (bool, string) {
+		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", port))
+		if err != nil {
+			return false, err.Error()
+		}
+		defer resp.Body.Close()
+		raw, _ := io.ReadAll(resp.Body)
+		body = string(raw)
+		return strings.Contains(body, "buildsmith_reconciles_total") && strings.Contains(body, "buildsmith_registry_requests_total"),
+			fmt.Sprintf("%d bytes, status %s", len(raw), resp.Status)
+	})
+	for _, want := range [][]string{
+		{"buildsmith_reconciles_total", `kind="Builder"`, `outcome="ready"`},
+		{"buildsmith_reconciles_total", `kind="ClusterStack"`, `outcome="ready"`},
+		{"buildsmith_requeue_delay_seconds_bucket", `kind="ClusterStore"`, `outcome="ready"`},
+		{"buildsmith_registry_requests_total", `host="` + w.f.Addr + `"`, `method="PUT"`, `status="2xx"`},
+		{"buildsmith_registry_bytes_total", `direction="up"`, `host="` + w.f.Addr + `"`},
+	} {
+		if !hasSample(body, want[0], want[1:]...) {
+			t.Errorf("metrics lack %s with %v", want[0], want[1:])
+		}
+	}
+	if t.Failed() {
+		var ours []string
+		for _, line := range strings.Split(body, "\n") {
+			if strings.Contains(line, "buildsmith") {
+				ours = append(ours, line)
+			}
+		}
+		t.Logf("buildsmith metrics:\n%s", strings.Join(ours, "\n"))
+	}
+}
+
+// hasSample reports whether the Prometheus text has a sample of metric with
+// all the label pairs.
+func hasSample(body, metric string, labels ...string) bool {
+	for _, line := range strings.Split(body, "\n") {
+		if !strings.HasPrefix(line, metric+"{") {
+			continue
+		}
+		all := true
+		for _, l := range labels {
+			all = all && strings.Contains(line, l)
+		}
+		if all {
+			return true
+		}
+	}
+	return false
+}
