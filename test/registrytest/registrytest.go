@@ -4,9 +4,7 @@
 package registrytest
 
 import (
-	"archive/tar"
 	"bufio"
-	"bytes"
 	"cmp"
 	"encoding/json"
 	"fmt"
@@ -17,7 +15,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	ggcrregistry "github.com/google/go-containerregistry/pkg/registry"
@@ -26,7 +23,6 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/random"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
-	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 )
 
@@ -329,50 +325,6 @@ func (f *Registry) PushLayers(repo string, layers []v1.Layer, labels map[string]
 		f.t.Fatal(err)
 	}
 	return img
-}
-
-// File is an entry of a layer made by TarLayer.
-type File struct {
-	Path    string // without a leading slash; a trailing slash makes a directory
-	Mode    int64
-	Content string
-	Link    string // the target, for a symlink
-	UID     int
-}
-
-// TarLayer makes a layer of files, with fixed times.
-func TarLayer(t testing.TB, files ...File) v1.Layer {
-	t.Helper()
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	for _, file := range files {
-		h := &tar.Header{Name: file.Path, Mode: file.Mode, Uid: file.UID, Gid: file.UID, ModTime: time.Unix(315532801, 0)}
-		switch {
-		case file.Link != "":
-			h.Typeflag, h.Linkname = tar.TypeSymlink, file.Link
-		case strings.HasSuffix(file.Path, "/"):
-			h.Typeflag = tar.TypeDir
-		default:
-			h.Typeflag, h.Size = tar.TypeReg, int64(len(file.Content))
-		}
-		if err := tw.WriteHeader(h); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := io.WriteString(tw, file.Content); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := tw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	data := buf.Bytes()
-	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) {
-		return io.NopCloser(bytes.NewReader(data)), nil
-	}, tarball.WithMediaType(types.OCILayer))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return layer
 }
 
 // Resolve returns repository@digest of what ref points at now.

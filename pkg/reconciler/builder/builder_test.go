@@ -30,6 +30,7 @@ import (
 	rt "github.com/buildsmith/buildsmith/pkg/reconciler/reconcilertest"
 	"github.com/buildsmith/buildsmith/pkg/registry"
 	"github.com/buildsmith/buildsmith/test/registrytest"
+	"github.com/buildsmith/buildsmith/test/sampleimages"
 )
 
 const lifecycleAPIs = `{"buildpack":{"deprecated":[],"supported":["0.7","0.8","0.9","0.10","0.11","0.12"]},` +
@@ -52,8 +53,7 @@ func newFixture(t *testing.T) *fixture {
 	labels := map[string]string{cnb.LabelStackID: "io.buildpacks.stacks.jammy"}
 	build := f.PushImage("stack/build:1", labels, "CNB_USER_ID=1000", "CNB_GROUP_ID=1000")
 	f.PushImage("stack/run:1", labels)
-	f.PushLayers("lifecycle:0.21.0", []v1.Layer{registrytest.TarLayer(t, registrytest.File{Path: "cnb/lifecycle/lifecycle", Mode: 0o755, Content: "ELF"})},
-		map[string]string{cnb.LabelLifecycleVer: "0.21.0", cnb.LabelLifecycleAPIs: lifecycleAPIs}, nil)
+	pushFakeLifecycle(t, f)
 	goImage := f.PushBuildpackage("bp/go:1", registrytest.Buildpack{ID: "example/go", Version: "1.0.0", API: "0.10"},
 		registrytest.Buildpack{ID: "example/go", Version: "1.1.0", API: "0.10"})
 	futureImage := f.PushBuildpackage("bp/future:1", registrytest.Buildpack{ID: "example/future", Version: "1.0.0", API: "0.99"})
@@ -320,8 +320,7 @@ func BenchmarkAssembleBuilder(b *testing.B) {
 	f := registrytest.New(b)
 	labels := map[string]string{cnb.LabelStackID: "io.buildpacks.stacks.jammy"}
 	build := f.PushImage("stack/build:1", labels, "CNB_USER_ID=1000", "CNB_GROUP_ID=1000")
-	f.PushLayers("lifecycle:0.21.0", []v1.Layer{registrytest.TarLayer(b, registrytest.File{Path: "cnb/lifecycle/lifecycle", Mode: 0o755, Content: "ELF"})},
-		map[string]string{cnb.LabelLifecycleVer: "0.21.0", cnb.LabelLifecycleAPIs: lifecycleAPIs}, nil)
+	pushFakeLifecycle(b, f)
 	var buildpacks []registrytest.Buildpack
 	var order []v1alpha1.BuildpackRef
 	for i := range 10 {
@@ -422,4 +421,16 @@ func TestClusterBuilder(t *testing.T) {
 	if tagged, _ := x.f.Resolve(cb.Spec.Tag); got.Status.LatestImage != tagged || tagged == "" {
 		t.Errorf("latestImage %q, tag at %q", got.Status.LatestImage, tagged)
 	}
+}
+
+// pushFakeLifecycle pushes a lifecycle image whose "binary" is a stub: these
+// tests assemble builders, they do not run them (test/e2e does).
+func pushFakeLifecycle(tb testing.TB, f *registrytest.Registry) {
+	tb.Helper()
+	layer, err := sampleimages.Layer(sampleimages.File{Path: "cnb/lifecycle/lifecycle", Mode: 0o755, Content: []byte("ELF")})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	f.PushLayers("lifecycle:0.21.0", []v1.Layer{layer},
+		map[string]string{cnb.LabelLifecycleVer: "0.21.0", cnb.LabelLifecycleAPIs: lifecycleAPIs}, nil)
 }
