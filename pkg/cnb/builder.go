@@ -66,6 +66,9 @@ type BuilderSpec struct {
 	Buildpacks       []BuildpackLayer
 	Order            []v1alpha1.OrderEntry // resolved: every entry has a version
 	AdditionalLabels map[string]string
+	// Env are build-time variables for buildpacks, written to
+	// /cnb/build-config/env/ (see ValidateEnv).
+	Env []EnvVar
 	// CreatedBy is the version of buildsmith, for the builder metadata.
 	CreatedBy string
 }
@@ -163,8 +166,9 @@ func directoriesLayer(uid, gid int, mediaType types.MediaType) (v1.Layer, error)
 }
 
 // configFilesLayer holds /cnb/order.toml, /cnb/run.toml (read by platform
-// API 0.12 and later) and /cnb/stack.toml (read before 0.12): the builder
-// cannot know which platform API the platform will use.
+// API 0.12 and later), /cnb/stack.toml (read before 0.12): the builder
+// cannot know which platform API the platform will use; and the build-time
+// env files, if any.
 func configFilesLayer(spec BuilderSpec, mediaType types.MediaType) (v1.Layer, error) {
 	order, err := encodeTOML(orderTOML{Order: tomlOrder(spec.Order)})
 	if err != nil {
@@ -179,12 +183,16 @@ func configFilesLayer(spec BuilderSpec, mediaType types.MediaType) (v1.Layer, er
 	if err != nil {
 		return nil, err
 	}
-	return tarLayer([]tarEntry{
+	env, err := envEntries(spec.Env)
+	if err != nil {
+		return nil, err
+	}
+	return tarLayer(append([]tarEntry{
 		{path: "cnb", mode: 0o755},
 		{path: "cnb/order.toml", mode: 0o644, content: order},
 		{path: "cnb/run.toml", mode: 0o644, content: run},
 		{path: "cnb/stack.toml", mode: 0o644, content: stack},
-	}, mediaType)
+	}, env...), mediaType)
 }
 
 // tarLayer writes entries, sorted by path, with fixed times and owners.
