@@ -102,6 +102,7 @@ type Client struct {
 	lifetime  context.Context
 	transport *accountingTransport
 	health    *Health
+	waits     *retryAfterHolds
 
 	mu       sync.Mutex
 	sessions *lru.Cache // keychain cache key → *session
@@ -129,6 +130,7 @@ func New(lifetime context.Context, opts Options) *Client {
 		transport: newAccountingTransport(opts.Transport),
 		sessions:  lru.New(opts.Sessions),
 		images:    lru.New(opts.CachedImages),
+		waits:     newRetryAfterHolds(time.Now),
 	}
 	c.health = newHealth(lifetime, opts.Health, c.probe)
 	return c
@@ -340,6 +342,9 @@ func (c *Client) Write(ctx context.Context, tag name.Tag, img v1.Image, kc authn
 // updates the registry's health.
 func (c *Client) do(ctx context.Context, ref name.Reference, timeout time.Duration, op func(context.Context, *session) error, kc authn.Keychain) error {
 	host := ref.Context().RegistryStr()
+	if wait := c.waits.check(host); wait != nil {
+		return wait
+	}
 	s, err := c.session(kc)
 	if err != nil {
 		return newError(host, 0, err)
@@ -355,7 +360,9 @@ func (c *Client) do(ctx context.Context, ref name.Reference, timeout time.Durati
 			host = failed
 			c.health.markUnhealthy(host)
 		}
-		return newError(host, state.RetryAfter(), err)
+		classified := newError(host, state.RetryAfter(), err)
+		c.waits.note(host, classified)
+		return classified
 	}
 	c.health.markHealthy(host)
 	return nil
