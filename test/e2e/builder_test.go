@@ -195,9 +195,7 @@ func push(t *testing.T, f *registrytest.Registry, repo string, img v1.Image, err
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := remote.Write(f.Ref(repo), img); err != nil {
-		t.Fatal(err)
-	}
+	f.Write(repo, img)
 }
 
 // helloBuildpack passes detection when the app has hello.txt, and writes a

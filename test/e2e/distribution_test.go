@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -31,16 +32,21 @@ const (
 	registryHtpasswd = "pusher:$2a$10$WacmzzjvXXpSgwiq8B9uxeP5pEK0IAaSiHg7H3H3/ggJ7kCldltWi\n"
 )
 
-// distribution is the reference registry (bin/registry) with htpasswd auth.
+// distribution is the reference registry (bin/registry) with htpasswd auth,
+// storing on the filesystem, so that it can stop and start again with its
+// images.
 type distribution struct {
-	addr string
-	log  string // its access log
+	addr   string
+	config string
+	log    string // its access log
+	cmd    *exec.Cmd
 }
 
 func startDistribution(t *testing.T) *distribution {
 	t.Helper()
 	dir := t.TempDir()
-	d := &distribution{addr: fmt.Sprintf("127.0.0.1:%d", freePort(t)), log: filepath.Join(dir, "registry.log")}
+	d := &distribution{addr: fmt.Sprintf("127.0.0.1:%d", freePort(t)),
+		config: filepath.Join(dir, "config.yml"), log: filepath.Join(dir, "registry.log")}
 	if err := os.WriteFile(filepath.Join(dir, "htpasswd"), []byte(registryHtpasswd), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -57,23 +63,27 @@ auth:
 http:
   addr: %s
 `, filepath.Join(dir, "storage"), filepath.Join(dir, "htpasswd"), d.addr)
-	if err := os.WriteFile(filepath.Join(dir, "config.yml"), []byte(config), 0o600); err != nil {
+	if err := os.WriteFile(d.config, []byte(config), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	logFile, err := os.Create(d.log)
+	d.start(t)
+	t.Cleanup(func() { d.stop(t) })
+	return d
+}
+
+// start runs the registry and waits until it answers.
+func (d *distribution) start(t *testing.T) {
+	t.Helper()
+	logFile, err := os.OpenFile(d.log, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(filepath.Join(env.Root, "bin", "registry"), "serve", filepath.Join(dir, "config.yml"))
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	if err := cmd.Start(); err != nil {
+	d.cmd = exec.Command(filepath.Join(env.Root, "bin", "registry"), "serve", d.config)
+	d.cmd.Stdout, d.cmd.Stderr = logFile, logFile
+	if err := d.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		_ = logFile.Close()
-	})
+	go func(cmd *exec.Cmd) { _ = cmd.Wait(); _ = logFile.Close() }(d.cmd)
 	eventually(t, 20*time.Second, "the registry to answer", func() (bool, string) {
 		resp, err := http.Get("http://" + d.addr + "/v2/")
 		if err != nil {
@@ -82,7 +92,24 @@ http:
 		_ = resp.Body.Close()
 		return resp.StatusCode == http.StatusUnauthorized, resp.Status
 	})
-	return d
+}
+
+// stop kills the registry and waits until its port refuses connections.
+func (d *distribution) stop(t *testing.T) {
+	t.Helper()
+	if d.cmd == nil {
+		return
+	}
+	_ = d.cmd.Process.Kill()
+	d.cmd = nil
+	eventually(t, 10*time.Second, "the registry to stop", func() (bool, string) {
+		conn, err := net.Dial("tcp", d.addr)
+		if err != nil {
+			return true, ""
+		}
+		_ = conn.Close()
+		return false, "still accepting connections"
+	})
 }
 
 func (d *distribution) push(t *testing.T, repo string, img v1.Image, err error) {

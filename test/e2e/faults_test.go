@@ -2,14 +2,17 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/authn"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -18,10 +21,13 @@ import (
 	"github.com/buildsmith/buildsmith/test/sampleimages"
 )
 
-// faultWorld is a registry with a stack, a buildpackage and the lifecycle,
-// and the objects over them, in a namespace of its own.
+// faultWorld is the distribution registry with htpasswd auth, reached
+// through a proxy that injects faults, holding a stack, a buildpackage and
+// the lifecycle; and the objects over them, in a namespace of their own
+// whose default ServiceAccount has the registry's pull Secret.
 type faultWorld struct {
-	f    *registrytest.Registry
+	d    *distribution
+	f    *registrytest.Registry // the proxy the controller talks to
 	ns   string
 	name string
 }
@@ -29,7 +35,9 @@ type faultWorld struct {
 func newFaultWorld(t *testing.T, name string) *faultWorld {
 	t.Helper()
 	ctx := context.Background()
-	w := &faultWorld{f: registrytest.New(t), ns: "faults-" + name, name: name}
+	d := startDistribution(t)
+	w := &faultWorld{d: d, f: registrytest.InFrontOf(t, d.addr, &authn.Basic{Username: registryUser, Password: registryPassword}),
+		ns: "faults-" + name, name: name}
 	lifecycle, err := sampleimages.Lifecycle(filepath.Join(env.Root, "bin", "lifecycle"), "0.21.0")
 	push(t, w.f, "buildsmith/lifecycle:0.21.0", lifecycle, err)
 	hello, err := sampleimages.Buildpackage(helloBuildpack)
@@ -38,11 +46,18 @@ func newFaultWorld(t *testing.T, name string) *faultWorld {
 	push(t, w.f, "stack/build:1", build, err)
 	run, err := sampleimages.StackImage("io.buildpacks.stacks.faults", 0)
 	push(t, w.f, "stack/run:1", run, err)
+	w.f.ForgetRequests()
 
 	if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: w.ns}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := kube.CoreV1().ServiceAccounts(w.ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}); err != nil {
+	if _, err := kube.CoreV1().Secrets(w.ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "registry"},
+		Type: corev1.SecretTypeDockerConfigJson,
+		Data: map[string][]byte{corev1.DockerConfigJsonKey: dockerConfig(w.f.Addr, registryUser, registryPassword)}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kube.CoreV1().ServiceAccounts(w.ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"},
+		ImagePullSecrets: []corev1.LocalObjectReference{{Name: "registry"}}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	cms := kube.CoreV1().ConfigMaps(systemNamespace)
@@ -60,14 +75,14 @@ func (w *faultWorld) apply(t *testing.T) {
 	t.Helper()
 	ctx := context.Background()
 	bs := client.BuildsmithV1alpha1()
+	account := &v1alpha1.ServiceAccountRef{Name: "default", Namespace: w.ns}
 	if _, err := bs.ClusterStores().Create(ctx, &v1alpha1.ClusterStore{ObjectMeta: metav1.ObjectMeta{Name: w.name},
-		Spec: v1alpha1.ClusterStoreSpec{Sources: []v1alpha1.ImageSource{{Image: w.f.Addr + "/buildpacks/hello:1.0.0"}}}}, metav1.CreateOptions{}); err != nil {
+		Spec: v1alpha1.ClusterStoreSpec{ServiceAccountRef: account,
+			Sources: []v1alpha1.ImageSource{{Image: w.f.Addr + "/buildpacks/hello:1.0.0"}}}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := bs.ClusterStacks().Create(ctx, &v1alpha1.ClusterStack{ObjectMeta: metav1.ObjectMeta{Name: w.name},
-		Spec: v1alpha1.ClusterStackSpec{ID: "io.buildpacks.stacks.faults",
-			BuildImage: v1alpha1.ImageSource{Image: w.f.Addr + "/stack/build:1"},
-			RunImage:   v1alpha1.ImageSource{Image: w.f.Addr + "/stack/run:1"}}}, metav1.CreateOptions{}); err != nil {
+		Spec: w.stackSpec("stack/run:1")}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := bs.Builders(w.ns).Create(ctx, &v1alpha1.Builder{ObjectMeta: metav1.ObjectMeta{Name: w.name, Namespace: w.ns},
@@ -76,6 +91,15 @@ func (w *faultWorld) apply(t *testing.T) {
 			Order: []v1alpha1.OrderEntry{{Group: []v1alpha1.BuildpackRef{{ID: "example/hello"}}}}}}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// stackSpec is a ClusterStack over the world's build image and runImage,
+// with the world's credentials.
+func (w *faultWorld) stackSpec(runImage string) v1alpha1.ClusterStackSpec {
+	return v1alpha1.ClusterStackSpec{ID: "io.buildpacks.stacks.faults",
+		ServiceAccountRef: &v1alpha1.ServiceAccountRef{Name: "default", Namespace: w.ns},
+		BuildImage:        v1alpha1.ImageSource{Image: w.f.Addr + "/stack/build:1"},
+		RunImage:          v1alpha1.ImageSource{Image: w.f.Addr + "/" + runImage}}
 }
 
 // waitReady waits with kubectl for the three objects.
@@ -89,21 +113,100 @@ func (w *faultWorld) waitReady(t *testing.T, timeout time.Duration) {
 	}
 }
 
-// TestRegistryAnswering503ForAWhile: 503 on every manifest for 6 s, then
-// normal: everything ends Ready, nothing needed.
+// worldStatus is what the controller has found out about the three
+// objects: their status without the conditions.
+type worldStatus struct {
+	Store   v1alpha1.ClusterStoreStatus
+	Stack   v1alpha1.ClusterStackStatus
+	Builder v1alpha1.BuilderStatus
+}
+
+// status reads the three statuses, without conditions, and the reasons of
+// their Ready conditions ("" when Ready).
+func (w *faultWorld) status(t *testing.T) (worldStatus, [3]string) {
+	t.Helper()
+	ctx := context.Background()
+	bs := client.BuildsmithV1alpha1()
+	store, err1 := bs.ClusterStores().Get(ctx, w.name, metav1.GetOptions{})
+	stack, err2 := bs.ClusterStacks().Get(ctx, w.name, metav1.GetOptions{})
+	builder, err3 := bs.Builders(w.ns).Get(ctx, w.name, metav1.GetOptions{})
+	if err := errors.Join(err1, err2, err3); err != nil {
+		t.Fatal(err)
+	}
+	var reasons [3]string
+	for i, s := range []*v1alpha1.ConditionedStatus{&store.Status.ConditionedStatus, &stack.Status.ConditionedStatus, &builder.Status.ConditionedStatus} {
+		if c := s.GetCondition(v1alpha1.ConditionReady); c != nil && !c.IsTrue() {
+			reasons[i] = c.Reason
+		}
+		s.Conditions = nil
+	}
+	return worldStatus{store.Status, stack.Status, builder.Status}, reasons
+}
+
+// survives runs the world to Ready, then starts a fault and waits until all
+// three objects are not Ready, the store and stack with reason (they notice it by their 2 s resync);
+// meanwhile nothing they found out before may change. Then it ends the fault
+// and waits until all three are Ready again, with the same status: the same
+// buildpacks, stack, and builder image.
+func (w *faultWorld) survives(t *testing.T, reason string, fault, end func()) {
+	t.Helper()
+	w.apply(t)
+	w.waitReady(t, 60*time.Second)
+	good, _ := w.status(t)
+	if good.Builder.LatestImage == "" || len(good.Store.Buildpacks) == 0 || good.Stack.RunImage.Image == "" {
+		t.Fatalf("Ready but with an incomplete status: %+v", good)
+	}
+
+	fault()
+	eventually(t, 60*time.Second, "all three to report "+reason, func() (bool, string) {
+		now, reasons := w.status(t)
+		if !reflect.DeepEqual(now, good) {
+			t.Fatalf("status changed during the fault:\nbefore %+v\nnow    %+v", good, now)
+		}
+		// The builder meets the fault itself, or first sees its stack
+		// or store not Ready: either way it is not Ready and says why.
+		builderKnows := reasons[2] == reason || reasons[2] == "StackNotReady" || reasons[2] == "StoreNotReady"
+		return reasons[0] == reason && reasons[1] == reason && builderKnows, fmt.Sprint("reasons of store, stack, builder: ", reasons)
+	})
+	end()
+	ended := time.Now()
+	w.waitReady(t, 60*time.Second)
+	t.Logf("all Ready %v after the fault ended", time.Since(ended).Round(10*time.Millisecond))
+	if now, _ := w.status(t); !reflect.DeepEqual(now, good) {
+		t.Errorf("status after recovery differs:\nbefore %+v\nafter  %+v", good, now)
+	}
+}
+
+// TestRegistryStoppedAndRestarted: the distribution registry process stops
+// (connections refused) for 10 s and starts again on its storage; the
+// objects say RegistryUnavailable meanwhile, keep what they found, and are
+// Ready within seconds of the restart, woken by the health probe rather
+// than by a backoff of up to 5 minutes.
+func TestRegistryStoppedAndRestarted(t *testing.T) {
+	w := newFaultWorld(t, "stopped")
+	startController(t, "--resync-interval", "2s", "--retry-base-delay", "30s", "--retry-max-delay", "5m")
+	w.survives(t, "RegistryUnavailable", func() {
+		w.f.Down()
+		w.d.stop(t)
+	}, func() {
+		time.Sleep(10 * time.Second)
+		w.d.start(t)
+		w.f.Up()
+	})
+}
+
+// TestRegistryAnswering503ForAWhile: 503 to every manifest request for 30 s:
+// the objects say RegistryUnavailable, keep what they found, and are Ready
+// again by their backoff (at most 8 s here) once the 503s stop.
 func TestRegistryAnswering503ForAWhile(t *testing.T) {
 	w := newFaultWorld(t, "unavailable")
-	w.f.Inject("", "/manifests/", -1, registrytest.Answer(503, nil, ""))
-	startController(t)
-	w.apply(t)
-	time.Sleep(6 * time.Second)
-	s, _ := client.BuildsmithV1alpha1().ClusterStores().Get(context.Background(), w.name, metav1.GetOptions{})
-	if c := s.Status.GetCondition(v1alpha1.ConditionReady); c == nil || c.Reason != "RegistryUnavailable" {
-		t.Errorf("store during the 503s: %+v", s.Status.Conditions)
-	}
-	w.f.ClearFaults()
-	// The backoff after ~6 s of failures is below 16 s (1, 2, 4, 8 s ±20 %).
-	w.waitReady(t, 30*time.Second)
+	startController(t, "--resync-interval", "2s", "--retry-max-delay", "8s")
+	w.survives(t, "RegistryUnavailable", func() {
+		w.f.Inject("", "/manifests/", -1, registrytest.Answer(503, nil, registrytest.OCIError("UNAVAILABLE", "maintenance")))
+	}, func() {
+		time.Sleep(30 * time.Second)
+		w.f.ClearFaults()
+	})
 }
 
 // TestRateLimitedWithRetryAfter: the registry answers 429 with
@@ -147,9 +250,7 @@ func TestStackImagePushedLater(t *testing.T) {
 	startController(t, "--poll-interval", "2s")
 	bs := client.BuildsmithV1alpha1()
 	if _, err := bs.ClusterStacks().Create(ctx, &v1alpha1.ClusterStack{ObjectMeta: metav1.ObjectMeta{Name: "late"},
-		Spec: v1alpha1.ClusterStackSpec{ID: "io.buildpacks.stacks.faults",
-			BuildImage: v1alpha1.ImageSource{Image: w.f.Addr + "/stack/build:1"},
-			RunImage:   v1alpha1.ImageSource{Image: w.f.Addr + "/stack/run-later:1"}}}, metav1.CreateOptions{}); err != nil {
+		Spec: w.stackSpec("stack/run-later:1")}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, 20*time.Second, "the stack waiting for its run image", func() (bool, string) {
@@ -219,9 +320,7 @@ func TestTwoReplicas(t *testing.T) {
 	create := func(names ...string) {
 		for _, name := range names {
 			if _, err := stacks.Create(ctx, &v1alpha1.ClusterStack{ObjectMeta: metav1.ObjectMeta{Name: name},
-				Spec: v1alpha1.ClusterStackSpec{ID: "io.buildpacks.stacks.faults",
-					BuildImage: v1alpha1.ImageSource{Image: w.f.Addr + "/stack/build:1"},
-					RunImage:   v1alpha1.ImageSource{Image: w.f.Addr + "/stack/run:1"}}}, metav1.CreateOptions{}); err != nil {
+				Spec: w.stackSpec("stack/run:1")}, metav1.CreateOptions{}); err != nil {
 				t.Fatal(err)
 			}
 		}

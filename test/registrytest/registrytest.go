@@ -1,6 +1,7 @@
-// Package registrytest runs a real registry (go-containerregistry's
-// in-memory one) on a loopback port for tests, with faults injected into
-// chosen requests and a switch to refuse connections and recover.
+// Package registrytest runs a real registry on a loopback port for tests,
+// with faults injected into chosen requests and a switch to refuse
+// connections and recover: go-containerregistry's in-memory registry, or a
+// proxy in front of another registry (the distribution registry, say).
 package registrytest
 
 import (
@@ -12,10 +13,13 @@ import (
 	"log"
 	"net"
 	"net/http"
+	"net/http/httputil"
+	"net/url"
 	"strings"
 	"sync"
 	"testing"
 
+	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
 	ggcrregistry "github.com/google/go-containerregistry/pkg/registry"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -26,14 +30,16 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/types"
 )
 
-// Registry is ggcr's in-memory registry behind a handler that injects
-// faults into chosen requests. It listens on a port it can stop and restart,
-// so tests can also refuse connections and recover.
+// Registry is a registry behind a handler that injects faults into chosen
+// requests. It listens on a port it can stop and restart, so tests can also
+// refuse connections and recover.
 type Registry struct {
 	t testing.TB
 	// Handler is the registry itself, without faults.
 	Handler http.Handler
 	Addr    string // host:port
+	// auth is what the helpers that push and resolve log in with.
+	auth authn.Authenticator
 
 	mu       sync.Mutex
 	server   *http.Server
@@ -51,14 +57,25 @@ type faultRule struct {
 	act      func(w http.ResponseWriter, r *http.Request)
 }
 
-// New starts a registry, stopped when the test ends.
+// New starts ggcr's in-memory registry, stopped when the test ends.
 func New(t testing.TB) *Registry {
 	t.Helper()
-	f := &Registry{
-		t:       t,
-		Handler: ggcrregistry.New(ggcrregistry.Logger(log.New(io.Discard, "", 0))),
-		stop:    make(chan struct{}),
-	}
+	return start(t, ggcrregistry.New(ggcrregistry.Logger(log.New(io.Discard, "", 0))), authn.Anonymous)
+}
+
+// InFrontOf starts a proxy to the registry at upstream (host:port), through
+// which faults reach clients of that real registry. The helpers that push
+// and resolve log in with auth. Requests keep their Host header, so the
+// upload locations upstream answers point back at the proxy.
+func InFrontOf(t testing.TB, upstream string, auth authn.Authenticator) *Registry {
+	t.Helper()
+	proxy := httputil.NewSingleHostReverseProxy(&url.URL{Scheme: "http", Host: upstream})
+	proxy.ErrorLog = log.New(io.Discard, "", 0)
+	return start(t, proxy, auth)
+}
+
+func start(t testing.TB, handler http.Handler, auth authn.Authenticator) *Registry {
+	f := &Registry{t: t, Handler: handler, auth: auth, stop: make(chan struct{})}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -175,10 +192,16 @@ func (f *Registry) Push(s string) v1.Image {
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	if err := remote.Write(f.Ref(s), img); err != nil {
+	f.Write(s, img)
+	return img
+}
+
+// Write pushes img to repo:tag.
+func (f *Registry) Write(s string, img v1.Image) {
+	f.t.Helper()
+	if err := remote.Write(f.Ref(s), img, remote.WithAuth(f.auth)); err != nil {
 		f.t.Fatal(err)
 	}
-	return img
 }
 
 // Faults.
@@ -321,9 +344,7 @@ func (f *Registry) PushLayers(repo string, layers []v1.Layer, labels map[string]
 	if img, err = mutate.ConfigFile(img, cf); err != nil {
 		f.t.Fatal(err)
 	}
-	if err := remote.Write(f.Ref(repo), img); err != nil {
-		f.t.Fatal(err)
-	}
+	f.Write(repo, img)
 	return img
 }
 
@@ -333,7 +354,7 @@ func (f *Registry) Resolve(ref string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	desc, err := remote.Head(r)
+	desc, err := remote.Head(r, remote.WithAuth(f.auth))
 	if err != nil {
 		return "", err
 	}
