@@ -15,6 +15,9 @@ GOBIN="$(mktemp -d)"
 export GOBIN
 trap 'rm -rf "${GOBIN}"' EXIT
 
+# On a fresh machine the module is not in the cache yet: go list -m would
+# print an empty directory.
+go mod download k8s.io/code-generator
 CODEGEN_PKG="$(go list -m -f '{{.Dir}}' k8s.io/code-generator)"
 # shellcheck source=/dev/null
 source "${CODEGEN_PKG}/kube_codegen.sh"
