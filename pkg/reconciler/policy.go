@@ -108,6 +108,14 @@ func (p *Policy) Finish(ctx context.Context, obj Object, err error) pkgreconcile
 	key := types.NamespacedName{Namespace: obj.GetNamespace(), Name: obj.GetName()}
 	conditions := obj.Conditions()
 	before := conditions.GetCondition(v1alpha1.ConditionReady).DeepCopy()
+	if requested := obj.GetAnnotations()[v1alpha1.ReconcileRequestedAtAnnotation]; requested != "" &&
+		requested != conditions.LastHandledReconcileAt {
+		// Someone asked for this reconcile (its annotation's change
+		// enqueued it at once): a failure now starts the backoff afresh
+		// rather than waiting minutes after an old streak.
+		p.backoff.Forget(key.String())
+		conditions.LastHandledReconcileAt = requested
+	}
 
 	if err == nil {
 		conditions.MarkReady()

@@ -196,3 +196,39 @@ func TestEnqueueOnChange(t *testing.T) {
 		t.Errorf("%d of 4 spec/metadata changes enqueued", enqueued)
 	}
 }
+
+// TestReconcileRequestRestartsBackoff: a new value of the reconcile-request
+// annotation is echoed in status and makes the next failure wait the first
+// backoff step again; the same value again changes nothing.
+func TestReconcileRequestRestartsBackoff(t *testing.T) {
+	p := NewPolicy("ClusterStack", DefaultOptions(), nil)
+	p.jitter = func() float64 { return 0.5 } // no spread
+	ctx := context.Background()
+	transient := failure.Transientf(registry.ReasonRegistryUnavailable, "connection refused")
+	stack := newStack()
+	finish := func() time.Duration {
+		t.Helper()
+		ok, d := controller.IsRequeueKey(p.Finish(ctx, stack, transient))
+		if !ok {
+			t.Fatal("no requeue")
+		}
+		return d
+	}
+	for range 12 {
+		finish()
+	}
+	if got := finish(); got != 5*time.Minute {
+		t.Fatalf("before the request: %v, want the 5m cap", got)
+	}
+
+	stack.Annotations = map[string]string{v1alpha1.ReconcileRequestedAtAnnotation: "2026-12-03T08:00:00Z"}
+	if got := finish(); got != time.Second {
+		t.Errorf("after the request: %v, want 1s", got)
+	}
+	if got := stack.Status.LastHandledReconcileAt; got != "2026-12-03T08:00:00Z" {
+		t.Errorf("lastHandledReconcileAt = %q", got)
+	}
+	if got := finish(); got != 2*time.Second {
+		t.Errorf("the same request again: %v, want 2s (the backoff goes on)", got)
+	}
+}

@@ -210,7 +210,7 @@ func TestRoundTripClusterStack(t *testing.T) {
 			Spec: v1alpha1.ClusterStackSpec{
 				ID:         "io.buildpacks.stacks.jammy",
 				BuildImage: v1alpha1.ImageSource{Image: "registry.example.com/build:1"},
-				RunImage:   v1alpha1.ImageSource{Image: "registry.example.com/run:1"},
+				RunImage:   v1alpha1.RunImageSource{Image: "registry.example.com/run:1"},
 			},
 		},
 		setStatus: func(o *v1alpha1.ClusterStack) {
@@ -219,7 +219,7 @@ func TestRoundTripClusterStack(t *testing.T) {
 			o.Status.OS, o.Status.Arch = "linux", "amd64"
 			o.Status.Distro = &v1alpha1.Distro{Name: "ubuntu", Version: "22.04"}
 			o.Status.BuildImage = v1alpha1.ResolvedImage{Image: "registry.example.com/build:1", LatestImage: "registry.example.com/build@sha256:aa"}
-			o.Status.RunImage = v1alpha1.ResolvedImage{Image: "registry.example.com/run:1", LatestImage: "registry.example.com/run@sha256:bb"}
+			o.Status.RunImage = v1alpha1.ResolvedRunImage{Image: "registry.example.com/run:1", LatestImage: "registry.example.com/run@sha256:bb"}
 		},
 		status: func(o *v1alpha1.ClusterStack) any {
 			s := o.Status.DeepCopy()

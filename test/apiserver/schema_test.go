@@ -92,6 +92,18 @@ spec: {sources: registry.example.com/bp:1}`,
 		manifest: `{kind: Builder, spec: {tag: t, stack: {name: s}, store: {name: s}, order: [{group: [{id: a}]}], additionalLabels: {team: 1}}}`,
 		want:     []string{"spec.additionalLabels.team", "must be of type string"},
 	}, {
+		name:     "builder env of the platform",
+		manifest: `{kind: Builder, spec: {tag: t, stack: {name: s}, store: {name: s}, order: [{group: [{id: a}]}], env: [{name: CNB_TARGET_OS, value: x}]}}`,
+		want:     []string{"spec.env[0].name", "CNB_* variables belong to the lifecycle and the platform"},
+	}, {
+		name:     "builder env name with a dot and an unknown suffix",
+		manifest: `{kind: Builder, spec: {tag: t, stack: {name: s}, store: {name: s}, order: [{group: [{id: a}]}], env: [{name: A.B, suffix: later}]}}`,
+		want:     []string{"spec.env[0].name", "should match", "spec.env[0].suffix", "Unsupported value"},
+	}, {
+		name:     "stack run image mirrors is a string",
+		manifest: `{kind: ClusterStack, spec: {id: s, buildImage: {image: a}, runImage: {image: b, mirrors: c}}}`,
+		want:     []string{"spec.runImage.mirrors", "must be of type array"},
+	}, {
 		name:     "cluster builder store of the wrong kind",
 		manifest: `{kind: ClusterBuilder, spec: {tag: t, stack: {name: s}, store: {kind: ClusterStack, name: s}, order: [{group: [{id: a}]}]}}`,
 		want:     []string{"spec.store.kind", "Unsupported value"},

@@ -70,7 +70,7 @@ func TestBuilderRunsTheRealLifecycle(t *testing.T) {
 	if _, err := bs.ClusterStacks().Create(ctx, &v1alpha1.ClusterStack{ObjectMeta: metav1.ObjectMeta{Name: "conformance"},
 		Spec: v1alpha1.ClusterStackSpec{ID: "io.buildpacks.stacks.test",
 			BuildImage: v1alpha1.ImageSource{Image: f.Addr + "/stack/build:1"},
-			RunImage:   v1alpha1.ImageSource{Image: f.Addr + "/stack/run:1"}}}, metav1.CreateOptions{}); err != nil {
+			RunImage:   v1alpha1.RunImageSource{Image: f.Addr + "/stack/run:1"}}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := bs.Builders(ns).Create(ctx, &v1alpha1.Builder{ObjectMeta: metav1.ObjectMeta{Name: "conformance", Namespace: ns},
@@ -84,6 +84,8 @@ func TestBuilderRunsTheRealLifecycle(t *testing.T) {
 				{Group: []v1alpha1.BuildpackRef{{ID: "example/never"}}},
 				{Group: []v1alpha1.BuildpackRef{{ID: "example/hello"}}},
 			},
+			// bin/build of example/hello writes it into its marker.
+			Env: []v1alpha1.BuildEnv{{Name: "HELLO_GREETING", Value: "from the builder's env", Suffix: "override"}},
 		}}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -167,7 +169,7 @@ func TestBuilderRunsTheRealLifecycle(t *testing.T) {
 	}
 	runLifecycle(t, rootfs, "builder", append(common, "-build-config", filepath.Join(rootfs, "cnb/build-config"))...)
 	marker, err := os.ReadFile(filepath.Join(layers, "example_hello", "hello", "marker"))
-	if err != nil || strings.TrimSpace(string(marker)) != "built hello.txt" {
+	if err != nil || strings.TrimSpace(string(marker)) != "built hello.txt from the builder's env" {
 		t.Errorf("bin/build did not run as expected: %q, %v", marker, err)
 	}
 	if _, err := os.Stat(filepath.Join(layers, "config", "metadata.toml")); err != nil {
@@ -204,7 +206,7 @@ var helloBuildpack = sampleimages.Buildpack{ID: "example/hello", Version: "1.0.0
 	Detect: "[ -f hello.txt ] && exit 0\nexit 100\n",
 	Build: `layer="$CNB_LAYERS_DIR/hello"
 mkdir -p "$layer"
-echo "built $(ls)" > "$layer/marker"
+echo "built $(ls)${HELLO_GREETING:+ $HELLO_GREETING}" > "$layer/marker"
 printf '[types]\nlaunch = true\n' > "$CNB_LAYERS_DIR/hello.toml"
 `}
 

@@ -97,7 +97,7 @@ func TestChartInstallAndRBAC(t *testing.T) {
 	if _, err := bs.ClusterStacks().Create(ctx, &v1alpha1.ClusterStack{ObjectMeta: metav1.ObjectMeta{Name: "chart"},
 		Spec: v1alpha1.ClusterStackSpec{ID: "io.buildpacks.stacks.chart",
 			BuildImage: v1alpha1.ImageSource{Image: f.Addr + "/stack/build:1"},
-			RunImage:   v1alpha1.ImageSource{Image: f.Addr + "/stack/run:1"}}}, metav1.CreateOptions{}); err != nil {
+			RunImage:   v1alpha1.RunImageSource{Image: f.Addr + "/stack/run:1"}}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := bs.Builders(ns).Create(ctx, &v1alpha1.Builder{ObjectMeta: metav1.ObjectMeta{Name: "chart", Namespace: ns},

@@ -184,7 +184,7 @@ func TestAuthenticatingRegistry(t *testing.T) {
 	if _, err := bs.ClusterStacks().Create(ctx, &v1alpha1.ClusterStack{ObjectMeta: metav1.ObjectMeta{Name: "auth"},
 		Spec: v1alpha1.ClusterStackSpec{ID: "io.buildpacks.stacks.auth", ServiceAccountRef: account,
 			BuildImage: v1alpha1.ImageSource{Image: d.addr + "/stack/build:1"},
-			RunImage:   v1alpha1.ImageSource{Image: d.addr + "/stack/run:1"}}}, metav1.CreateOptions{}); err != nil {
+			RunImage:   v1alpha1.RunImageSource{Image: d.addr + "/stack/run:1"}}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := bs.Builders(ns).Create(ctx, &v1alpha1.Builder{ObjectMeta: metav1.ObjectMeta{Name: "auth", Namespace: ns},

@@ -99,7 +99,7 @@ func (w *faultWorld) stackSpec(runImage string) v1alpha1.ClusterStackSpec {
 	return v1alpha1.ClusterStackSpec{ID: "io.buildpacks.stacks.faults",
 		ServiceAccountRef: &v1alpha1.ServiceAccountRef{Name: "default", Namespace: w.ns},
 		BuildImage:        v1alpha1.ImageSource{Image: w.f.Addr + "/stack/build:1"},
-		RunImage:          v1alpha1.ImageSource{Image: w.f.Addr + "/" + runImage}}
+		RunImage:          v1alpha1.RunImageSource{Image: w.f.Addr + "/" + runImage}}
 }
 
 // waitReady waits with kubectl for the three objects.
@@ -361,4 +361,39 @@ func TestTwoReplicas(t *testing.T) {
 	after := []string{"ha-7", "ha-8", "ha-9", "ha-10", "ha-11", "ha-12"}
 	create(after...)
 	ready(after...)
+}
+
+// TestReconcileRequestSkipsTheBackoff: a Builder whose push failed waits 5
+// minutes before its next try; the reconcile-request annotation, set with
+// kubectl, makes it try at once, and status echoes the request.
+func TestReconcileRequestSkipsTheBackoff(t *testing.T) {
+	w := newFaultWorld(t, "requested")
+	w.f.Inject("PUT", "/builders/requested/manifests/", -1, registrytest.Answer(503, nil, registrytest.OCIError("UNAVAILABLE", "maintenance")))
+	startController(t, "--retry-base-delay", "5m", "--retry-max-delay", "5m")
+	w.apply(t)
+	ctx := context.Background()
+	builders := client.BuildsmithV1alpha1().Builders(w.ns)
+	eventually(t, 60*time.Second, "the builder to wait 5 minutes after its failed push", func() (bool, string) {
+		b, err := builders.Get(ctx, w.name, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		c := b.Status.GetCondition(v1alpha1.ConditionReconciling)
+		return c != nil && strings.Contains(c.Message, "retrying in 5m"), fmt.Sprintf("%+v", b.Status.Conditions)
+	})
+	w.f.ClearFaults()
+
+	const requested = "2026-12-03T08:30:00Z"
+	if out, err := env.Kubectl("annotate", "-n", w.ns, "builder/"+w.name, v1alpha1.ReconcileRequestedAtAnnotation+"="+requested).CombinedOutput(); err != nil {
+		t.Fatalf("kubectl annotate: %v\n%s", err, out)
+	}
+	took := eventually(t, 20*time.Second, "the builder Ready after the request", func() (bool, string) {
+		b, err := builders.Get(ctx, w.name, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		return b.Status.IsReady() && b.Status.LastHandledReconcileAt == requested,
+			fmt.Sprintf("lastHandledReconcileAt %q, %+v", b.Status.LastHandledReconcileAt, b.Status.Conditions)
+	})
+	t.Logf("Ready %v after the annotation (backoff: 5m)", took.Round(10*time.Millisecond))
 }

@@ -47,7 +47,7 @@ func TestStoreAndStackRecoverFromRegistryOutage(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Name: "outage"},
 		Spec: v1alpha1.ClusterStackSpec{ID: "io.buildpacks.stacks.jammy",
 			BuildImage: v1alpha1.ImageSource{Image: f.Addr + "/stack/build:1"},
-			RunImage:   v1alpha1.ImageSource{Image: f.Addr + "/stack/run:1"}},
+			RunImage:   v1alpha1.RunImageSource{Image: f.Addr + "/stack/run:1"}},
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}

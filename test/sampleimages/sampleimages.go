@@ -161,3 +161,29 @@ func StackImage(id string, uid int) (v1.Image, error) {
 	}
 	return Image([]v1.Layer{layer}, map[string]string{"io.buildpacks.stack.id": id}, env...)
 }
+
+// Files returns the regular files of img's flattened filesystem by path
+// (without the leading slash), with their contents.
+func Files(img v1.Image) (map[string]string, error) {
+	rc := mutate.Extract(img)
+	defer rc.Close()
+	files := map[string]string{}
+	tr := tar.NewReader(rc)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return files, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		if h.Typeflag != tar.TypeReg {
+			continue
+		}
+		b, err := io.ReadAll(tr)
+		if err != nil {
+			return nil, err
+		}
+		files[strings.TrimPrefix(h.Name, "/")] = string(b)
+	}
+}

@@ -110,6 +110,10 @@ func (r *Core) reconcile(ctx context.Context, obj object, spec *v1alpha1.Builder
 	if err != nil {
 		return err
 	}
+	env := buildEnv(spec.Env)
+	if err := cnb.ValidateEnv(env); err != nil {
+		return err
+	}
 	kc, err := keychain()
 	if err != nil {
 		return err
@@ -214,12 +218,22 @@ func (r *Core) assemble(ctx context.Context, stack *v1alpha1.ClusterStack, stack
 		BuildImage:       build.Image,
 		Stack:            stackInfo,
 		RunImage:         stack.Status.RunImage.Image,
+		RunImageMirrors:  stack.Status.RunImage.Mirrors,
 		Lifecycle:        lifecycle,
 		Buildpacks:       layers,
 		Order:            resolved.Order,
 		AdditionalLabels: spec.AdditionalLabels,
+		Env:              buildEnv(spec.Env),
 		CreatedBy:        r.Version,
 	})
+}
+
+func buildEnv(env []v1alpha1.BuildEnv) []cnb.EnvVar {
+	out := make([]cnb.EnvVar, len(env))
+	for i, e := range env {
+		out[i] = cnb.EnvVar{Name: e.Name, Value: e.Value, Suffix: e.Suffix, Delim: e.Delim}
+	}
+	return out
 }
 
 // stack returns the named ClusterStack if it is Ready for its current
@@ -277,8 +291,12 @@ func fingerprintOf(stack *v1alpha1.ClusterStack, lifecycleDigest string, resolve
 		Buildpacks                                    []v1alpha1.StoreBuildpack
 		Order                                         []v1alpha1.OrderEntry
 		Labels                                        map[string]string
+		// Added later: omitted when empty, so that builders without them
+		// keep their fingerprints (and are not rebuilt on upgrade).
+		RunImageMirrors []string            `json:",omitempty"`
+		Env             []v1alpha1.BuildEnv `json:",omitempty"`
 	}{stack.Status.BuildImage.LatestImage, stack.Status.RunImage.Image, lifecycleDigest, spec.Tag, version,
-		buildpacks, resolved.Order, spec.AdditionalLabels})
+		buildpacks, resolved.Order, spec.AdditionalLabels, stack.Status.RunImage.Mirrors, spec.Env})
 	sum := sha256.Sum256(raw)
 	return "sha256:" + hex.EncodeToString(sum[:])
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -62,7 +63,7 @@ func newFixture(t *testing.T) *fixture {
 	stack := &v1alpha1.ClusterStack{ObjectMeta: metav1.ObjectMeta{Name: "jammy", Generation: 3}}
 	stack.Status = v1alpha1.ClusterStackStatus{ID: "io.buildpacks.stacks.jammy", UserID: 1000, GroupID: 1000, OS: "linux", Arch: "amd64",
 		BuildImage: v1alpha1.ResolvedImage{Image: f.Addr + "/stack/build:1", LatestImage: f.Addr + "/stack/build@" + buildDigest.String()},
-		RunImage:   v1alpha1.ResolvedImage{Image: f.Addr + "/stack/run:1"}}
+		RunImage:   v1alpha1.ResolvedRunImage{Image: f.Addr + "/stack/run:1"}}
 	stack.Status.ObservedGeneration = 3
 	stack.Status.MarkReady()
 
@@ -260,6 +261,13 @@ func TestBuilderFailures(t *testing.T) {
 		want: rt.Outcome{Ready: corev1.ConditionFalse, Reason: cnb.ReasonBuildpackAPIUnsupported, Stalled: true, Requeue: rt.NoRequeue,
 			EventReasons: []string{cnb.ReasonBuildpackAPIUnsupported}, MessageContains: "example/future@1.0.0"},
 	}, {
+		name: "env the lifecycle cannot read: one file written twice",
+		builder: x.builder(func(b *v1alpha1.Builder) {
+			b.Spec.Env = []v1alpha1.BuildEnv{{Name: "GOFLAGS", Value: "-mod=vendor"}, {Name: "GOFLAGS", Value: "-trimpath"}}
+		}), lifecycle: lifecycle,
+		want: rt.Outcome{Ready: corev1.ConditionFalse, Reason: cnb.ReasonInvalidEnv, Stalled: true, Requeue: rt.NoRequeue,
+			EventReasons: []string{cnb.ReasonInvalidEnv}, MessageContains: "GOFLAGS"},
+	}, {
 		name:    "push fails: nothing tagged",
 		builder: x.builder(func(b *v1alpha1.Builder) { b.Spec.Tag = x.f.Addr + "/builders/failing:latest" }), lifecycle: lifecycle,
 		setup: func(x *fixture) {
@@ -344,7 +352,7 @@ func BenchmarkAssembleBuilder(b *testing.B) {
 	stack := &v1alpha1.ClusterStack{ObjectMeta: metav1.ObjectMeta{Name: "jammy"}, Status: v1alpha1.ClusterStackStatus{
 		ID: "io.buildpacks.stacks.jammy", UserID: 1000, GroupID: 1000, OS: "linux", Arch: "amd64",
 		BuildImage: v1alpha1.ResolvedImage{LatestImage: f.Addr + "/stack/build@" + buildDigest.String()},
-		RunImage:   v1alpha1.ResolvedImage{Image: f.Addr + "/stack/run:1"}}}
+		RunImage:   v1alpha1.ResolvedRunImage{Image: f.Addr + "/stack/run:1"}}}
 	ctx := context.Background()
 	client := registry.New(ctx, registry.Options{})
 	core := &Core{Registry: client, Lifecycle: &LifecycleSource{Registry: client, Refresh: time.Hour}, Version: "bench"}
@@ -433,4 +441,55 @@ func pushFakeLifecycle(tb testing.TB, f *registrytest.Registry) {
 	}
 	f.PushLayers("lifecycle:0.21.0", []v1.Layer{layer},
 		map[string]string{cnb.LabelLifecycleVer: "0.21.0", cnb.LabelLifecycleAPIs: lifecycleAPIs}, nil)
+}
+
+// TestBuilderEnvAndRunImageMirrors: spec.env becomes files of
+// /cnb/build-config/env/ and the stack's run image mirrors reach the
+// builder's metadata; changing the env builds a new image.
+func TestBuilderEnvAndRunImageMirrors(t *testing.T) {
+	x := newFixture(t)
+	lifecycle := x.f.Addr + "/lifecycle:0.21.0"
+	x.stack.Status.RunImage.Mirrors = []string{"mirror.example.com/stack/run:1"}
+	b := x.builder(func(b *v1alpha1.Builder) {
+		b.Spec.Env = []v1alpha1.BuildEnv{{Name: "GOFLAGS", Value: "-trimpath", Suffix: "append", Delim: " "}}
+	})
+	got, _, err, _ := x.run(t, b, lifecycle)
+	if !got.Status.IsReady() {
+		t.Fatalf("not Ready: %v %+v", err, got.Status.Conditions)
+	}
+	img := x.read(t, got.Status.LatestImage)
+	files, err := sampleimages.Files(img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if files["cnb/build-config/env/GOFLAGS.append"] != "-trimpath" || files["cnb/build-config/env/GOFLAGS.delim"] != " " {
+		t.Errorf("build-config env files: %q, %q", files["cnb/build-config/env/GOFLAGS.append"], files["cnb/build-config/env/GOFLAGS.delim"])
+	}
+	if run := files["cnb/run.toml"]; !strings.Contains(run, "mirror.example.com/stack/run:1") {
+		t.Errorf("run.toml lacks the mirror:\n%s", run)
+	}
+	cf, _ := img.ConfigFile()
+	if meta := cf.Config.Labels[cnb.LabelBuilderMetadata]; !strings.Contains(meta, `"mirrors":["mirror.example.com/stack/run:1"]`) {
+		t.Errorf("builder metadata lacks the mirror: %s", meta)
+	}
+
+	got.Spec.Env[0].Value = "-race"
+	again, _, err, traffic := x.run(t, got, lifecycle)
+	if !again.Status.IsReady() || again.Status.LatestImage == got.Status.LatestImage || traffic.Total("PUT") == 0 {
+		t.Errorf("a changed env was not built: %v, latestImage %s, %d PUTs", err, again.Status.LatestImage, traffic.Total("PUT"))
+	}
+}
+
+// read reads an image the test pushed.
+func (x *fixture) read(t *testing.T, ref string) v1.Image {
+	t.Helper()
+	r, err := name.ParseReference(ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := remote.Image(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return img
 }

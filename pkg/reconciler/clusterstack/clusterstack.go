@@ -67,7 +67,7 @@ func (r *Reconciler) reconcile(ctx context.Context, stack *v1alpha1.ClusterStack
 		status.Distro = &v1alpha1.Distro{Name: s.DistroName, Version: s.DistroVersion}
 	}
 	status.BuildImage = v1alpha1.ResolvedImage{Image: spec.BuildImage.Image, LatestImage: build.Ref.String()}
-	status.RunImage = v1alpha1.ResolvedImage{Image: spec.RunImage.Image, LatestImage: run.Ref.String()}
+	status.RunImage = v1alpha1.ResolvedRunImage{Image: spec.RunImage.Image, LatestImage: run.Ref.String(), Mirrors: spec.RunImage.Mirrors}
 	return nil
 }
 

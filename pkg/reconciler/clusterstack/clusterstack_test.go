@@ -64,12 +64,24 @@ func TestReconcile(t *testing.T) {
 				BuildImage: v1alpha1.ResolvedImage{Image: f.Addr + "/stack/build:1", LatestImage: f.Addr + "/stack/build@" + buildDigest.String()},
 			}
 			got := s.Status.DeepCopy()
-			got.ConditionedStatus, got.RunImage = v1alpha1.ConditionedStatus{}, v1alpha1.ResolvedImage{}
+			got.ConditionedStatus, got.RunImage = v1alpha1.ConditionedStatus{}, v1alpha1.ResolvedRunImage{}
 			if diff := cmp.Diff(&want, got, cmpopts.EquateEmpty()); diff != "" {
 				t.Errorf("status (-want +got):\n%s", diff)
 			}
 			if !strings.HasPrefix(s.Status.RunImage.LatestImage, f.Addr+"/stack/run@sha256:") {
 				t.Errorf("run image resolved to %q", s.Status.RunImage.LatestImage)
+			}
+		},
+	}, {
+		name: "run image mirrors are recorded for the builders",
+		spec: func(s *v1alpha1.ClusterStackSpec) {
+			s.RunImage.Mirrors = []string{"mirror.example.com/stack/run:1", "other.example.com/run:1"}
+		},
+		want: reconcilertest.Outcome{Ready: corev1.ConditionTrue, Requeue: reconcilertest.Resync, MinDelay: 8 * time.Minute, MaxDelay: 12 * time.Minute,
+			EventReasons: []string{"Ready"}},
+		validate: func(t *testing.T, s *v1alpha1.ClusterStack) {
+			if diff := cmp.Diff([]string{"mirror.example.com/stack/run:1", "other.example.com/run:1"}, s.Status.RunImage.Mirrors); diff != "" {
+				t.Errorf("status.runImage.mirrors (-want +got):\n%s", diff)
 			}
 		},
 	}, {
@@ -129,7 +141,7 @@ func TestReconcile(t *testing.T) {
 				Spec: v1alpha1.ClusterStackSpec{
 					ID:         stackID,
 					BuildImage: v1alpha1.ImageSource{Image: f.Addr + "/stack/build:1"},
-					RunImage:   v1alpha1.ImageSource{Image: f.Addr + "/stack/run:1"},
+					RunImage:   v1alpha1.RunImageSource{Image: f.Addr + "/stack/run:1"},
 				},
 			}
 			if tc.spec != nil {
@@ -165,7 +177,7 @@ func TestRefusedRegistryWaitsOnHealth(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Name: "jammy", Generation: 1},
 		Spec: v1alpha1.ClusterStackSpec{ID: stackID,
 			BuildImage: v1alpha1.ImageSource{Image: f.Addr + "/stack/build:1"},
-			RunImage:   v1alpha1.ImageSource{Image: f.Addr + "/stack/run:1"}},
+			RunImage:   v1alpha1.RunImageSource{Image: f.Addr + "/stack/run:1"}},
 	}
 	ctx, clients := reconcilertest.Setup(t, stack)
 	client := registry.New(ctx, registry.Options{})

@@ -37,7 +37,7 @@ func TestTable(t *testing.T) {
 			ObjectMeta: metav1.ObjectMeta{Name: "jammy", Generation: 1},
 			Spec: v1alpha1.ClusterStackSpec{ID: stackID,
 				BuildImage: v1alpha1.ImageSource{Image: f.Addr + "/stack/build:1"},
-				RunImage:   v1alpha1.ImageSource{Image: f.Addr + "/" + runImage}},
+				RunImage:   v1alpha1.RunImageSource{Image: f.Addr + "/" + runImage}},
 		}
 		if status != nil {
 			s.Status.ObservedGeneration = 1
@@ -56,7 +56,7 @@ func TestTable(t *testing.T) {
 		WantStatusUpdates: []clientgotesting.UpdateActionImpl{{Object: stack("stack/run:1", func(s *v1alpha1.ClusterStackStatus) {
 			s.ID, s.UserID, s.GroupID, s.OS, s.Arch = stackID, 1000, 1001, "linux", "amd64"
 			s.BuildImage = v1alpha1.ResolvedImage{Image: f.Addr + "/stack/build:1", LatestImage: f.Addr + "/stack/build@" + buildDigest.String()}
-			s.RunImage = v1alpha1.ResolvedImage{Image: f.Addr + "/stack/run:1", LatestImage: f.Addr + "/stack/run@" + runDigest.String()}
+			s.RunImage = v1alpha1.ResolvedRunImage{Image: f.Addr + "/stack/run:1", LatestImage: f.Addr + "/stack/run@" + runDigest.String()}
 			s.MarkReady()
 		})}},
 		WantEvents: []string{pkgtesting.Eventf(corev1.EventTypeNormal, "Ready", "ClusterStack is Ready")},

@@ -64,6 +64,36 @@ type BuilderSpec struct {
 	// +kubebuilder:validation:MaxProperties=256
 	// +kubebuilder:validation:XValidation:rule="self.all(k, !k.startsWith('io.buildpacks.'))",message="additionalLabels may not set io.buildpacks.* labels"
 	AdditionalLabels map[string]string `json:"additionalLabels,omitempty"`
+	// Env are build-time environment variables of every build with this
+	// builder, as pack's [[build.env]]: files in /cnb/build-config/env/.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=128
+	Env []BuildEnv `json:"env,omitempty"`
+}
+
+// BuildEnv is a build-time environment variable. Where the app's own
+// environment or a buildpack sets it too, Suffix says which wins.
+type BuildEnv struct {
+	// Name may not contain '=', '.' or '/' (it becomes a file name, and
+	// the lifecycle reads what follows a dot as a suffix), nor start with
+	// CNB_ (those belong to the lifecycle and the platform).
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=256
+	// +kubebuilder:validation:Pattern=`^[^=./]+$`
+	// +kubebuilder:validation:XValidation:rule="!self.startsWith('CNB_')",message="CNB_* variables belong to the lifecycle and the platform"
+	Name string `json:"name"`
+	// +optional
+	Value string `json:"value,omitempty"`
+	// Suffix is default (set unless already set; also what empty means),
+	// override (always this value), append or prepend (joined with Delim
+	// to a value set elsewhere).
+	// +optional
+	// +kubebuilder:validation:Enum=default;override;append;prepend
+	Suffix string `json:"suffix,omitempty"`
+	// Delim joins the value for append and prepend.
+	// +optional
+	Delim string `json:"delim,omitempty"`
 }
 
 // NamespacedBuilderSpec is the spec of a Builder.

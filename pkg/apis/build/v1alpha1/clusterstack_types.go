@@ -30,9 +30,9 @@ type ClusterStackSpec struct {
 	// ID is the stack id, e.g. io.buildpacks.stacks.jammy. Images that carry
 	// io.buildpacks.stack.id must carry this one.
 	// +kubebuilder:validation:MinLength=1
-	ID         string      `json:"id"`
-	BuildImage ImageSource `json:"buildImage"`
-	RunImage   ImageSource `json:"runImage"`
+	ID         string         `json:"id"`
+	BuildImage ImageSource    `json:"buildImage"`
+	RunImage   RunImageSource `json:"runImage"`
 	// ServiceAccountRef names the ServiceAccount with credentials to read the
 	// images; anonymous when empty.
 	// +optional
@@ -62,7 +62,32 @@ type ClusterStackStatus struct {
 	// +optional
 	BuildImage ResolvedImage `json:"buildImage,omitzero"`
 	// +optional
-	RunImage ResolvedImage `json:"runImage,omitzero"`
+	RunImage ResolvedRunImage `json:"runImage,omitzero"`
+}
+
+// RunImageSource is the run image, and mirrors of it: other repositories
+// (in other registries, say) holding the same image, from which a platform
+// may pull it instead, e.g. the one in the registry an app is pushed to.
+type RunImageSource struct {
+	// Image is a tag or digest reference.
+	// +kubebuilder:validation:MinLength=1
+	Image string `json:"image"`
+	// Mirrors are references to the same image elsewhere; they are written
+	// into the builder for platforms to choose from, and not read.
+	// +optional
+	// +kubebuilder:validation:MaxItems=32
+	Mirrors []string `json:"mirrors,omitempty"`
+}
+
+// ResolvedRunImage is the run image as resolved, and its mirrors.
+type ResolvedRunImage struct {
+	// +optional
+	Image string `json:"image,omitempty"`
+	// LatestImage is Image resolved to repository@digest.
+	// +optional
+	LatestImage string `json:"latestImage,omitempty"`
+	// +optional
+	Mirrors []string `json:"mirrors,omitempty"`
 }
 
 // ResolvedImage is an image reference and the digest it resolved to.

@@ -32,7 +32,19 @@ var conditionSet = apis.NewLivingConditionSet()
 // with the transitions that keep their kstatus meaning.
 type ConditionedStatus struct {
 	duckv1.Status `json:",inline"`
+	// LastHandledReconcileAt is the value of the
+	// buildsmith.dev/reconcile-requested-at annotation last acted upon.
+	// +optional
+	LastHandledReconcileAt string `json:"lastHandledReconcileAt,omitempty"`
 }
+
+// ReconcileRequestedAtAnnotation asks for a reconcile now: any new value
+// makes the controller reconcile the object at once, skipping the wait of
+// its backoff, and echo the value in status.lastHandledReconcileAt (the
+// convention of Flux's reconcile.fluxcd.io/requestedAt):
+//
+//	kubectl annotate --overwrite builder/app buildsmith.dev/reconcile-requested-at="$(date +%s)"
+const ReconcileRequestedAtAnnotation = "buildsmith.dev/reconcile-requested-at"
 
 func (s *ConditionedStatus) manage() apis.ConditionManager { return conditionSet.Manage(&s.Status) }
 

@@ -73,6 +73,11 @@ func (s *ClusterStackSpec) validate() *apis.FieldError {
 	if _, err := validateImage(s.RunImage.Image); err != nil {
 		errs = errs.Also(err.ViaField("runImage"))
 	}
+	for i, mirror := range s.RunImage.Mirrors {
+		if _, err := name.ParseReference(mirror); err != nil {
+			errs = errs.Also(apis.ErrInvalidArrayValue(mirror, "mirrors", i).ViaField("runImage"))
+		}
+	}
 	if s.ServiceAccountRef != nil {
 		errs = errs.Also(s.ServiceAccountRef.validate().ViaField("serviceAccountRef"))
 	}

@@ -59,7 +59,7 @@ func stack(mutate func(*ClusterStackSpec)) *ClusterStack {
 		Spec: ClusterStackSpec{
 			ID:         "io.buildpacks.stacks.jammy",
 			BuildImage: ImageSource{Image: "registry.example.com/stack/build@" + digest},
-			RunImage:   ImageSource{Image: "registry.example.com/stack/run:1"},
+			RunImage:   RunImageSource{Image: "registry.example.com/stack/run:1"},
 		},
 	}
 	if mutate != nil {
@@ -181,9 +181,11 @@ func TestValidate(t *testing.T) {
 				s.ID = ""
 				s.BuildImage.Image = ""
 				s.RunImage.Image = "Run:Image"
+				s.RunImage.Mirrors = []string{"mirror.example.com/run:1", "Bad:Mirror"}
 				s.ServiceAccountRef = &ServiceAccountRef{Name: "sa", Namespace: "Not_A_Namespace"}
 			}),
 			want: []string{
+				"invalid value: Bad:Mirror: spec.runImage.mirrors[1]",
 				"invalid value: Not_A_Namespace: spec.serviceAccountRef.namespace",
 				"invalid value: Run:Image: spec.runImage.image",
 				"missing field(s): spec.buildImage.image, spec.id",
