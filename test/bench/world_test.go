@@ -301,7 +301,8 @@ type cost struct {
 	sharedReads   int   // GET/HEAD of the store's, stack's and lifecycle's repositories
 	manifestPuts  int   // PUT manifest on builder repositories
 	blobUploads   int   // finished uploads (PUT ?digest=)
-	duplicateBlob int   // finished uploads of a digest already uploaded before
+	duplicateBlob int   // finished uploads of a digest already uploaded to the same repository
+	sharedBlob    int   // finished uploads of a digest already uploaded to another repository
 	mounts        int
 	byKind        map[string]int
 	status        map[int]int
@@ -310,7 +311,8 @@ type cost struct {
 func (w *world) cost(reqs []*registrytest.Request) cost {
 	s := registrytest.Summarize(reqs)
 	c := cost{requests: s.Requests, bytesIn: s.BytesIn, bytesOut: s.BytesOut, byKind: s.ByKind, status: s.Status}
-	uploaded := map[string]int{}
+	uploaded := map[string]int{}       // by repository and digest
+	uploadedAnywhere := map[string]int{} // by digest
 	for _, r := range reqs {
 		switch {
 		case w.sharedRepos[r.Repo] && (r.Method == http.MethodGet || r.Method == http.MethodHead):
@@ -319,9 +321,12 @@ func (w *world) cost(reqs []*registrytest.Request) cost {
 			c.manifestPuts++
 		case r.Kind == "upload" && r.Method == http.MethodPut && r.Ref != "" && r.Status() < 300:
 			c.blobUploads++
-			uploaded[r.Ref]++
-			if uploaded[r.Ref] > 1 {
+			uploaded[r.Repo+"@"+r.Ref]++
+			uploadedAnywhere[r.Ref]++
+			if uploaded[r.Repo+"@"+r.Ref] > 1 {
 				c.duplicateBlob++
+			} else if uploadedAnywhere[r.Ref] > 1 {
+				c.sharedBlob++
 			}
 		case r.Kind == "mount" && r.Status() < 300:
 			c.mounts++
