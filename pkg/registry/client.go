@@ -340,6 +340,10 @@ func (c *Client) Write(ctx context.Context, tag name.Tag, img v1.Image, kc authn
 // updates the registry's health.
 func (c *Client) do(ctx context.Context, ref name.Reference, timeout time.Duration, op func(context.Context, *session) error, kc authn.Keychain) error {
 	host := ref.Context().RegistryStr()
+	if down := c.health.unreachable(host); down != nil {
+		// Down, and its prober watches it: no request until it answers.
+		return newError(host, 0, fmt.Errorf("%s is down; waiting for it to answer again: %w", host, down))
+	}
 	s, err := c.session(kc)
 	if err != nil {
 		return newError(host, 0, err)
@@ -353,7 +357,7 @@ func (c *Client) do(ctx context.Context, ref name.Reference, timeout time.Durati
 			// the health probe can see recover. Anything answering (a
 			// 5xx, a hang after connecting) is left to the backoff.
 			host = failed
-			c.health.markUnhealthy(host)
+			c.health.markUnhealthy(host, err)
 		}
 		return newError(host, state.RetryAfter(), err)
 	}
