@@ -8,8 +8,10 @@
 // written. Knobs: BENCH_N (builder counts of scenario 1, default "50,200";
 // add 1000 for the large one), BENCH_RUNS (runs per timed figure, default
 // 3), BENCH_OUTAGE (registry outage of scenario 3, default 2m),
-// BENCH_OUTAGE_RUNS (default 1), BENCH_MICRO (a file of Go benchmark output
-// to include in the report).
+// BENCH_OUTAGE_RUNS (default 1), BENCH_OUTAGE_N (default 200), BENCH_RL_N
+// (builders of scenario 4, default 20), BENCH_RL_TIMEOUT (default 60s),
+// BENCH_CONTROLLER_ARGS (extra controller flags), BENCH_MICRO (a file of Go
+// benchmark output to include in the report).
 package bench
 
 import (
@@ -70,7 +72,7 @@ func run(m *testing.M) int {
 	// connections included) and profiling on.
 	if _, err := kube.CoreV1().ConfigMaps(systemNamespace).Create(ctx, &corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{Name: "config-observability"},
-		Data:       map[string]string{"metrics-protocol": "prometheus", "profiling.enable": "true"}}, metav1.CreateOptions{}); err != nil {
+		Data:       map[string]string{"metrics-protocol": "prometheus", "runtime-profiling": "enabled"}}, metav1.CreateOptions{}); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}

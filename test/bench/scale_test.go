@@ -2,7 +2,10 @@ package bench
 
 import (
 	"fmt"
+	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -30,10 +33,14 @@ func coldRun(t *testing.T, n int, steady bool) coldResult {
 	f := registrytest.New(t)
 	seed(t, f.Addr)
 	f.Traffic().Reset()
-	p, _ := startController(t)
+	p, profiling := startController(t)
 	r := coldResult{n: n}
 	start := time.Now()
 	w := newWorld(t, f.Addr)
+	if dir := os.Getenv("BENCH_PROFILE"); dir != "" {
+		// A CPU profile of the controller while it builds the builders.
+		go saveProfile(t, profiling, filepath.Join(dir, fmt.Sprintf("cold-%d.pprof", n)), 5*time.Second)
+	}
 	w.createBuilders(t, 0, n, w.order())
 	r.took, r.ready = w.waitBuildersReady(t, n, max(60*time.Second, time.Duration(n)*300*time.Millisecond))
 	r.took = time.Since(start)
@@ -252,4 +259,29 @@ func rowsCol(rows [][]string, col int) string {
 		out = append(out, r[col])
 	}
 	return strings.Join(out, ", ")
+}
+
+// saveProfile writes a CPU profile of the controller (--profiling-port) of
+// the next d to path.
+func saveProfile(t testing.TB, port int, path string, d time.Duration) {
+	var resp *http.Response
+	var err error
+	for start := time.Now(); time.Since(start) < 5*time.Second; time.Sleep(50 * time.Millisecond) {
+		// The controller opens the port once it has started.
+		if resp, err = http.Get(fmt.Sprintf("http://127.0.0.1:%d/debug/pprof/profile?seconds=%d", port, int(d.Seconds()))); err == nil {
+			break
+		}
+	}
+	if err != nil {
+		t.Logf("profile: %v", err)
+		return
+	}
+	defer resp.Body.Close()
+	out, err := os.Create(path)
+	if err != nil {
+		t.Logf("profile: %v", err)
+		return
+	}
+	defer out.Close()
+	_, _ = io.Copy(out, resp.Body)
 }

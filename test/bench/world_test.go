@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -249,8 +250,12 @@ func (w *world) waitStoreStackReady(t testing.TB, timeout time.Duration) {
 func startController(t testing.TB, args ...string) (*controllertest.Process, int) {
 	t.Helper()
 	profiling := controllertest.FreePort(t)
+	args = append([]string{"--profiling-port", strconv.Itoa(profiling)}, args...)
+	// BENCH_CONTROLLER_ARGS: flags for every controller of the run, e.g.
+	// "--kube-api-qps 100 --kube-api-burst 200", to compare settings.
+	args = append(args, strings.Fields(os.Getenv("BENCH_CONTROLLER_ARGS"))...)
 	p := controllertest.Start(t, controller, controllertest.Options{Kubeconfig: env.Kubeconfig, Namespace: systemNamespace,
-		DisableHA: true, Args: append([]string{"--profiling-port", strconv.Itoa(profiling)}, args...)})
+		DisableHA: true, Args: args})
 	return p, profiling
 }
 
@@ -311,7 +316,7 @@ type cost struct {
 func (w *world) cost(reqs []*registrytest.Request) cost {
 	s := registrytest.Summarize(reqs)
 	c := cost{requests: s.Requests, bytesIn: s.BytesIn, bytesOut: s.BytesOut, byKind: s.ByKind, status: s.Status}
-	uploaded := map[string]int{}       // by repository and digest
+	uploaded := map[string]int{}         // by repository and digest
 	uploadedAnywhere := map[string]int{} // by digest
 	for _, r := range reqs {
 		switch {
