@@ -84,8 +84,23 @@ func writeReport() error {
 	fmt.Fprintf(&b, "- commit: %s\n", commit())
 	fmt.Fprintf(&b, "- date: %s\n", time.Now().UTC().Format(time.RFC3339))
 	fmt.Fprintf(&b, "- go: %s %s/%s\n\n", runtime.Version(), runtime.GOOS, runtime.GOARCH)
+	// Sections of scenarios not run this time (BENCH_RUN, -run) are kept
+	// from the previous report.
+	byNumber := map[string]string{}
+	path := filepath.Join(env.Root, "bench", "results.md")
+	if old, err := os.ReadFile(path); err == nil {
+		for _, part := range strings.Split(string(old), "\n## ")[1:] {
+			if num, _, ok := strings.Cut(part, "."); ok && len(num) == 1 {
+				byNumber[num] = "## " + strings.TrimRight(part, "\n") + "\n\n"
+			}
+		}
+	}
 	for _, s := range sections {
-		b.WriteString(s.markdown())
+		num, _, _ := strings.Cut(s.title, ".")
+		byNumber[num] = s.markdown()
+	}
+	for _, num := range []string{"1", "2", "3", "4", "5"} {
+		b.WriteString(byNumber[num])
 	}
 	if path := os.Getenv("BENCH_MICRO"); path != "" {
 		if raw, err := os.ReadFile(path); err == nil {
