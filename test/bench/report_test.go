@@ -16,6 +16,7 @@ import (
 // section is one scenario's part of the report.
 type section struct {
 	title   string
+	run     string     // commit and date of the run
 	what    string     // how it was measured
 	header  []string   // of the table
 	rows    [][]string // of the table
@@ -36,6 +37,7 @@ var (
 func addSection(s *section) {
 	reportMu.Lock()
 	defer reportMu.Unlock()
+	s.run = fmt.Sprintf("run at %s, %s", commit(), time.Now().UTC().Format(time.RFC3339))
 	sections = append(sections, s)
 	fmt.Print(s.markdown()) // shown with go test -v
 }
@@ -43,6 +45,9 @@ func addSection(s *section) {
 func (s *section) markdown() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "## %s\n\n", s.title)
+	if s.run != "" {
+		fmt.Fprintf(&b, "_%s_\n\n", s.run)
+	}
 	if s.what != "" {
 		fmt.Fprintf(&b, "%s\n\n", s.what)
 	}
@@ -92,6 +97,8 @@ func writeReport() error {
 		for _, part := range strings.Split(string(old), "\n## ")[1:] {
 			if num, _, ok := strings.Cut(part, "."); ok && len(num) == 1 {
 				byNumber[num] = "## " + strings.TrimRight(part, "\n") + "\n\n"
+			} else if strings.HasPrefix(part, "Go micro-benchmarks") {
+				byNumber["micro"] = "## " + strings.TrimRight(part, "\n") + "\n"
 			}
 		}
 	}
@@ -102,17 +109,24 @@ func writeReport() error {
 	for _, num := range []string{"1", "2", "3", "4", "5"} {
 		b.WriteString(byNumber[num])
 	}
+	micro := ""
 	if path := os.Getenv("BENCH_MICRO"); path != "" {
 		if raw, err := os.ReadFile(path); err == nil {
-			b.WriteString("## Go micro-benchmarks (./pkg/...)\n\n```\n")
+			var m strings.Builder
+			fmt.Fprintf(&m, "## Go micro-benchmarks (./pkg/...)\n\n_run at %s_\n\n```\n", commit())
 			for _, line := range strings.Split(string(raw), "\n") {
 				if strings.HasPrefix(line, "Benchmark") || strings.HasPrefix(line, "ok") || strings.HasPrefix(line, "pkg:") {
-					b.WriteString(line + "\n")
+					m.WriteString(line + "\n")
 				}
 			}
-			b.WriteString("```\n")
+			m.WriteString("```\n")
+			micro = m.String()
 		}
 	}
+	if micro == "" {
+		micro = byNumber["micro"]
+	}
+	b.WriteString(micro)
 	dir := filepath.Join(env.Root, "bench")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
