@@ -42,9 +42,18 @@ test: tools verify-codegen vet fmt-check ## everything CI runs
 	$(GO) test -count=1 -race $(RACE_PKGS)
 	$(GO) test -count=1 $$($(GO) list ./... | grep -v -e /pkg/registry -e /pkg/reconciler)
 
+# The scenarios of test/bench (scale, steady state, outage, rate limit, big
+# layers) against the controller binary, a real API server and a counted
+# registry; they write bench/results.md. Without BENCH=1 (as in `make test`)
+# only a small smoke version of the scale scenario runs. Knobs: BENCH_N
+# (default 50,200; add 1000), BENCH_RUNS, BENCH_OUTAGE, BENCH_OUTAGE_RUNS.
 .PHONY: bench
-bench: ## Go benchmarks: requests, bytes uploaded and allocations per operation
-	$(GO) test -run '^$$' -bench . -benchmem ./pkg/...
+bench: tools ## Go benchmarks, then the scenarios of test/bench; writes bench/results.md
+	@mkdir -p bench
+	set -o pipefail; $(GO) test -run '^$$' -bench . -benchmem ./pkg/... | tee bench/.micro.txt
+	BENCH=1 BENCH_MICRO=$(CURDIR)/bench/.micro.txt $(GO) test -count=1 -timeout 60m -run . ./test/bench
+	@rm -f bench/.micro.txt
+	@cat bench/results.md
 
 .PHONY: demo
 demo: tools ## everything on this machine: control plane, registry, lifecycle, controller, samples

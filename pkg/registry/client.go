@@ -345,6 +345,10 @@ func (c *Client) do(ctx context.Context, ref name.Reference, timeout time.Durati
 	if wait := c.waits.check(host); wait != nil {
 		return wait
 	}
+	if down := c.health.unreachable(host); down != nil {
+		// Down, and its prober watches it: no request until it answers.
+		return newError(host, 0, fmt.Errorf("%s is down; waiting for it to answer again: %w", host, down))
+	}
 	s, err := c.session(kc)
 	if err != nil {
 		return newError(host, 0, err)
@@ -358,7 +362,7 @@ func (c *Client) do(ctx context.Context, ref name.Reference, timeout time.Durati
 			// the health probe can see recover. Anything answering (a
 			// 5xx, a hang after connecting) is left to the backoff.
 			host = failed
-			c.health.markUnhealthy(host)
+			c.health.markUnhealthy(host, err)
 		}
 		classified := newError(host, state.RetryAfter(), err)
 		c.waits.note(host, classified)

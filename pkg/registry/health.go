@@ -63,7 +63,10 @@ type Health struct {
 type hostHealth struct {
 	down    bool
 	probing bool
-	waiters map[string]func()
+	lastErr error // the failure to connect that marked it down
+	// probeFailed is when a probe last failed to connect.
+	probeFailed time.Time
+	waiters     map[string]func()
 }
 
 func newHealth(lifetime context.Context, opts HealthOptions, probe func(context.Context, string) bool) *Health {
@@ -144,10 +147,30 @@ func (h *Health) host(host string) *hostHealth {
 	return hh
 }
 
-func (h *Health) markUnhealthy(host string) {
+func (h *Health) markUnhealthy(host string, err error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.host(host).down = true
+	hh := h.host(host)
+	hh.down, hh.lastErr = true, err
+}
+
+// unreachable returns the failure that marked host down while its prober
+// watches it (someone waits on its recovery) and its last probe, less than
+// MaxProbeInterval ago, failed too; nil otherwise. Requests to such a host
+// fail at once with that error instead of dialling: the prober alone talks
+// to the host, and wakes the waiters within MaxProbeInterval of it
+// answering, so an outage costs the prober's requests whatever the number
+// of objects retrying on their backoff. With no waiter there is no prober,
+// and with no recent failed probe nothing is known: requests go out as
+// usual (and a success wakes the waiters at once).
+func (h *Health) unreachable(host string) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	hh := h.hosts[host]
+	if hh == nil || !hh.down || !hh.probing || time.Since(hh.probeFailed) >= h.opts.MaxProbeInterval {
+		return nil
+	}
+	return hh.lastErr
 }
 
 // markHealthy records that host answered, and wakes everyone waiting on it.
@@ -198,6 +221,9 @@ func (h *Health) runProber(host string) {
 			h.markHealthy(host)
 			return
 		}
+		h.mu.Lock()
+		hh.probeFailed = time.Now()
+		h.mu.Unlock()
 		interval = min(2*interval, h.opts.MaxProbeInterval)
 		timer.Reset(interval)
 	}

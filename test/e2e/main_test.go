@@ -4,15 +4,9 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"net"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"strconv"
-	"sync"
 	"testing"
 	"time"
 
@@ -21,6 +15,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/buildsmith/buildsmith/pkg/client/clientset/versioned"
+	"github.com/buildsmith/buildsmith/test/controllertest"
 	"github.com/buildsmith/buildsmith/test/envtest"
 )
 
@@ -63,11 +58,8 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(dir)
-	controller = filepath.Join(dir, "controller")
-	build := exec.Command("go", "build", "-o", controller, "./cmd/controller")
-	build.Dir = env.Root
-	if out, err := build.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "building the controller: %v\n%s", err, out)
+	if controller, err = controllertest.Build(env.Root, dir); err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	return m.Run()
@@ -92,50 +84,14 @@ func startStoppableController(t *testing.T, args ...string) (kill func()) {
 // kills it.
 func startControllerWith(t *testing.T, kubeconfig, namespace string, disableHA bool, args ...string) (kill func()) {
 	t.Helper()
-	if disableHA {
-		args = append(args, "--disable-ha")
-	}
-	args = append([]string{
-		"--kubeconfig", kubeconfig,
-		"--health-probes=false",
-		"--profiling-port", "0",
-		"--metrics-port", strconv.Itoa(freePort(t)),
-	}, args...)
-	cmd := exec.Command(controller, args...)
-	cmd.Env = append(os.Environ(), "SYSTEM_NAMESPACE="+namespace)
-	var log syncBuffer
-	cmd.Stdout, cmd.Stderr = &log, &log
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(os.Interrupt)
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-		}
-		if t.Failed() {
-			t.Logf("controller log:\n%s", log.String())
-		}
-	})
-	return func() {
-		_ = cmd.Process.Kill()
-		<-done
-	}
+	p := controllertest.Start(t, controller, controllertest.Options{
+		Kubeconfig: kubeconfig, Namespace: namespace, DisableHA: disableHA, Args: args})
+	return p.Kill
 }
 
 func freePort(t *testing.T) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return controllertest.FreePort(t)
 }
 
 // eventually polls cond every 100ms until it returns true or timeout passes.
@@ -153,21 +109,4 @@ func eventually(t *testing.T, timeout time.Duration, what string, cond func() (b
 	}
 	t.Fatalf("%s: not after %v; last state: %s", what, timeout, last)
 	return 0
-}
-
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

@@ -155,6 +155,7 @@ func (f *Registry) Count(method, pathPart string) int {
 }
 
 func (f *Registry) serveHTTP(w http.ResponseWriter, r *http.Request) {
+	w, r = f.track(w, r) // traffic.go: counts requests and bytes
 	f.mu.Lock()
 	f.requests = append(f.requests, r.Method+" "+r.URL.RequestURI())
 	var act func(http.ResponseWriter, *http.Request)

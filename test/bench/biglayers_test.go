@@ -1,0 +1,138 @@
+package bench
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/random"
+	"github.com/google/go-containerregistry/pkg/v1/types"
+
+	"github.com/buildsmith/buildsmith/test/controllertest"
+	"github.com/buildsmith/buildsmith/test/registrytest"
+	"github.com/buildsmith/buildsmith/test/sampleimages"
+)
+
+// startDistribution runs the reference registry (bin/registry), which,
+// unlike ggcr's in-memory one, keeps blobs per repository and mounts them
+// across repositories. No auth: the benchmark counts bytes, not logins.
+func startDistribution(t testing.TB) string {
+	t.Helper()
+	dir := t.TempDir()
+	addr := fmt.Sprintf("127.0.0.1:%d", controllertest.FreePort(t))
+	config := fmt.Sprintf("version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n    rootdirectory: %s\nhttp:\n  addr: %s\n",
+		filepath.Join(dir, "storage"), addr)
+	if err := os.WriteFile(filepath.Join(dir, "config.yml"), []byte(config), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	logFile, err := os.Create(filepath.Join(dir, "registry.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(filepath.Join(env.Root, "bin", "registry"), "serve", filepath.Join(dir, "config.yml"))
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		_ = logFile.Close()
+	})
+	for start := time.Now(); ; time.Sleep(100 * time.Millisecond) {
+		if resp, err := http.Get("http://" + addr + "/v2/"); err == nil {
+			_ = resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return addr
+			}
+		}
+		if time.Since(start) > 20*time.Second {
+			t.Fatal("the registry does not answer")
+		}
+	}
+}
+
+// bigBuildpackage is a buildpackage of one buildpack whose layer is size
+// bytes of random data.
+func bigBuildpackage(id string, size int64) (v1.Image, error) {
+	layer, err := random.Layer(size, types.OCILayer)
+	if err != nil {
+		return nil, err
+	}
+	diffID, err := layer.DiffID()
+	if err != nil {
+		return nil, err
+	}
+	label, err := json.Marshal(map[string]map[string]any{id: {"1.0.0": map[string]any{"api": "0.10", "layerDiffID": diffID.String()}}})
+	if err != nil {
+		return nil, err
+	}
+	return sampleimages.Image([]v1.Layer{layer}, map[string]string{"io.buildpacks.buildpack.layers": string(label)})
+}
+
+// TestBigLayers is scenario 5: buildpacks of 50 MiB already in the
+// registry; a builder in another repository of it uploads only what is new.
+func TestBigLayers(t *testing.T) {
+	if !full {
+		t.Skip("BENCH=1")
+	}
+	const count, size = 5, 50 << 20
+	runs := envInt("BENCH_RUNS", 3)
+	upstream := startDistribution(t)
+	seed(t, upstream)
+	var sources, ids []string
+	var bigBytes int64
+	for i := range count {
+		id := fmt.Sprintf("bench/big-%d", i)
+		img, err := bigBuildpackage(id, size)
+		push(t, upstream, fmt.Sprintf("buildpacks/big-%d:1", i), img, err)
+		m, _ := img.Manifest()
+		bigBytes += m.Layers[0].Size
+		ids = append(ids, id)
+	}
+	// Everything the controller does goes through the counting proxy.
+	proxy := registrytest.NewProxy(t, upstream)
+	for i := range count {
+		sources = append(sources, fmt.Sprintf("%s/buildpacks/big-%d:1", proxy.Addr, i))
+	}
+	p, _ := startController(t)
+	w := newWorld(t, proxy.Addr, sources...)
+	w.waitStoreStackReady(t, 60*time.Second)
+
+	s := &section{title: fmt.Sprintf("5. Builder with big layers: %d buildpacks of %s already in the registry", count, mib(size)),
+		what: fmt.Sprintf("The distribution registry (bin/registry: blobs per repository, cross-repository mount) behind a counting "+
+			"proxy; the store's %d buildpackages (%s of layers), the stack and the lifecycle are in it. Each run creates one "+
+			"builder pushed to a new repository of the same registry; bytes up are request bodies through the proxy from "+
+			"the builder's creation until it is Ready.", count, mib(bigBytes)),
+		header: []string{"run", "Ready after", "requests", "mounts", "blob uploads", "bytes up", "bytes down", "by kind"}}
+	var took []time.Duration
+	worstUp := int64(0)
+	allMounted := true
+	for i := range runs {
+		proxy.Traffic.Reset()
+		w.createBuilders(t, i, i+1, w.order(ids...))
+		d, ok := w.waitBuildersReady(t, i+1, 60*time.Second)
+		if !ok {
+			t.Errorf("run %d: builder not Ready", i+1)
+		}
+		took = append(took, d)
+		time.Sleep(300 * time.Millisecond)
+		c := w.cost(proxy.Traffic.Requests())
+		worstUp = max(worstUp, c.bytesIn)
+		allMounted = allMounted && c.mounts >= count
+		s.rows = append(s.rows, []string{fmt.Sprint(i + 1), seconds([]time.Duration{d}), fmt.Sprint(c.requests), fmt.Sprint(c.mounts),
+			fmt.Sprint(c.blobUploads), mib(c.bytesIn), mib(c.bytesOut), kinds(c.byKind)})
+	}
+	s.notes = append(s.notes, fmt.Sprintf("time Ready: %s; controller peak RSS %s", seconds(took), mib(p.PeakRSS())))
+	s.targets = []target{
+		{"bytes uploaded per builder", fmt.Sprintf("only new small layers + config + manifest (≪ %s)", mib(bigBytes)), mib(worstUp), worstUp < 1<<20},
+		{"big layers mounted, not uploaded", fmt.Sprintf("≥ %d mounts per builder", count), rowsCol(s.rows, 3), allMounted},
+	}
+	addSection(s)
+}

@@ -1,0 +1,97 @@
+// Package bench measures buildsmith from the outside, as test/e2e tests it:
+// the controller binary against a real kube-apiserver and etcd (bin/) and a
+// real registry whose traffic is counted request by request.
+//
+// Without BENCH=1 only a small smoke version of the cold-scale scenario
+// runs (part of `make test`); it asserts the structural targets. With
+// BENCH=1 (`make bench`) every scenario runs and bench/results.md is
+// written. Knobs: BENCH_N (builder counts of scenario 1, default "50,200";
+// add 1000 for the large one), BENCH_RUNS (runs per timed figure, default
+// 3), BENCH_OUTAGE (registry outage of scenario 3, default 2m),
+// BENCH_OUTAGE_RUNS (default 1), BENCH_OUTAGE_N (default 200), BENCH_RL_N
+// (builders of scenario 4, default 20), BENCH_RL_TIMEOUT (default 60s),
+// BENCH_CONTROLLER_ARGS (extra controller flags), BENCH_MICRO (a file of Go
+// benchmark output to include in the report).
+package bench
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/buildsmith/buildsmith/pkg/client/clientset/versioned"
+	"github.com/buildsmith/buildsmith/test/controllertest"
+	"github.com/buildsmith/buildsmith/test/envtest"
+)
+
+const systemNamespace = "buildsmith-system"
+
+var (
+	env        *envtest.Env
+	client     versioned.Interface
+	kube       kubernetes.Interface
+	controller string // path of the built controller binary
+	full       = os.Getenv("BENCH") == "1"
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	var err error
+	if env, err = envtest.Start(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer func() { _ = env.Stop() }()
+	// The benchmark creates objects fast: no client-side throttling of its
+	// own (the controller keeps its defaults, as users run it).
+	cfg := *env.Config
+	cfg.QPS, cfg.Burst = 1000, 2000
+	if client, err = versioned.NewForConfig(&cfg); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	if kube, err = kubernetes.NewForConfig(&cfg); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	ctx := context.Background()
+	if _, err := kube.CoreV1().Namespaces().Create(ctx,
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: systemNamespace}}, metav1.CreateOptions{}); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	// Metrics (the controller's own count of registry requests, refused
+	// connections included) and profiling on.
+	if _, err := kube.CoreV1().ConfigMaps(systemNamespace).Create(ctx, &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: "config-observability"},
+		Data:       map[string]string{"metrics-protocol": "prometheus", "runtime-profiling": "enabled"}}, metav1.CreateOptions{}); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	dir, err := os.MkdirTemp("", "buildsmith-bench-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	if controller, err = controllertest.Build(env.Root, dir); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	code := m.Run()
+	if full {
+		if err := writeReport(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+	}
+	return code
+}

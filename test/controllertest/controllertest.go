@@ -1,0 +1,175 @@
+// Package controllertest builds the controller binary once and runs it as
+// users run it outside a cluster (--kubeconfig), for the black-box tests
+// (test/e2e) and the benchmarks (test/bench): start with arguments, kill,
+// print its log when the test fails, and read its peak memory.
+package controllertest
+
+import (
+	"bytes"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// Build builds ./cmd/controller of the module at root into dir and returns
+// the binary's path.
+func Build(root, dir string) (string, error) {
+	binary := filepath.Join(dir, "controller")
+	build := exec.Command("go", "build", "-o", binary, "./cmd/controller")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("building the controller: %v\n%s", err, out)
+	}
+	return binary, nil
+}
+
+// Options say how to run the controller.
+type Options struct {
+	Kubeconfig string
+	// Namespace is SYSTEM_NAMESPACE.
+	Namespace string
+	// DisableHA adds --disable-ha (no leader election).
+	DisableHA bool
+	// MetricsPort is --metrics-port; a free port when 0.
+	MetricsPort int
+	// Args come after the standard ones, so they override them.
+	Args []string
+}
+
+// Process is a running controller.
+type Process struct {
+	cmd  *exec.Cmd
+	done chan struct{}
+	log  syncBuffer
+
+	// MetricsPort is the port of its Prometheus endpoint (served when
+	// config-observability asks for Prometheus).
+	MetricsPort int
+
+	mu   sync.Mutex
+	peak int64 // VmHWM in bytes, last read
+}
+
+// Start runs the controller binary until the test ends, with
+// --health-probes=false, --profiling-port 0 and a free --metrics-port, so
+// that several can share the machine. Its log is printed when the test
+// fails.
+func Start(t testing.TB, binary string, o Options) *Process {
+	t.Helper()
+	p := &Process{done: make(chan struct{}), MetricsPort: o.MetricsPort}
+	if p.MetricsPort == 0 {
+		p.MetricsPort = FreePort(t)
+	}
+	args := o.Args
+	if o.DisableHA {
+		args = append(args, "--disable-ha")
+	}
+	args = append([]string{
+		"--kubeconfig", o.Kubeconfig,
+		"--health-probes=false",
+		"--profiling-port", "0",
+		"--metrics-port", strconv.Itoa(p.MetricsPort),
+	}, args...)
+	p.cmd = exec.Command(binary, args...)
+	p.cmd.Env = append(os.Environ(), "SYSTEM_NAMESPACE="+o.Namespace)
+	p.cmd.Stdout, p.cmd.Stderr = &p.log, &p.log
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = p.cmd.Wait(); close(p.done) }()
+	t.Cleanup(func() {
+		p.readPeak()
+		_ = p.cmd.Process.Signal(os.Interrupt)
+		select {
+		case <-p.done:
+		case <-time.After(10 * time.Second):
+			_ = p.cmd.Process.Kill()
+			<-p.done
+		}
+		if t.Failed() {
+			t.Logf("controller log:\n%s", p.log.String())
+		}
+	})
+	return p
+}
+
+// Kill kills the controller (SIGKILL: no graceful shutdown, as when a node
+// dies) and waits for it to end.
+func (p *Process) Kill() {
+	p.readPeak()
+	_ = p.cmd.Process.Kill()
+	<-p.done
+}
+
+// PID is the controller's process id.
+func (p *Process) PID() int { return p.cmd.Process.Pid }
+
+// Log is what the controller printed so far.
+func (p *Process) Log() string { return p.log.String() }
+
+// PeakRSS is the controller's peak resident set size in bytes (VmHWM of
+// /proc/PID/status), read now if it still runs, else the last reading
+// (taken when it was stopped). 0 when unknown.
+func (p *Process) PeakRSS() int64 {
+	p.readPeak()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.peak
+}
+
+func (p *Process) readPeak() {
+	select {
+	case <-p.done:
+		return
+	default:
+	}
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
+	if err != nil {
+		return
+	}
+	for _, line := range strings.Split(string(raw), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
+			if err == nil {
+				p.mu.Lock()
+				p.peak = max(p.peak, kb*1024)
+				p.mu.Unlock()
+			}
+		}
+	}
+}
+
+// FreePort returns a loopback TCP port that was free a moment ago.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
