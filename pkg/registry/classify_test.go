@@ -67,11 +67,11 @@ func TestFaults(t *testing.T) {
 				return registrytest.Answer(404, nil, registrytest.OCIError("MANIFEST_UNKNOWN", "manifest unknown"))
 			},
 			class: Waiting, reason: ReasonImageNotFound, requests: 1},
-		{name: "429 with Retry-After seconds is not retried in-call", op: resolve, method: "HEAD",
+		{name: "429 with a Retry-After longer than MaxRetryAfterWait is not waited out in-call", op: resolve, method: "HEAD",
 			fault: func(*registrytest.Registry) func(http.ResponseWriter, *http.Request) {
-				return registrytest.Answer(429, map[string]string{"Retry-After": "7"}, "")
+				return registrytest.Answer(429, map[string]string{"Retry-After": "70"}, "")
 			},
-			class: Transient, reason: ReasonRateLimited, retryAfter: 7 * time.Second, requests: 1},
+			class: Transient, reason: ReasonRateLimited, retryAfter: 70 * time.Second, requests: 1},
 		{name: "429 with Retry-After date", op: read, method: "GET",
 			fault: func(*registrytest.Registry) func(http.ResponseWriter, *http.Request) {
 				at := time.Now().Add(90 * time.Second).UTC().Format(http.TimeFormat)
@@ -102,9 +102,9 @@ func TestFaults(t *testing.T) {
 			class: Transient, reason: ReasonRegistryUnavailable, requests: 3},
 		{name: "503 with Retry-After", op: resolve, method: "HEAD",
 			fault: func(*registrytest.Registry) func(http.ResponseWriter, *http.Request) {
-				return registrytest.Answer(503, map[string]string{"Retry-After": "2"}, "")
+				return registrytest.Answer(503, map[string]string{"Retry-After": "20"}, "")
 			},
-			class: Transient, reason: ReasonRegistryUnavailable, retryAfter: 2 * time.Second, requests: 1},
+			class: Transient, reason: ReasonRegistryUnavailable, retryAfter: 20 * time.Second, requests: 1},
 		{name: "503 UNAVAILABLE", op: read, method: "GET",
 			fault: func(*registrytest.Registry) func(http.ResponseWriter, *http.Request) {
 				return registrytest.Answer(503, nil, registrytest.OCIError("UNAVAILABLE", "maintenance"))

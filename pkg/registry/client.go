@@ -35,9 +35,14 @@ type Options struct {
 	// ≈600ms in between.
 	Retry remote.Backoff
 	// RetryStatusCodes are retried in-call, unless the answer carries a
-	// Retry-After, which the caller's requeue honours instead. Default 408,
-	// 429, 500, 502, 503, 504.
+	// Retry-After (see MaxRetryAfterWait). Default 408, 429, 500, 502, 503,
+	// 504.
 	RetryStatusCodes []int
+	// MaxRetryAfterWait is the longest Retry-After waited out within a
+	// call (when its deadline allows), by it and by every other call to
+	// the same registry; a longer one fails the call, for the caller's
+	// requeue. Default 10s; negative: never wait.
+	MaxRetryAfterWait time.Duration
 	// Transport carries the requests. Default: http.DefaultTransport's
 	// settings with bounded dial, TLS handshake and response header waits.
 	Transport http.RoundTripper
@@ -68,6 +73,9 @@ func (o Options) withDefaults() Options {
 			http.StatusRequestTimeout, http.StatusTooManyRequests, http.StatusInternalServerError,
 			http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout,
 		}
+	}
+	if o.MaxRetryAfterWait == 0 {
+		o.MaxRetryAfterWait = 10 * time.Second
 	}
 	if o.Transport == nil {
 		o.Transport = defaultTransport()
@@ -124,13 +132,14 @@ type session struct {
 // health probes run, until lifetime is done.
 func New(lifetime context.Context, opts Options) *Client {
 	opts = opts.withDefaults()
+	waits := newRetryAfterHolds(time.Now, max(opts.MaxRetryAfterWait, 0))
 	c := &Client{
 		opts:      opts,
 		lifetime:  lifetime,
-		transport: newAccountingTransport(opts.Transport),
+		transport: newAccountingTransport(opts.Transport, waits),
 		sessions:  lru.New(opts.Sessions),
 		images:    lru.New(opts.CachedImages),
-		waits:     newRetryAfterHolds(time.Now),
+		waits:     waits,
 	}
 	c.health = newHealth(lifetime, opts.Health, c.probe)
 	return c
@@ -364,9 +373,7 @@ func (c *Client) do(ctx context.Context, ref name.Reference, timeout time.Durati
 			host = failed
 			c.health.markUnhealthy(host, err)
 		}
-		classified := newError(host, state.RetryAfter(), err)
-		c.waits.note(host, classified)
-		return classified
+		return newError(host, state.RetryAfter(), err)
 	}
 	c.health.markHealthy(host)
 	return nil
@@ -408,8 +415,9 @@ func (c *Client) session(kc authn.Keychain) (*session, error) {
 // retryInCall decides ggcr's in-call retries. It replaces ggcr's default
 // predicate: answers with a status of Options.RetryStatusCodes (ggcr's write
 // path asks the predicate about those too), and connections cut short. An
-// answer with Retry-After is not retried in-call, because ggcr's sleep would
-// ignore it; the caller requeues after it instead. Refused connections, DNS
+// answer with Retry-After is not retried by ggcr, whose sleep would ignore
+// it: the transport waits out short ones itself (see retryAfterHolds), and
+// the caller requeues after long ones. Refused connections, DNS
 // failures and timeouts are not retried in-call either: the registry is
 // down, and the health probe watches it.
 func (c *Client) retryInCall(err error) bool {

@@ -154,7 +154,7 @@ func TestAnswersDoNotMarkDown(t *testing.T) {
 		f := registrytest.New(t)
 		f.Push("team/app:1")
 		f.Inject("", "/manifests/", -1, registrytest.Answer(code, map[string]string{"Retry-After": "5"}, ""))
-		c := newTestClient(t, Options{})
+		c := newTestClient(t, Options{MaxRetryAfterWait: -1}) // fail at once: this is about health
 		_, err := c.Resolve(context.Background(), f.Ref("team/app:1"), nil)
 		if Classify(err) != Transient {
 			t.Fatalf("%d: %v", code, err)

@@ -2,6 +2,8 @@ package registry
 
 import (
 	"context"
+	"net/http"
+	"sync"
 	"testing"
 	"time"
 
@@ -48,5 +50,67 @@ func TestNoCallBeforeRetryAfter(t *testing.T) {
 	now = now.Add(20 * time.Second)
 	if _, err := c.Resolve(ctx, f.Ref("team/app:1"), nil); err != nil {
 		t.Fatalf("after Retry-After: %v", err)
+	}
+}
+
+// TestShortRetryAfterIsWaitedOut: a 429 with a Retry-After within
+// MaxRetryAfterWait is waited out inside the call, which then succeeds;
+// the call made meanwhile on another repository of the same registry waits
+// too: no request reaches the registry before the time it asked for.
+func TestShortRetryAfterIsWaitedOut(t *testing.T) {
+	f := registrytest.New(t)
+	f.Push("team/app:1")
+	f.Push("team/other:1")
+	var mu sync.Mutex
+	var at []time.Time
+	record := func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		at = append(at, time.Now())
+		mu.Unlock()
+	}
+	limitedAt := make(chan time.Time, 1)
+	f.Inject("", "/team/app/manifests/", 1, func(w http.ResponseWriter, r *http.Request) {
+		limitedAt <- time.Now()
+		registrytest.Answer(429, map[string]string{"Retry-After": "1"}, registrytest.OCIError("TOOMANYREQUESTS", "slow down"))(w, r)
+	})
+	c := newTestClient(t, Options{})
+	ctx := context.Background()
+	if _, err := c.Resolve(ctx, f.Ref("team/other:1"), nil); err != nil { // the /v2/ ping, out of the way
+		t.Fatal(err)
+	}
+	f.Inject("", "/v2/", -1, func(w http.ResponseWriter, r *http.Request) {
+		record(w, r)
+		f.Handler.ServeHTTP(w, r)
+	})
+
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Resolve(ctx, f.Ref("team/app:1"), nil)
+		done <- err
+	}()
+	limited := <-limitedAt
+	// Requests sent before the 429 came back cannot have known of it.
+	for left, _ := c.waits.left(f.Addr); left == 0; left, _ = c.waits.left(f.Addr) {
+		time.Sleep(time.Millisecond)
+	}
+	if _, err := c.ReadImage(ctx, f.Ref("team/other:1"), nil, nil); err != nil {
+		t.Errorf("the other repository's read: %v", err)
+	}
+	if err := <-done; err != nil {
+		t.Errorf("the limited call: %v", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	after := 0
+	for _, when := range at {
+		if gap := when.Sub(limited); gap < 0 {
+			continue // sent before the 429 (the /v2/ ping of the limited call)
+		} else if gap < time.Second {
+			t.Errorf("a request came %v after a 429 with Retry-After: 1", gap.Round(time.Millisecond))
+		}
+		after++
+	}
+	if after < 2 {
+		t.Errorf("%d requests after the 429, want the limited one again and the other read's", after)
 	}
 }

@@ -69,10 +69,13 @@ func (s Stats) Sub(before Stats) Stats {
 }
 
 // accountingTransport is the innermost RoundTripper under ggcr's retry and
-// auth layers, so it sees every attempt. It counts requests and bytes, and
-// records Retry-After answers on the call state of the request's context.
+// auth layers, so it sees every attempt. It counts requests and bytes, holds
+// requests to a registry until the Retry-After it asked for, waits out short
+// ones and sends again, and records the Retry-After it gives up on on the
+// call state of the request's context.
 type accountingTransport struct {
 	inner http.RoundTripper
+	waits *retryAfterHolds
 
 	mu        sync.Mutex
 	requests  map[RequestKey]int64
@@ -80,17 +83,51 @@ type accountingTransport struct {
 	bytesDown map[string]int64
 }
 
-func newAccountingTransport(inner http.RoundTripper) *accountingTransport {
+func newAccountingTransport(inner http.RoundTripper, waits *retryAfterHolds) *accountingTransport {
 	return &accountingTransport{
 		inner:     inner,
+		waits:     waits,
 		requests:  map[RequestKey]int64{},
 		bytesUp:   map[string]int64{},
 		bytesDown: map[string]int64{},
 	}
 }
 
+// maxRetryAfterResends bounds how often one request is sent again after
+// waiting out a Retry-After.
+const maxRetryAfterResends = 3
+
 func (t *accountingTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	host := req.URL.Host
+	for resends := 0; ; resends++ {
+		if err := t.waits.wait(req.Context(), host); err != nil {
+			return nil, err
+		}
+		resp, err := t.send(host, req)
+		if err != nil {
+			return nil, err
+		}
+		d := parseRetryAfter(resp, time.Now())
+		if d <= 0 {
+			return resp, nil
+		}
+		t.waits.note(host, resp.StatusCode, d)
+		replay, ok := rewound(req)
+		if !ok || resends == maxRetryAfterResends || t.waits.wait(req.Context(), host) != nil {
+			// Given up: the caller's error carries the Retry-After.
+			if call := callFrom(req.Context()); call != nil {
+				call.noteRetryAfter(d)
+			}
+			return resp, nil
+		}
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+		_ = resp.Body.Close()
+		req = replay
+	}
+}
+
+// send sends req once, counting it and its bytes.
+func (t *accountingTransport) send(host string, req *http.Request) (*http.Response, error) {
 	if req.Body != nil && req.Body != http.NoBody {
 		body := &countingReader{r: req.Body}
 		req = req.Clone(req.Context())
@@ -101,17 +138,31 @@ func (t *accountingTransport) RoundTrip(req *http.Request) (*http.Response, erro
 	status := "error"
 	if err == nil {
 		status = strconv.Itoa(resp.StatusCode/100) + "xx"
-		if call := callFrom(req.Context()); call != nil {
-			if d := parseRetryAfter(resp, time.Now()); d > 0 {
-				call.noteRetryAfter(d)
-			}
-		}
 		resp.Body = &countingBody{ReadCloser: resp.Body, done: func(n int64) { t.add(host, &t.bytesDown, n) }}
 	}
 	t.mu.Lock()
 	t.requests[RequestKey{Host: host, Method: req.Method, Status: status}]++
 	t.mu.Unlock()
 	return resp, err
+}
+
+// rewound returns req ready to be sent again: as it is when it has no body,
+// with a fresh body when it can make one, and false when it cannot (a
+// streamed upload).
+func rewound(req *http.Request) (*http.Request, bool) {
+	if req.Body == nil || req.Body == http.NoBody {
+		return req, true
+	}
+	if req.GetBody == nil {
+		return nil, false
+	}
+	body, err := req.GetBody()
+	if err != nil {
+		return nil, false
+	}
+	again := req.Clone(req.Context())
+	again.Body = body
+	return again, true
 }
 
 func (t *accountingTransport) add(host string, m *map[string]int64, n int64) {
