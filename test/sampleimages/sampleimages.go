@@ -2,6 +2,9 @@
 // files: a lifecycle image holding a lifecycle binary, buildpackages with
 // buildpack.toml and bin/detect and bin/build scripts, and stack images. The
 // demo seeds its registry with them and the e2e tests build on them.
+//
+// Lifecycle, Buildpackage, StackImage and Image make linux/amd64 images;
+// ImageFor makes an image of a given platform.
 package sampleimages
 
 import (
@@ -64,8 +67,17 @@ func Layer(files ...File) (v1.Layer, error) {
 	}, tarball.WithMediaType(types.OCILayer))
 }
 
+// amd64 is the platform of Image, Lifecycle, Buildpackage and StackImage.
+var amd64 = v1.Platform{OS: "linux", Architecture: "amd64"}
+
 // Image makes a linux/amd64 OCI image of layers, labels and environment.
 func Image(layers []v1.Layer, labels map[string]string, env ...string) (v1.Image, error) {
+	return ImageFor(amd64, layers, labels, env...)
+}
+
+// ImageFor makes an OCI image of layers, labels and environment whose config
+// carries platform (os, architecture, variant, os.version, os.features).
+func ImageFor(platform v1.Platform, layers []v1.Layer, labels map[string]string, env ...string) (v1.Image, error) {
 	img, err := mutate.AppendLayers(mutate.MediaType(empty.Image, types.OCIManifestSchema1), layers...)
 	if err != nil {
 		return nil, err
@@ -74,7 +86,8 @@ func Image(layers []v1.Layer, labels map[string]string, env ...string) (v1.Image
 	if err != nil {
 		return nil, err
 	}
-	cf.OS, cf.Architecture = "linux", "amd64"
+	cf.OS, cf.Architecture, cf.Variant = platform.OS, platform.Architecture, platform.Variant
+	cf.OSVersion, cf.OSFeatures = platform.OSVersion, platform.OSFeatures
 	cf.Config.Labels, cf.Config.Env = labels, env
 	return mutate.ConfigFile(img, cf)
 }
