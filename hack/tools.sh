@@ -21,7 +21,7 @@ KUBE_VERSION=v1.35.4
 CONTROLLER_TOOLS_VERSION=v0.23.0
 LIFECYCLE_VERSION=v0.21.0
 
-ALL_TOOLS=(etcd kube-apiserver kubectl controller-gen lifecycle registry helm)
+ALL_TOOLS=(etcd kube-apiserver kubectl controller-gen lifecycle lifecycle-linux-arm64 registry helm)
 
 log() { printf 'tools: %s\n' "$*" >&2; }
 
@@ -111,6 +111,13 @@ build_lifecycle() {
     -o "$1/lifecycle" github.com/buildpacks/lifecycle/cmd/lifecycle)
 }
 
+# The same lifecycle cross-compiled for linux/arm64 (bin/lifecycle-linux-arm64),
+# for multi-platform lifecycle images; bin/lifecycle stays the host's.
+build_lifecycle_linux_arm64() {
+  (cd "${ROOT}/hack/tools/lifecycle" && CGO_ENABLED=0 GOOS=linux GOARCH=arm64 go build -trimpath \
+    -ldflags "${LIFECYCLE_LDFLAGS}" -o "$1/lifecycle-linux-arm64" github.com/buildpacks/lifecycle/cmd/lifecycle)
+}
+
 # The reference registry (distribution), for the demo and the e2e tests.
 build_registry() {
   (cd "${ROOT}/hack/tools/registry" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" \
@@ -136,6 +143,9 @@ main() {
         install_tool controller-gen "$(printf '%s %s' "${CONTROLLER_TOOLS_VERSION}" "${GO_VERSION}" | hash_of)" \
           build_controller_gen ;;
       lifecycle) install_tool lifecycle "$(module_tool_key lifecycle "${LIFECYCLE_LDFLAGS}")" build_lifecycle ;;
+      lifecycle-linux-arm64)
+        install_tool lifecycle-linux-arm64 "$(module_tool_key lifecycle "${LIFECYCLE_LDFLAGS} linux/arm64")" \
+          build_lifecycle_linux_arm64 ;;
       registry) install_tool registry "$(module_tool_key registry "")" build_registry ;;
       helm) install_tool helm "$(module_tool_key helm "")" build_helm ;;
       *) log "unknown tool ${tool} (known: ${ALL_TOOLS[*]})"; return 2 ;;

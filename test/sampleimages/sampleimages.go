@@ -2,6 +2,12 @@
 // files: a lifecycle image holding a lifecycle binary, buildpackages with
 // buildpack.toml and bin/detect and bin/build scripts, and stack images. The
 // demo seeds its registry with them and the e2e tests build on them.
+//
+// Lifecycle, Buildpackage, StackImage and Image make linux/amd64 images.
+// ImageFor and BuildpackageFor make an image of a given platform, and
+// LifecycleIndex, StackIndex and BuildpackageIndex make OCI image indexes of
+// one such image per platform, as multi-platform images are published. The
+// same inputs always make the same digests.
 package sampleimages
 
 import (
@@ -11,6 +17,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sort"
 	"strings"
 	"time"
 
@@ -64,8 +71,17 @@ func Layer(files ...File) (v1.Layer, error) {
 	}, tarball.WithMediaType(types.OCILayer))
 }
 
+// amd64 is the platform of Image, Lifecycle, Buildpackage and StackImage.
+var amd64 = v1.Platform{OS: "linux", Architecture: "amd64"}
+
 // Image makes a linux/amd64 OCI image of layers, labels and environment.
 func Image(layers []v1.Layer, labels map[string]string, env ...string) (v1.Image, error) {
+	return ImageFor(amd64, layers, labels, env...)
+}
+
+// ImageFor makes an OCI image of layers, labels and environment whose config
+// carries platform (os, architecture, variant, os.version, os.features).
+func ImageFor(platform v1.Platform, layers []v1.Layer, labels map[string]string, env ...string) (v1.Image, error) {
 	img, err := mutate.AppendLayers(mutate.MediaType(empty.Image, types.OCIManifestSchema1), layers...)
 	if err != nil {
 		return nil, err
@@ -74,7 +90,8 @@ func Image(layers []v1.Layer, labels map[string]string, env ...string) (v1.Image
 	if err != nil {
 		return nil, err
 	}
-	cf.OS, cf.Architecture = "linux", "amd64"
+	cf.OS, cf.Architecture, cf.Variant = platform.OS, platform.Architecture, platform.Variant
+	cf.OSVersion, cf.OSFeatures = platform.OSVersion, platform.OSFeatures
 	cf.Config.Labels, cf.Config.Env = labels, env
 	return mutate.ConfigFile(img, cf)
 }
@@ -83,6 +100,34 @@ func Image(layers []v1.Layer, labels map[string]string, env ...string) (v1.Image
 // binary: /cnb/lifecycle/lifecycle, its phase names as symlinks,
 // /cnb/lifecycle.toml, and the labels the lifecycle's image build sets.
 func Lifecycle(binaryPath, version string) (v1.Image, error) {
+	return lifecycleFor(amd64, binaryPath, version)
+}
+
+// LifecycleIndex makes an OCI image index of lifecycle images, one per entry
+// of binaries, which maps a platform ("linux/arm64", "linux/arm/v7") to the
+// path of the lifecycle binary built for it. Each image is laid out as
+// Lifecycle lays it out, with the platform in its config and in its
+// descriptor; the manifests are in the order of the platforms' names.
+func LifecycleIndex(binaries map[string]string, version string) (v1.ImageIndex, error) {
+	names := make([]string, 0, len(binaries))
+	for name := range binaries {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	platforms := make([]v1.Platform, 0, len(names))
+	for _, name := range names {
+		p, err := v1.ParsePlatform(name)
+		if err != nil {
+			return nil, fmt.Errorf("platform %q: %w", name, err)
+		}
+		platforms = append(platforms, *p)
+	}
+	return indexOf(platforms, func(i int, p v1.Platform) (v1.Image, error) {
+		return lifecycleFor(p, binaries[names[i]], version)
+	})
+}
+
+func lifecycleFor(platform v1.Platform, binaryPath, version string) (v1.Image, error) {
 	binary, err := os.ReadFile(binaryPath)
 	if err != nil {
 		return nil, err
@@ -99,7 +144,7 @@ func Lifecycle(binaryPath, version string) (v1.Image, error) {
 	if err != nil {
 		return nil, err
 	}
-	return Image([]v1.Layer{layer}, map[string]string{
+	return ImageFor(platform, []v1.Layer{layer}, map[string]string{
 		"io.buildpacks.lifecycle.version": version,
 		"io.buildpacks.lifecycle.apis":    LifecycleAPIs,
 	})
@@ -112,14 +157,46 @@ type Buildpack struct {
 	Detect, Build string
 }
 
-// Buildpackage makes a buildpackage holding the buildpacks, one layer each,
-// with the io.buildpacks.buildpack.layers label.
+// Buildpackage makes a linux/amd64 buildpackage holding the buildpacks, one
+// layer each, with the io.buildpacks.buildpack.layers label. Its buildpacks'
+// targets name only the os (linux), so they run on any architecture.
 func Buildpackage(buildpacks ...Buildpack) (v1.Image, error) {
+	return buildpackage(amd64, false, buildpacks)
+}
+
+// BuildpackageFor makes a buildpackage for platform: Buildpackage's layout,
+// but the image is of platform, and each buildpack.toml and the
+// io.buildpacks.buildpack.layers label give the one target os, arch (and
+// arch-variant) of platform, so the layers of one platform differ from
+// another's, as in real multi-platform buildpackages.
+func BuildpackageFor(platform v1.Platform, buildpacks ...Buildpack) (v1.Image, error) {
+	return buildpackage(platform, true, buildpacks)
+}
+
+// BuildpackageIndex makes an OCI image index of BuildpackageFor(p,
+// buildpacks...) for each of platforms, in that order.
+func BuildpackageIndex(platforms []v1.Platform, buildpacks ...Buildpack) (v1.ImageIndex, error) {
+	return indexOf(platforms, func(_ int, p v1.Platform) (v1.Image, error) { return BuildpackageFor(p, buildpacks...) })
+}
+
+// buildpackage makes a buildpackage image of platform; withArch puts the
+// platform's arch in the buildpacks' targets, which otherwise give the os
+// linux alone.
+func buildpackage(platform v1.Platform, withArch bool, buildpacks []Buildpack) (v1.Image, error) {
+	target, targetTOML := map[string]string{"os": "linux"}, "[[targets]]\n  os = \"linux\"\n"
+	if withArch {
+		target = map[string]string{"os": platform.OS, "arch": platform.Architecture}
+		targetTOML = fmt.Sprintf("[[targets]]\n  os = %q\n  arch = %q\n", platform.OS, platform.Architecture)
+		if platform.Variant != "" {
+			target["arch-variant"] = platform.Variant
+			targetTOML += fmt.Sprintf("  arch-variant = %q\n", platform.Variant)
+		}
+	}
 	var layers []v1.Layer
 	label := map[string]map[string]any{}
 	for _, bp := range buildpacks {
 		dir := "cnb/buildpacks/" + strings.ReplaceAll(bp.ID, "/", "_") + "/"
-		descriptor := fmt.Sprintf("api = \"0.10\"\n\n[buildpack]\n  id = %q\n  version = %q\n\n[[targets]]\n  os = \"linux\"\n", bp.ID, bp.Version)
+		descriptor := fmt.Sprintf("api = \"0.10\"\n\n[buildpack]\n  id = %q\n  version = %q\n\n", bp.ID, bp.Version) + targetTOML
 		layer, err := Layer(
 			File{Path: "cnb/", Mode: 0o755}, File{Path: "cnb/buildpacks/", Mode: 0o755},
 			File{Path: dir, Mode: 0o755}, File{Path: dir + bp.Version + "/", Mode: 0o755},
@@ -139,18 +216,28 @@ func Buildpackage(buildpacks ...Buildpack) (v1.Image, error) {
 		if label[bp.ID] == nil {
 			label[bp.ID] = map[string]any{}
 		}
-		label[bp.ID][bp.Version] = map[string]any{"api": "0.10", "targets": []map[string]string{{"os": "linux"}},
+		label[bp.ID][bp.Version] = map[string]any{"api": "0.10", "targets": []map[string]string{target},
 			"layerDiffID": diffID.String()}
 	}
 	raw, err := json.Marshal(label)
 	if err != nil {
 		return nil, err
 	}
-	return Image(layers, map[string]string{"io.buildpacks.buildpack.layers": string(raw)})
+	return ImageFor(platform, layers, map[string]string{"io.buildpacks.buildpack.layers": string(raw)})
 }
 
-// StackImage makes a build (uid set) or run image of stack id.
+// StackImage makes a linux/amd64 build (uid set) or run image of stack id.
 func StackImage(id string, uid int) (v1.Image, error) {
+	return stackImageFor(amd64, id, uid)
+}
+
+// StackIndex makes an OCI image index of StackImage's build (uid set) or run
+// image of stack id for each of platforms, in that order.
+func StackIndex(id string, uid int, platforms ...v1.Platform) (v1.ImageIndex, error) {
+	return indexOf(platforms, func(_ int, p v1.Platform) (v1.Image, error) { return stackImageFor(p, id, uid) })
+}
+
+func stackImageFor(platform v1.Platform, id string, uid int) (v1.Image, error) {
 	layer, err := Layer(File{Path: "etc/", Mode: 0o755}, File{Path: "etc/buildsmith-stack", Mode: 0o644, Content: []byte(id + "\n")})
 	if err != nil {
 		return nil, err
@@ -159,7 +246,30 @@ func StackImage(id string, uid int) (v1.Image, error) {
 	if uid != 0 {
 		env = []string{fmt.Sprintf("CNB_USER_ID=%d", uid), fmt.Sprintf("CNB_GROUP_ID=%d", uid)}
 	}
-	return Image([]v1.Layer{layer}, map[string]string{"io.buildpacks.stack.id": id}, env...)
+	return ImageFor(platform, []v1.Layer{layer}, map[string]string{"io.buildpacks.stack.id": id}, env...)
+}
+
+// indexOf makes an OCI image index of image(i, platforms[i]) for each i, in
+// that order, each manifest's descriptor carrying its platform. An index of no
+// platforms, or of one platform twice, is an error.
+func indexOf(platforms []v1.Platform, image func(int, v1.Platform) (v1.Image, error)) (v1.ImageIndex, error) {
+	if len(platforms) == 0 {
+		return nil, fmt.Errorf("an image index needs at least one platform")
+	}
+	seen := map[string]bool{}
+	adds := make([]mutate.IndexAddendum, 0, len(platforms))
+	for i, p := range platforms {
+		if seen[p.String()] {
+			return nil, fmt.Errorf("platform %s given twice", p)
+		}
+		seen[p.String()] = true
+		img, err := image(i, p)
+		if err != nil {
+			return nil, fmt.Errorf("the %s image: %w", p, err)
+		}
+		adds = append(adds, mutate.IndexAddendum{Add: img, Descriptor: v1.Descriptor{Platform: &p}})
+	}
+	return mutate.AppendManifests(mutate.IndexMediaType(empty.Index, types.OCIImageIndex), adds...), nil
 }
 
 // Files returns the regular files of img's flattened filesystem by path
