@@ -18,6 +18,7 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
+	"golang.org/x/sync/singleflight"
 	"k8s.io/utils/lru"
 )
 
@@ -118,6 +119,7 @@ type Client struct {
 	// stale. Keyed by credentials too, since their lazy layers read with
 	// the credentials they were made with.
 	images *lru.Cache // keychain cache key + "|" + digest ref + "|" + platform → *Image
+	reads  singleflight.Group
 }
 
 // session is a puller for one set of credentials; it keeps authenticated
@@ -204,13 +206,16 @@ type Image struct {
 	Config   *v1.ConfigFile
 	// Platform is the platform chosen from an index; nil for a plain image.
 	Platform *v1.Platform
+	// Platforms are all the platforms Ref has images for: those of the
+	// index (attestation manifests left out), or the plain image's own.
+	Platforms []v1.Platform
 	// Image is the lazy image itself, for building on.
 	Image v1.Image
 }
 
 // ReadImage reads the manifest and config of the image ref names. When ref
-// names an index, the image for platform is chosen from it (linux/amd64 when
-// platform is nil). An image named by digest is read once and then served
+// names an index, the image for platform is chosen from it (when platform
+// is nil: linux/amd64, or the first platform of an index without it). An image named by digest is read once and then served
 // from memory: a thousand builders on one stack read its build image once.
 func (c *Client) ReadImage(ctx context.Context, ref name.Reference, platform *v1.Platform, kc authn.Keychain) (*Image, error) {
 	keyer, cacheable := orAnonymous(kc).(cacheKeyer)
@@ -225,18 +230,39 @@ func (c *Client) ReadImage(ctx context.Context, ref name.Reference, platform *v1
 		if img, ok := c.images.Get(cacheKey(digest)); ok {
 			return img.(*Image), nil
 		}
+		// Builders reconciled at once ask for the same digests at once:
+		// one read serves them all (make bench counted 94 reads of 64
+		// images at 200 builders and 4 workers without this).
+		img, err, _ := c.reads.Do(cacheKey(digest), func() (any, error) {
+			return c.readAndCache(ctx, ref, platform, kc, cacheKey)
+		})
+		if err != nil {
+			return nil, err
+		}
+		return img.(*Image), nil
 	}
+	return c.readAndCache(ctx, ref, platform, kc, func(d name.Digest) string {
+		if !cacheable {
+			return ""
+		}
+		return cacheKey(d)
+	})
+}
+
+// readAndCache reads ref and caches the image under both its digests when
+// key gives a key.
+func (c *Client) readAndCache(ctx context.Context, ref name.Reference, platform *v1.Platform, kc authn.Keychain, key func(name.Digest) string) (*Image, error) {
 	var out *Image
 	err := c.do(ctx, ref, c.opts.Timeout, func(ctx context.Context, s *session) error {
 		var err error
 		out, err = c.readImage(ctx, s, ref, platform)
 		return err
 	}, kc)
-	if err == nil && cacheable {
+	if err == nil && key(out.Ref) != "" {
 		// Under the digest read (an index's, for an index) and the image's
 		// own: a tag read now serves later reads by either digest.
-		c.images.Add(cacheKey(out.Ref), out)
-		c.images.Add(cacheKey(out.Ref.Context().Digest(out.Digest.String())), out)
+		c.images.Add(key(out.Ref), out)
+		c.images.Add(key(out.Ref.Context().Digest(out.Digest.String())), out)
 	}
 	return out, err
 }
@@ -264,6 +290,10 @@ func (c *Client) readImage(ctx context.Context, s *session, ref name.Reference, 
 		want := v1.Platform{OS: "linux", Architecture: "amd64"}
 		if platform != nil {
 			want = *platform
+		} else if platforms := indexPlatforms(index); len(platforms) > 0 && !slices.ContainsFunc(platforms, func(p v1.Platform) bool {
+			return p.OS == want.OS && p.Architecture == want.Architecture
+		}) {
+			want = platforms[0] // no linux/amd64: any platform will do
 		}
 		child, ok := choosePlatform(index.Manifests, want)
 		if !ok {
@@ -276,6 +306,7 @@ func (c *Client) readImage(ctx context.Context, s *session, ref name.Reference, 
 		}
 		raw, mediaType, img.Digest = childDesc.Manifest, childDesc.MediaType, childDesc.Digest
 		img.Platform = child.Platform
+		img.Platforms = indexPlatforms(index)
 	}
 	if !mediaType.IsImage() {
 		return nil, permanentError(ReasonInvalidImage, host, fmt.Errorf("%s is not an image: media type %q", img.Ref, mediaType))
@@ -295,6 +326,9 @@ func (c *Client) readImage(ctx context.Context, s *session, ref name.Reference, 
 	}
 	if img.Config, err = v1.ParseConfigFile(bytes.NewReader(rawConfig)); err != nil {
 		return nil, permanentError(ReasonInvalidImage, host, fmt.Errorf("config of %s: %w", img.Ref, err))
+	}
+	if img.Platforms == nil {
+		img.Platforms = []v1.Platform{{OS: img.Config.OS, Architecture: img.Config.Architecture, Variant: img.Config.Variant}}
 	}
 	if len(img.Config.RootFS.DiffIDs) != len(img.Manifest.Layers) {
 		return nil, permanentError(ReasonInvalidImage, host, fmt.Errorf("%s lists %d layers and %d diffIDs",
@@ -321,13 +355,32 @@ func (c *Client) readImage(ctx context.Context, s *session, ref name.Reference, 
 	return img, nil
 }
 
-// Write pushes img to tag. ggcr skips blobs the repository has and mounts
+// indexPlatforms lists the platforms of an index's images, leaving out the
+// manifests that are not images to run (attestations, "unknown/unknown").
+func indexPlatforms(index *v1.IndexManifest) []v1.Platform {
+	var out []v1.Platform
+	for _, m := range index.Manifests {
+		if m.Platform == nil || m.Platform.OS == "unknown" || !m.MediaType.IsImage() {
+			continue
+		}
+		out = append(out, *m.Platform)
+	}
+	return out
+}
+
+// Artifact is what Write pushes: an image, or an index with its images.
+type Artifact interface {
+	remote.Taggable
+	Digest() (v1.Hash, error)
+}
+
+// Write pushes img (an image, or an index and its images) to tag. ggcr skips blobs the repository has and mounts
 // layers from other repositories of the same registry; layers of images read
 // through this Client are such layers, so nothing is downloaded. Each Write
 // uses a fresh ggcr Pusher: a Pusher remembers every blob it ever uploaded
 // and skips it without asking, which outlives a registry's garbage
 // collection, and accumulates the scopes of every repository it mounted from.
-func (c *Client) Write(ctx context.Context, tag name.Tag, img v1.Image, kc authn.Keychain) (name.Digest, error) {
+func (c *Client) Write(ctx context.Context, tag name.Tag, img Artifact, kc authn.Keychain) (name.Digest, error) {
 	var out name.Digest
 	err := c.do(ctx, tag, c.opts.WriteTimeout, func(ctx context.Context, s *session) error {
 		digest, err := img.Digest()
@@ -351,7 +404,7 @@ func (c *Client) Write(ctx context.Context, tag name.Tag, img v1.Image, kc authn
 // updates the registry's health.
 func (c *Client) do(ctx context.Context, ref name.Reference, timeout time.Duration, op func(context.Context, *session) error, kc authn.Keychain) error {
 	host := ref.Context().RegistryStr()
-	if wait := c.waits.check(host); wait != nil {
+	if wait := c.waits.check(host, ref.Context().RepositoryStr()); wait != nil {
 		return wait
 	}
 	if down := c.health.unreachable(host); down != nil {

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
@@ -78,8 +79,19 @@ func TestReadImageChoosesPlatformFromIndex(t *testing.T) {
 		if got.Platform == nil || got.Config.Architecture != got.Platform.Architecture {
 			t.Errorf("platform %v: chose %v with config arch %q", tc.platform, got.Platform, got.Config.Architecture)
 		}
+		wantPlatforms := []v1.Platform{{OS: "linux", Architecture: "amd64"}, {OS: "linux", Architecture: "arm64", Variant: "v8"}}
+		if diff := cmp.Diff(wantPlatforms, got.Platforms); diff != "" {
+			t.Errorf("platform %v: platforms of the index (-want +got):\n%s", tc.platform, diff)
+		}
 	}
-	_, err := c.ReadImage(ctx, f.Ref("team/multi:1"), &v1.Platform{OS: "linux", Architecture: "s390x"}, nil)
+	plain, err := c.ReadImage(ctx, f.Ref("team/multi@"+mustDigest(t, arm64).String()), nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]v1.Platform{{OS: "linux", Architecture: "arm64", Variant: "v8"}}, plain.Platforms); diff != "" {
+		t.Errorf("platforms of a plain image (-want +got):\n%s", diff)
+	}
+	_, err = c.ReadImage(ctx, f.Ref("team/multi:1"), &v1.Platform{OS: "linux", Architecture: "s390x"}, nil)
 	if Classify(err) != Permanent || Reason(err) != ReasonPlatformNotFound {
 		t.Errorf("missing platform: %v (%s)", err, Reason(err))
 	}
@@ -307,4 +319,67 @@ func TestReadByDigestIsCached(t *testing.T) {
 	if n := c.Stats().Sub(before).Total("GET"); n < 4 {
 		t.Errorf("%d GETs for uncached reads, want manifest and config each time", n)
 	}
+}
+
+func mustDigest(t *testing.T, img v1.Image) v1.Hash {
+	t.Helper()
+	h, err := img.Digest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+// TestWriteIndex: an index of images built on images read through the
+// Client is pushed with its images, which mount their layers; the tag then
+// points at the index.
+func TestWriteIndex(t *testing.T) {
+	f := registrytest.New(t)
+	base, _ := random.Image(1024, 2)
+	amd64 := withPlatform(t, base, "amd64", "")
+	arm64 := withPlatform(t, base, "arm64", "")
+	f.Write("team/base:amd64", amd64)
+	f.Write("team/base:arm64", arm64)
+	c := newTestClient(t, Options{})
+	ctx := context.Background()
+	var adds []mutate.IndexAddendum
+	for _, tag := range []string{"amd64", "arm64"} {
+		read, err := c.ReadImage(ctx, f.Ref("team/base:"+tag), nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		extra, _ := random.Layer(64, types.OCILayer)
+		img, err := mutate.AppendLayers(read.Image, extra)
+		if err != nil {
+			t.Fatal(err)
+		}
+		adds = append(adds, mutate.IndexAddendum{Add: img, Descriptor: v1.Descriptor{Platform: &read.Platforms[0]}})
+	}
+	index := mutate.AppendManifests(mutate.IndexMediaType(empty.Index, types.OCIImageIndex), adds...)
+	f.ForgetRequests()
+
+	pushed, err := c.Write(ctx, f.Ref("team/out:1").(name.Tag), index, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tagged, _ := f.Resolve(f.Addr + "/team/out:1"); tagged != pushed.String() || pushed.DigestStr() != mustIndexDigest(t, index) {
+		t.Errorf("the tag points at %s; Write said %s; the index is %s", tagged, pushed, mustIndexDigest(t, index))
+	}
+	for _, a := range adds {
+		if _, err := f.Resolve(f.Addr + "/team/out@" + mustDigest(t, a.Add.(v1.Image)).String()); err != nil {
+			t.Errorf("an image of the index was not pushed: %v", err)
+		}
+	}
+	if n := f.Count("GET", "/blobs/"); n != 0 {
+		t.Errorf("%d blobs downloaded to push the index; the base layers should have been mounted", n)
+	}
+}
+
+func mustIndexDigest(t *testing.T, index v1.ImageIndex) string {
+	t.Helper()
+	h, err := index.Digest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h.String()
 }

@@ -4,16 +4,20 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 )
 
-// retryAfterHolds remembers, per registry host, until when the registry
-// asked to be left alone (Retry-After on a 429 or a 503), so that no
-// request of this Client reaches it before then, whatever woke the caller:
-// its own requeue, a changed spec, a resync, a second object on the same
-// registry. Per host, because registries limit by account or client
-// address, not by repository.
+// retryAfterHolds remembers until when a registry asked to be left alone
+// (Retry-After on a 429 or a 503), so that no request of this Client goes
+// there before then, whatever woke the caller: its own requeue, a changed
+// spec, a resync, another object on the same images. A hold covers the
+// repository the answer was about, or the whole host when the answer was
+// about none (the /v2/ ping): holding the host for one repository's 429
+// stalled every other repository there for as long (make bench, scenario
+// 4), and a registry that limits per account answers each repository's
+// first request with its own 429 anyway.
 //
 // A short hold (up to maxWait) is waited out inside the call, when its
 // deadline allows: under a steady rate limit, calls then make progress a
@@ -24,8 +28,11 @@ type retryAfterHolds struct {
 	maxWait time.Duration
 
 	mu    sync.Mutex
-	holds map[string]retryAfterHold
+	holds map[holdKey]retryAfterHold
 }
+
+// holdKey is a host and a repository; an empty repository is the host.
+type holdKey struct{ host, repo string }
 
 type retryAfterHold struct {
 	until  time.Time
@@ -33,11 +40,12 @@ type retryAfterHold struct {
 }
 
 func newRetryAfterHolds(now func() time.Time, maxWait time.Duration) *retryAfterHolds {
-	return &retryAfterHolds{now: now, maxWait: maxWait, holds: map[string]retryAfterHold{}}
+	return &retryAfterHolds{now: now, maxWait: maxWait, holds: map[holdKey]retryAfterHold{}}
 }
 
-// note records that host answered with status and Retry-After d.
-func (h *retryAfterHolds) note(host string, status int, d time.Duration) {
+// note records that repo (or the host, when "") answered with status and
+// Retry-After d.
+func (h *retryAfterHolds) note(host, repo string, status int, d time.Duration) {
 	if d <= 0 {
 		return
 	}
@@ -46,42 +54,48 @@ func (h *retryAfterHolds) note(host string, status int, d time.Duration) {
 		reason = ReasonRateLimited
 	}
 	until := h.now().Add(d)
+	key := holdKey{host, repo}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if until.After(h.holds[host].until) {
-		h.holds[host] = retryAfterHold{until: until, reason: reason}
+	if until.After(h.holds[key].until) {
+		h.holds[key] = retryAfterHold{until: until, reason: reason}
 	}
 }
 
-// left returns how long host is held, and why; 0 when it is not.
-func (h *retryAfterHolds) left(host string) (time.Duration, string) {
+// left returns how long repo is held (by its own hold or its host's),
+// and why; 0 when it is not.
+func (h *retryAfterHolds) left(host, repo string) (time.Duration, string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	hold, ok := h.holds[host]
-	if !ok {
-		return 0, ""
+	var longest time.Duration
+	var reason string
+	for _, key := range []holdKey{{host, ""}, {host, repo}} {
+		hold, ok := h.holds[key]
+		if !ok {
+			continue
+		}
+		if left := hold.until.Sub(h.now()); left <= 0 {
+			delete(h.holds, key)
+		} else if left > longest {
+			longest, reason = left, hold.reason
+		}
 	}
-	left := hold.until.Sub(h.now())
-	if left <= 0 {
-		delete(h.holds, host)
-		return 0, ""
-	}
-	return left, hold.reason
+	return longest, reason
 }
 
-// check fails a call that would have to wait longer than maxWait for host.
-func (h *retryAfterHolds) check(host string) *Error {
-	if left, reason := h.left(host); left > h.maxWait {
+// check fails a call that would have to wait longer than maxWait.
+func (h *retryAfterHolds) check(host, repo string) *Error {
+	if left, reason := h.left(host, repo); left > h.maxWait {
 		return h.heldError(host, left, reason)
 	}
 	return nil
 }
 
-// wait returns when host is no longer held; or at once with an error when
+// wait returns when repo is no longer held; or at once with an error when
 // the hold is longer than maxWait or than what is left of ctx.
-func (h *retryAfterHolds) wait(ctx context.Context, host string) error {
+func (h *retryAfterHolds) wait(ctx context.Context, host, repo string) error {
 	for {
-		left, reason := h.left(host)
+		left, reason := h.left(host, repo)
 		if left == 0 {
 			return nil
 		}
@@ -102,4 +116,19 @@ func (h *retryAfterHolds) heldError(host string, left time.Duration, reason stri
 	return &Error{Class: Transient, Reason: reason, Host: host, RetryAfter: left,
 		Err: fmt.Errorf("%s asked not to be called for another %s (Retry-After); not calling it until then",
 			host, left.Round(100*time.Millisecond))}
+}
+
+// repositoryOf returns the repository a registry API path is about
+// ("/v2/team/app/manifests/1" → "team/app"), "" for other paths.
+func repositoryOf(path string) string {
+	rest, ok := strings.CutPrefix(path, "/v2/")
+	if !ok {
+		return ""
+	}
+	for _, kind := range []string{"/manifests/", "/blobs/", "/tags/"} {
+		if i := strings.LastIndex(rest, kind); i > 0 {
+			return rest[:i]
+		}
+	}
+	return ""
 }

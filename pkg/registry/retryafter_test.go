@@ -10,10 +10,11 @@ import (
 	"github.com/buildsmith/buildsmith/test/registrytest"
 )
 
-// TestNoCallBeforeRetryAfter: once a registry answered 429 with
-// Retry-After, no call of the Client reaches it (any repository, any
-// operation) before that time; each such call fails at once as rate
-// limited with the time left; after it, calls go through again.
+// TestNoCallBeforeRetryAfter: once a registry answered 429 with a long
+// Retry-After about a repository, no call of the Client reaches that
+// repository (any operation) before that time: each fails at once as rate
+// limited with the time left. Other repositories are not held. After the
+// time, calls go through again.
 func TestNoCallBeforeRetryAfter(t *testing.T) {
 	f := registrytest.New(t)
 	f.Push("team/app:1")
@@ -33,8 +34,8 @@ func TestNoCallBeforeRetryAfter(t *testing.T) {
 	now = now.Add(10 * time.Second)
 	for name, call := range map[string]func() error{
 		"resolve of the same tag": func() error { _, err := c.Resolve(ctx, f.Ref("team/app:1"), nil); return err },
-		"read of another repository": func() error {
-			_, err := c.ReadImage(ctx, f.Ref("team/other:1"), nil, nil)
+		"read of another tag of the repository": func() error {
+			_, err := c.ReadImage(ctx, f.Ref("team/app:2"), nil, nil)
 			return err
 		},
 	} {
@@ -44,7 +45,10 @@ func TestNoCallBeforeRetryAfter(t *testing.T) {
 		}
 	}
 	if got := f.Requests(); len(got) != 0 {
-		t.Errorf("requests reached the registry before its Retry-After: %v", got)
+		t.Errorf("requests reached the repository before its Retry-After: %v", got)
+	}
+	if _, err := c.ReadImage(ctx, f.Ref("team/other:1"), nil, nil); err != nil {
+		t.Errorf("another repository is held too: %v", err)
 	}
 
 	now = now.Add(20 * time.Second)
@@ -55,12 +59,12 @@ func TestNoCallBeforeRetryAfter(t *testing.T) {
 
 // TestShortRetryAfterIsWaitedOut: a 429 with a Retry-After within
 // MaxRetryAfterWait is waited out inside the call, which then succeeds;
-// the call made meanwhile on another repository of the same registry waits
-// too: no request reaches the registry before the time it asked for.
+// a call made meanwhile on the same repository waits too: no request
+// reaches it before the time the registry asked for.
 func TestShortRetryAfterIsWaitedOut(t *testing.T) {
 	f := registrytest.New(t)
 	f.Push("team/app:1")
-	f.Push("team/other:1")
+	f.Push("team/app:2")
 	var mu sync.Mutex
 	var at []time.Time
 	record := func(w http.ResponseWriter, r *http.Request) {
@@ -69,16 +73,16 @@ func TestShortRetryAfterIsWaitedOut(t *testing.T) {
 		mu.Unlock()
 	}
 	limitedAt := make(chan time.Time, 1)
-	f.Inject("", "/team/app/manifests/", 1, func(w http.ResponseWriter, r *http.Request) {
+	f.Inject("", "/team/app/manifests/1", 1, func(w http.ResponseWriter, r *http.Request) {
 		limitedAt <- time.Now()
 		registrytest.Answer(429, map[string]string{"Retry-After": "1"}, registrytest.OCIError("TOOMANYREQUESTS", "slow down"))(w, r)
 	})
 	c := newTestClient(t, Options{})
 	ctx := context.Background()
-	if _, err := c.Resolve(ctx, f.Ref("team/other:1"), nil); err != nil { // the /v2/ ping, out of the way
+	if _, err := c.Resolve(ctx, f.Ref("team/app:2"), nil); err != nil { // the /v2/ ping, out of the way
 		t.Fatal(err)
 	}
-	f.Inject("", "/v2/", -1, func(w http.ResponseWriter, r *http.Request) {
+	f.Inject("", "/v2/team/app/", -1, func(w http.ResponseWriter, r *http.Request) {
 		record(w, r)
 		f.Handler.ServeHTTP(w, r)
 	})
@@ -90,11 +94,14 @@ func TestShortRetryAfterIsWaitedOut(t *testing.T) {
 	}()
 	limited := <-limitedAt
 	// Requests sent before the 429 came back cannot have known of it.
-	for left, _ := c.waits.left(f.Addr); left == 0; left, _ = c.waits.left(f.Addr) {
+	for left, _ := c.waits.left(f.Addr, "team/app"); left == 0; left, _ = c.waits.left(f.Addr, "team/app") {
+		if time.Since(limited) > 900*time.Millisecond {
+			t.Fatal("the client never held the repository after its 429")
+		}
 		time.Sleep(time.Millisecond)
 	}
-	if _, err := c.ReadImage(ctx, f.Ref("team/other:1"), nil, nil); err != nil {
-		t.Errorf("the other repository's read: %v", err)
+	if _, err := c.ReadImage(ctx, f.Ref("team/app:2"), nil, nil); err != nil {
+		t.Errorf("the other tag's read: %v", err)
 	}
 	if err := <-done; err != nil {
 		t.Errorf("the limited call: %v", err)
@@ -104,13 +111,29 @@ func TestShortRetryAfterIsWaitedOut(t *testing.T) {
 	after := 0
 	for _, when := range at {
 		if gap := when.Sub(limited); gap < 0 {
-			continue // sent before the 429 (the /v2/ ping of the limited call)
+			continue // sent before the 429
 		} else if gap < time.Second {
 			t.Errorf("a request came %v after a 429 with Retry-After: 1", gap.Round(time.Millisecond))
 		}
 		after++
 	}
 	if after < 2 {
-		t.Errorf("%d requests after the 429, want the limited one again and the other read's", after)
+		t.Errorf("%d requests after the 429, want the limited one again and the other tag's", after)
+	}
+}
+
+func TestRepositoryOf(t *testing.T) {
+	for path, want := range map[string]string{
+		"/v2/":                                    "",
+		"/v2/team/app/manifests/1":                "team/app",
+		"/v2/a/b/c/blobs/sha256:00":               "a/b/c",
+		"/v2/team/app/blobs/uploads/":             "team/app",
+		"/v2/team/manifests/app/manifests/latest": "team/manifests/app",
+		"/v2/team/app/tags/list":                  "team/app",
+		"/token":                                  "",
+	} {
+		if got := repositoryOf(path); got != want {
+			t.Errorf("repositoryOf(%q) = %q, want %q", path, got, want)
+		}
 	}
 }

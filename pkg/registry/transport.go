@@ -95,12 +95,12 @@ func newAccountingTransport(inner http.RoundTripper, waits *retryAfterHolds) *ac
 
 // maxRetryAfterResends bounds how often one request is sent again after
 // waiting out a Retry-After.
-const maxRetryAfterResends = 3
+const maxRetryAfterResends = 10
 
 func (t *accountingTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	host := req.URL.Host
+	host, repo := req.URL.Host, repositoryOf(req.URL.Path)
 	for resends := 0; ; resends++ {
-		if err := t.waits.wait(req.Context(), host); err != nil {
+		if err := t.waits.wait(req.Context(), host, repo); err != nil {
 			return nil, err
 		}
 		resp, err := t.send(host, req)
@@ -111,9 +111,10 @@ func (t *accountingTransport) RoundTrip(req *http.Request) (*http.Response, erro
 		if d <= 0 {
 			return resp, nil
 		}
-		t.waits.note(host, resp.StatusCode, d)
+		t.waits.note(host, repo, resp.StatusCode, d)
 		replay, ok := rewound(req)
-		if !ok || resends == maxRetryAfterResends || t.waits.wait(req.Context(), host) != nil {
+		// (wait waits out the hold when it is short enough.)
+		if !ok || resends == maxRetryAfterResends || t.waits.wait(req.Context(), host, repo) != nil {
 			// Given up: the caller's error carries the Retry-After.
 			if call := callFrom(req.Context()); call != nil {
 				call.noteRetryAfter(d)
