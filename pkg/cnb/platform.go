@@ -7,6 +7,7 @@ import (
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
+	"github.com/buildsmith/buildsmith/pkg/apis/build/v1alpha1"
 	"github.com/buildsmith/buildsmith/pkg/failure"
 )
 
@@ -265,4 +266,22 @@ func joinCapped(items []string, limit int, sep, what string) string {
 		return strings.Join(items, sep)
 	}
 	return fmt.Sprintf("%s and %d more %s", strings.Join(items[:limit], sep), len(items)-limit, what)
+}
+
+// APIPlatforms returns ps as the API writes them in status.
+func APIPlatforms(ps []Platform) []v1alpha1.Platform {
+	out := make([]v1alpha1.Platform, len(ps))
+	for i, p := range ps {
+		out[i] = v1alpha1.Platform{OS: p.OS, Arch: p.Arch, Variant: p.Variant}
+	}
+	return out
+}
+
+// PlatformsOf returns the API's platforms as Platforms.
+func PlatformsOf(ps []v1alpha1.Platform) []Platform {
+	out := make([]Platform, len(ps))
+	for i, p := range ps {
+		out[i] = Platform{OS: p.OS, Arch: p.Arch, Variant: p.Variant}
+	}
+	return out
 }

@@ -4,6 +4,7 @@ package clusterstack
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
@@ -48,20 +49,37 @@ func (r *Reconciler) reconcile(ctx context.Context, stack *v1alpha1.ClusterStack
 	if err != nil {
 		return err
 	}
-	platform := &v1.Platform{OS: build.Config.OS, Architecture: build.Config.Architecture, Variant: build.Config.Variant}
-	run, err := r.read(ctx, spec.RunImage.Image, platform, keychain)
+	first := cnb.Platform{OS: build.Config.OS, Arch: build.Config.Architecture, Variant: build.Config.Variant}
+	run, err := r.read(ctx, spec.RunImage.Image, ptr(first.V1()), keychain)
 	if err != nil {
 		return err
 	}
-
 	s, err := cnb.ReadStack(spec.ID, build.Config, run.Config)
 	if err != nil {
 		return err
 	}
+	platforms := []cnb.Platform{first}
+	if len(build.Platforms) > 1 || len(run.Platforms) > 1 {
+		// Indexes: every platform both have is a stack of its own, checked
+		// as the first was; builders need them to agree on the user.
+		if platforms, err = cnb.SelectPlatforms(nil, []cnb.PlatformPart{
+			{Name: "build image", Platforms: cnbPlatforms(build.Platforms)},
+			{Name: "run image", Platforms: cnbPlatforms(run.Platforms)},
+		}); err != nil {
+			return err
+		}
+		for _, p := range platforms {
+			if err := r.checkPlatform(ctx, build.Ref, run.Ref, p, s, keychain); err != nil {
+				return err
+			}
+		}
+	}
+
 	status := &stack.Status
 	status.ID, status.Mixins = s.ID, s.Mixins
 	status.UserID, status.GroupID = s.UserID, s.GroupID
 	status.OS, status.Arch = s.OS, s.Arch
+	status.Platforms = cnb.APIPlatforms(platforms)
 	status.Distro = nil
 	if s.DistroName != "" {
 		status.Distro = &v1alpha1.Distro{Name: s.DistroName, Version: s.DistroVersion}
@@ -70,6 +88,39 @@ func (r *Reconciler) reconcile(ctx context.Context, stack *v1alpha1.ClusterStack
 	status.RunImage = v1alpha1.ResolvedRunImage{Image: spec.RunImage.Image, LatestImage: run.Ref.String(), Mirrors: spec.RunImage.Mirrors}
 	return nil
 }
+
+// checkPlatform reads the build and run images of platform p from their
+// indexes (by digest: from the client's cache when read before) and checks
+// them as a stack that agrees with first on the user and the distro.
+func (r *Reconciler) checkPlatform(ctx context.Context, buildIndex, runIndex name.Digest, p cnb.Platform, first *cnb.Stack, keychain authn.Keychain) error {
+	build, err := r.Registry.ReadImage(ctx, buildIndex, ptr(p.V1()), keychain)
+	if err != nil {
+		return err
+	}
+	run, err := r.Registry.ReadImage(ctx, runIndex, ptr(p.V1()), keychain)
+	if err != nil {
+		return err
+	}
+	s, err := cnb.ReadStack(first.ID, build.Config, run.Config)
+	if err != nil {
+		return fmt.Errorf("%s: %w", p, err)
+	}
+	if s.UserID != first.UserID || s.GroupID != first.GroupID || s.DistroName != first.DistroName || s.DistroVersion != first.DistroVersion {
+		return failure.Permanentf(cnb.ReasonPlatformMismatch, "the %s images have user %d:%d and distro %q %q, the %s/%s ones %d:%d and %q %q",
+			p, s.UserID, s.GroupID, s.DistroName, s.DistroVersion, first.OS, first.Arch, first.UserID, first.GroupID, first.DistroName, first.DistroVersion)
+	}
+	return nil
+}
+
+func cnbPlatforms(ps []v1.Platform) []cnb.Platform {
+	out := make([]cnb.Platform, len(ps))
+	for i, p := range ps {
+		out[i] = cnb.PlatformOf(p)
+	}
+	return out
+}
+
+func ptr[T any](v T) *T { return &v }
 
 func (r *Reconciler) read(ctx context.Context, image string, platform *v1.Platform, keychain authn.Keychain) (*registry.Image, error) {
 	ref, err := name.ParseReference(image)

@@ -8,6 +8,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -24,6 +26,7 @@ import (
 	"github.com/buildsmith/buildsmith/pkg/reconciler/reconcilertest"
 	"github.com/buildsmith/buildsmith/pkg/registry"
 	"github.com/buildsmith/buildsmith/test/registrytest"
+	"github.com/buildsmith/buildsmith/test/sampleimages"
 )
 
 const stackID = "io.buildpacks.stacks.jammy"
@@ -38,6 +41,38 @@ func TestReconcile(t *testing.T) {
 	f.PushImage("stack/run:1", stackLabels)
 	f.PushImage("stack/run-other:1", map[string]string{cnb.LabelStackID: "other"})
 	buildDigest, _ := build.Digest()
+	amd64 := v1.Platform{OS: "linux", Architecture: "amd64"}
+	arm64 := v1.Platform{OS: "linux", Architecture: "arm64"}
+	ppc := v1.Platform{OS: "linux", Architecture: "ppc64le"}
+	pushIndex := func(repo string, uid int, platforms ...v1.Platform) {
+		t.Helper()
+		index, err := sampleimages.StackIndex(stackID, uid, platforms...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := remote.WriteIndex(f.Ref(repo), index); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pushIndex("multi/build:1", 1000, amd64, arm64)
+	pushIndex("multi/run:1", 0, amd64, arm64)
+	pushIndex("multi/run-amd64:1", 0, amd64)
+	pushIndex("multi/run-ppc:1", 0, ppc)
+	multi := func(build, run string) func(*v1alpha1.ClusterStackSpec) {
+		return func(s *v1alpha1.ClusterStackSpec) {
+			s.BuildImage.Image, s.RunImage.Image = f.Addr+"/"+build, f.Addr+"/"+run
+		}
+	}
+	platforms := func(want ...v1alpha1.Platform) func(*testing.T, *v1alpha1.ClusterStack) {
+		return func(t *testing.T, s *v1alpha1.ClusterStack) {
+			if diff := cmp.Diff(want, s.Status.Platforms); diff != "" {
+				t.Errorf("status.platforms (-want +got):\n%s", diff)
+			}
+			if s.Status.UserID != 1000 || s.Status.OS != "linux" || s.Status.Arch != "amd64" {
+				t.Errorf("status: %+v", s.Status)
+			}
+		}
+	}
 
 	previous := v1alpha1.ClusterStackStatus{
 		ID: stackID, UserID: 1000, GroupID: 1001, OS: "linux", Arch: "amd64",
@@ -60,6 +95,7 @@ func TestReconcile(t *testing.T) {
 		validate: func(t *testing.T, s *v1alpha1.ClusterStack) {
 			want := v1alpha1.ClusterStackStatus{
 				ID: stackID, UserID: 1000, GroupID: 1001, OS: "linux", Arch: "amd64",
+				Platforms:  []v1alpha1.Platform{{OS: "linux", Arch: "amd64"}},
 				Distro:     &v1alpha1.Distro{Name: "ubuntu", Version: "22.04"},
 				BuildImage: v1alpha1.ResolvedImage{Image: f.Addr + "/stack/build:1", LatestImage: f.Addr + "/stack/build@" + buildDigest.String()},
 			}
@@ -112,6 +148,23 @@ func TestReconcile(t *testing.T) {
 		status: &previous,
 		want: reconcilertest.Outcome{Ready: corev1.ConditionFalse, Reason: cnb.ReasonStackIDMismatch, Stalled: true, Requeue: reconcilertest.NoRequeue,
 			EventReasons: []string{cnb.ReasonStackIDMismatch}, MessageContains: `"other"`},
+	}, {
+		name: "indexes: every platform both have",
+		spec: multi("multi/build:1", "multi/run:1"),
+		want: reconcilertest.Outcome{Ready: corev1.ConditionTrue, Requeue: reconcilertest.Resync, MinDelay: 8 * time.Minute, MaxDelay: 12 * time.Minute,
+			EventReasons: []string{"Ready"}},
+		validate: platforms(v1alpha1.Platform{OS: "linux", Arch: "amd64"}, v1alpha1.Platform{OS: "linux", Arch: "arm64"}),
+	}, {
+		name: "indexes: a run image for amd64 only makes an amd64 stack",
+		spec: multi("multi/build:1", "multi/run-amd64:1"),
+		want: reconcilertest.Outcome{Ready: corev1.ConditionTrue, Requeue: reconcilertest.Resync, MinDelay: 8 * time.Minute, MaxDelay: 12 * time.Minute,
+			EventReasons: []string{"Ready"}},
+		validate: platforms(v1alpha1.Platform{OS: "linux", Arch: "amd64"}),
+	}, {
+		name: "indexes without a common platform: stalled",
+		spec: multi("multi/build:1", "multi/run-ppc:1"),
+		want: reconcilertest.Outcome{Ready: corev1.ConditionFalse, Reason: registry.ReasonPlatformNotFound, Stalled: true, Requeue: reconcilertest.NoRequeue,
+			EventReasons: []string{registry.ReasonPlatformNotFound}, MessageContains: "linux/amd64"},
 	}, {
 		name: "unparsable reference: stalled",
 		spec: func(s *v1alpha1.ClusterStackSpec) { s.BuildImage.Image = "UPPER/Case" },

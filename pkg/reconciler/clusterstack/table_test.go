@@ -55,6 +55,7 @@ func TestTable(t *testing.T) {
 		WantErr: true, // the resync requeue
 		WantStatusUpdates: []clientgotesting.UpdateActionImpl{{Object: stack("stack/run:1", func(s *v1alpha1.ClusterStackStatus) {
 			s.ID, s.UserID, s.GroupID, s.OS, s.Arch = stackID, 1000, 1001, "linux", "amd64"
+			s.Platforms = []v1alpha1.Platform{{OS: "linux", Arch: "amd64"}}
 			s.BuildImage = v1alpha1.ResolvedImage{Image: f.Addr + "/stack/build:1", LatestImage: f.Addr + "/stack/build@" + buildDigest.String()}
 			s.RunImage = v1alpha1.ResolvedRunImage{Image: f.Addr + "/stack/run:1", LatestImage: f.Addr + "/stack/run@" + runDigest.String()}
 			s.MarkReady()

@@ -70,6 +70,21 @@ type BuilderSpec struct {
 	// +listType=atomic
 	// +kubebuilder:validation:MaxItems=128
 	Env []BuildEnv `json:"env,omitempty"`
+	// Targets are the platforms to build the builder for. Empty: every
+	// platform the stack, the lifecycle image and every non-optional
+	// buildpack of the order all have. With several, the tag holds an image
+	// index of one builder image per platform.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=16
+	Targets []Platform `json:"targets,omitempty"`
+}
+
+// BuiltPlatform is one platform of a builder and its image.
+type BuiltPlatform struct {
+	Platform `json:",inline"`
+	// Image is the platform's builder image, as repository@digest.
+	Image string `json:"image"`
 }
 
 // BuildEnv is a build-time environment variable. Where the app's own
@@ -123,6 +138,14 @@ type BuilderStatus struct {
 	// failed reconcile never clears it.
 	// +optional
 	LatestImage string `json:"latestImage,omitempty"`
+	// Platforms are the platforms LatestImage was built for, each with its
+	// builder image (LatestImage itself when there is one platform).
+	// +optional
+	Platforms []BuiltPlatform `json:"platforms,omitempty"`
+	// SkippedPlatforms says which platforms of the stack were left out of
+	// a default (no targets) build, and for lack of what.
+	// +optional
+	SkippedPlatforms []string `json:"skippedPlatforms,omitempty"`
 	// BuilderMetadata lists the buildpacks in the image.
 	// +optional
 	BuilderMetadata []BuildpackMetadata `json:"builderMetadata,omitempty"`

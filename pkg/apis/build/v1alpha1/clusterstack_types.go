@@ -53,6 +53,11 @@ type ClusterStackStatus struct {
 	UserID int `json:"userId,omitempty"`
 	// +optional
 	GroupID int `json:"groupId,omitempty"`
+	// Platforms are the platforms both images have (one for plain images,
+	// those of both indexes for indexes), each checked as a stack. OS and
+	// Arch are the first's.
+	// +optional
+	Platforms []Platform `json:"platforms,omitempty"`
 	// +optional
 	OS string `json:"os,omitempty"`
 	// +optional

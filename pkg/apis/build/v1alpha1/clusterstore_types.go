@@ -71,6 +71,12 @@ type StoreBuildpack struct {
 	Stacks []BuildpackStack `json:"stacks,omitempty"`
 	// +optional
 	Targets []BuildpackTarget `json:"targets,omitempty"`
+	// Platforms are those the buildpackage has the buildpack for: several
+	// when it is an image index. DiffID, Digest and Size describe the
+	// layer of its first platform; builders find each platform's layer in
+	// that platform's image.
+	// +optional
+	Platforms []Platform `json:"platforms,omitempty"`
 }
 
 // ClusterStoreList is a list of ClusterStores.

@@ -83,3 +83,14 @@ type Distro struct {
 	// +optional
 	Version string `json:"version,omitempty"`
 }
+
+// Platform is an operating system, an architecture and an optional variant,
+// as image indexes name them: linux/amd64, linux/arm64, linux/arm/v7.
+type Platform struct {
+	// +kubebuilder:validation:MinLength=1
+	OS string `json:"os"`
+	// +kubebuilder:validation:MinLength=1
+	Arch string `json:"arch"`
+	// +optional
+	Variant string `json:"variant,omitempty"`
+}
