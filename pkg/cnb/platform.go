@@ -285,3 +285,12 @@ func PlatformsOf(ps []v1alpha1.Platform) []Platform {
 	}
 	return out
 }
+
+// PlatformsOfV1 returns go-containerregistry's platforms as Platforms.
+func PlatformsOfV1(ps []v1.Platform) []Platform {
+	out := make([]Platform, len(ps))
+	for i, p := range ps {
+		out[i] = PlatformOf(p)
+	}
+	return out
+}

@@ -11,6 +11,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"slices"
 
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
@@ -122,27 +123,20 @@ func (r *Core) reconcile(ctx context.Context, obj object, spec *v1alpha1.Builder
 	if err != nil {
 		return err
 	}
-	platform := v1.Platform{OS: stack.Status.OS, Architecture: stack.Status.Arch}
-	lifecycle, lifecycleDigest, err := r.Lifecycle.Get(ctx, platform, kc)
+	builds, skipped, err := r.platforms(ctx, stack, resolved, spec.Targets, kc)
 	if err != nil {
 		return err
 	}
-	stackInfo := &cnb.Stack{ID: stack.Status.ID, Mixins: stack.Status.Mixins, UserID: stack.Status.UserID,
-		GroupID: stack.Status.GroupID, OS: stack.Status.OS, Arch: stack.Status.Arch}
-	if d := stack.Status.Distro; d != nil {
-		stackInfo.DistroName, stackInfo.DistroVersion = d.Name, d.Version
-	}
-	if err := cnb.CheckCompatibility(resolved.Buildpacks, lifecycle.APIs.Buildpack, stackInfo); err != nil {
-		return err
-	}
 
-	fingerprint := fingerprintOf(stack, lifecycleDigest, resolved, spec, r.Version)
+	fingerprint := fingerprintOf(stack, builds, resolved, spec, r.Version)
 	next := v1alpha1.BuilderStatus{
 		ConditionedStatus:       status.ConditionedStatus,
 		LatestImage:             status.LatestImage,
+		Platforms:               status.Platforms,
+		SkippedPlatforms:        skipped,
 		Order:                   resolved.Order,
 		Stack:                   v1alpha1.BuiltStack{ID: stack.Status.ID, RunImage: stack.Status.RunImage.Image},
-		Lifecycle:               v1alpha1.LifecycleStatus{Version: lifecycle.Version, APIs: lifecycle.APIs},
+		Lifecycle:               v1alpha1.LifecycleStatus{Version: builds[0].lifecycle.Version, APIs: builds[0].lifecycle.APIs},
 		ObservedStackGeneration: stack.Generation,
 		ObservedStoreGeneration: store.Generation,
 		Fingerprint:             fingerprint,
@@ -166,24 +160,121 @@ func (r *Core) reconcile(ctx context.Context, obj object, spec *v1alpha1.Builder
 		// The tag moved or is gone: push again.
 	}
 
-	image, err := r.assemble(ctx, stack, stackInfo, lifecycle, resolved, spec, platform, kc)
-	if err != nil {
-		return err
+	images := make([]cnb.PlatformImage, len(builds))
+	for i, b := range builds {
+		img, err := r.assemble(ctx, stack, b, resolved, spec, kc)
+		if err != nil {
+			return err
+		}
+		images[i] = cnb.PlatformImage{Platform: b.platform, Image: img}
 	}
-	pushed, err := r.Registry.Write(ctx, tag, image, kc)
+	// One platform: the builder image itself at the tag, as pack makes
+	// it. Several: an index of them, pushed with its images.
+	var artifact registry.Artifact = images[0].Image
+	if len(images) > 1 {
+		if artifact, err = cnb.AssembleIndex(images); err != nil {
+			return err
+		}
+	}
+	pushed, err := r.Registry.Write(ctx, tag, artifact, kc)
 	if err != nil {
 		return err
 	}
 	next.LatestImage = pushed.String()
+	next.Platforms = nil
+	for _, img := range images {
+		digest, err := img.Image.Digest()
+		if err != nil {
+			return err
+		}
+		next.Platforms = append(next.Platforms, v1alpha1.BuiltPlatform{
+			Platform: cnb.APIPlatforms([]cnb.Platform{img.Platform})[0], Image: tag.Context().Digest(digest.String()).String()})
+	}
 	*status = next
 	return nil
 }
 
-// assemble reads the build image and the buildpacks' layers (lazily, and by
-// digest, so from the registry client's cache after the first builder) and
-// puts the builder image together.
-func (r *Core) assemble(ctx context.Context, stack *v1alpha1.ClusterStack, stackInfo *cnb.Stack, lifecycle cnb.Lifecycle,
-	resolved *cnb.ResolvedOrder, spec *v1alpha1.BuilderSpec, platform v1.Platform, kc authn.Keychain) (v1.Image, error) {
+// platformBuild is one platform of a builder and its lifecycle.
+type platformBuild struct {
+	platform  cnb.Platform
+	stack     *cnb.Stack
+	lifecycle PlatformLifecycle
+}
+
+// platforms chooses the platforms to build, as spec.targets asks or (with
+// none) every platform the stack, the lifecycle image and every buildpack
+// of the order have, and checks the buildpacks against each platform's
+// lifecycle and stack. skipped says which of the stack's platforms a
+// default build leaves out, and why.
+func (r *Core) platforms(ctx context.Context, stack *v1alpha1.ClusterStack, resolved *cnb.ResolvedOrder,
+	targets []v1alpha1.Platform, kc authn.Keychain) ([]platformBuild, []string, error) {
+	stackPlatforms := cnb.PlatformsOf(stack.Status.Platforms)
+	if len(stackPlatforms) == 0 { // a status written before stacks listed platforms
+		stackPlatforms = []cnb.Platform{{OS: stack.Status.OS, Arch: stack.Status.Arch}}
+	}
+	first, err := r.Lifecycle.Get(ctx, stackPlatforms[0].V1(), kc)
+	if err != nil {
+		return nil, nil, err
+	}
+	parts := []cnb.PlatformPart{
+		{Name: "ClusterStack " + stack.Name, Platforms: stackPlatforms},
+		{Name: "the lifecycle image", Platforms: cnb.PlatformsOfV1(first.Platforms)},
+	}
+	for _, bp := range resolved.Buildpacks {
+		has := cnb.PlatformsOf(bp.Platforms)
+		if len(has) == 0 { // a status written before stores listed platforms
+			has = []cnb.Platform{{}}
+		}
+		parts = append(parts, cnb.PlatformPart{Name: "buildpack " + bp.ID + "@" + bp.Version, Platforms: has})
+	}
+	selected, err := cnb.SelectPlatforms(cnb.PlatformsOf(targets), parts)
+	if err != nil {
+		return nil, nil, err
+	}
+	var skipped []string
+	if len(targets) == 0 {
+		for _, d := range cnb.DroppedPlatforms(parts) {
+			if slices.ContainsFunc(stackPlatforms, d.Platform.Matches) {
+				skipped = append(skipped, d.String())
+			}
+		}
+	}
+
+	builds := make([]platformBuild, len(selected))
+	for i, p := range selected {
+		lifecycle := first
+		if p != stackPlatforms[0].Normalize() {
+			if lifecycle, err = r.Lifecycle.Get(ctx, p.V1(), kc); err != nil {
+				return nil, nil, err
+			}
+		}
+		info := &cnb.Stack{ID: stack.Status.ID, Mixins: stack.Status.Mixins, UserID: stack.Status.UserID,
+			GroupID: stack.Status.GroupID, OS: p.OS, Arch: p.Arch, Variant: p.Variant}
+		if d := stack.Status.Distro; d != nil {
+			info.DistroName, info.DistroVersion = d.Name, d.Version
+		}
+		if err := cnb.CheckCompatibility(resolved.Buildpacks, lifecycle.APIs.Buildpack, info); err != nil {
+			return nil, nil, err
+		}
+		builds[i] = platformBuild{platform: p, stack: info, lifecycle: lifecycle}
+	}
+	return builds, skipped, nil
+}
+
+func buildEnv(env []v1alpha1.BuildEnv) []cnb.EnvVar {
+	out := make([]cnb.EnvVar, len(env))
+	for i, e := range env {
+		out[i] = cnb.EnvVar{Name: e.Name, Value: e.Value, Suffix: e.Suffix, Delim: e.Delim}
+	}
+	return out
+}
+
+// assemble reads the build image and the buildpacks' layers for b's
+// platform (lazily, and by digest, so from the registry client's cache
+// after the first builder) and puts the builder image together.
+func (r *Core) assemble(ctx context.Context, stack *v1alpha1.ClusterStack, b platformBuild,
+	resolved *cnb.ResolvedOrder, spec *v1alpha1.BuilderSpec, kc authn.Keychain) (v1.Image, error) {
+	platform := b.platform.V1()
 	buildRef, err := name.NewDigest(stack.Status.BuildImage.LatestImage)
 	if err != nil {
 		return nil, failure.Permanentf(ReasonStackNotReady, "ClusterStack %s: build image %q: %v", stack.Name, stack.Status.BuildImage.LatestImage, err)
@@ -194,32 +285,18 @@ func (r *Core) assemble(ctx context.Context, stack *v1alpha1.ClusterStack, stack
 	}
 	layers := make([]cnb.BuildpackLayer, 0, len(resolved.Buildpacks))
 	for _, bp := range resolved.Buildpacks {
-		storeRef, err := name.NewDigest(bp.StoreImage.Image)
-		if err != nil {
-			return nil, failure.Permanentf(ReasonStoreNotReady, "buildpack %s@%s: store image %q: %v", bp.ID, bp.Version, bp.StoreImage.Image, err)
-		}
-		storeImage, err := r.Registry.ReadImage(ctx, storeRef, &platform, kc)
+		layer, err := r.buildpackLayer(ctx, bp, platform, kc)
 		if err != nil {
 			return nil, err
-		}
-		diffID, err := v1.NewHash(bp.DiffID)
-		if err != nil {
-			return nil, failure.Permanentf(ReasonStoreNotReady, "buildpack %s@%s: diffID %q: %v", bp.ID, bp.Version, bp.DiffID, err)
-		}
-		layer, err := storeImage.Image.LayerByDiffID(diffID)
-		if err != nil {
-			// The store's status no longer matches the image: the store
-			// will notice on its next read.
-			return nil, failure.Waitingf(ReasonStoreNotReady, "buildpack %s@%s: %v", bp.ID, bp.Version, err)
 		}
 		layers = append(layers, cnb.BuildpackLayer{Buildpack: bp, Layer: layer})
 	}
 	return cnb.AssembleBuilder(cnb.BuilderSpec{
 		BuildImage:       build.Image,
-		Stack:            stackInfo,
+		Stack:            b.stack,
 		RunImage:         stack.Status.RunImage.Image,
 		RunImageMirrors:  stack.Status.RunImage.Mirrors,
-		Lifecycle:        lifecycle,
+		Lifecycle:        b.lifecycle.Lifecycle,
 		Buildpacks:       layers,
 		Order:            resolved.Order,
 		AdditionalLabels: spec.AdditionalLabels,
@@ -228,12 +305,38 @@ func (r *Core) assemble(ctx context.Context, stack *v1alpha1.ClusterStack, stack
 	})
 }
 
-func buildEnv(env []v1alpha1.BuildEnv) []cnb.EnvVar {
-	out := make([]cnb.EnvVar, len(env))
-	for i, e := range env {
-		out[i] = cnb.EnvVar{Name: e.Name, Value: e.Value, Suffix: e.Suffix, Delim: e.Delim}
+// buildpackLayer finds the layer holding bp in its store image's image for
+// platform, by the layers label of that image: each platform of a
+// buildpackage index has its own layer.
+func (r *Core) buildpackLayer(ctx context.Context, bp v1alpha1.StoreBuildpack, platform v1.Platform, kc authn.Keychain) (v1.Layer, error) {
+	storeRef, err := name.NewDigest(bp.StoreImage.Image)
+	if err != nil {
+		return nil, failure.Permanentf(ReasonStoreNotReady, "buildpack %s@%s: store image %q: %v", bp.ID, bp.Version, bp.StoreImage.Image, err)
 	}
-	return out
+	img, err := r.Registry.ReadImage(ctx, storeRef, &platform, kc)
+	if err != nil {
+		return nil, err
+	}
+	inImage, err := cnb.Buildpackage(bp.StoreImage.Image, img.Config, img.Manifest)
+	if err != nil {
+		return nil, err
+	}
+	for _, candidate := range inImage {
+		if candidate.ID != bp.ID || candidate.Version != bp.Version {
+			continue
+		}
+		diffID, err := v1.NewHash(candidate.DiffID)
+		if err != nil {
+			return nil, failure.Permanentf(ReasonStoreNotReady, "buildpack %s@%s: diffID %q: %v", bp.ID, bp.Version, candidate.DiffID, err)
+		}
+		if layer, err := img.Image.LayerByDiffID(diffID); err == nil {
+			return layer, nil
+		}
+	}
+	// The store's status no longer matches the image: the store will
+	// notice on its next read.
+	return nil, failure.Waitingf(ReasonStoreNotReady, "buildpack %s@%s is not in %s for %s",
+		bp.ID, bp.Version, bp.StoreImage.Image, cnb.PlatformOf(platform))
 }
 
 // stack returns the named ClusterStack if it is Ready for its current
@@ -279,12 +382,21 @@ func why(s v1alpha1.ConditionedStatus) string {
 // else: a buildpack counts by its layer and its metadata, not by the
 // buildpackage it came from (re-pushing a buildpackage with the same layer
 // changes no builder).
-func fingerprintOf(stack *v1alpha1.ClusterStack, lifecycleDigest string, resolved *cnb.ResolvedOrder,
+func fingerprintOf(stack *v1alpha1.ClusterStack, builds []platformBuild, resolved *cnb.ResolvedOrder,
 	spec *v1alpha1.BuilderSpec, version string) string {
 	buildpacks := make([]v1alpha1.StoreBuildpack, len(resolved.Buildpacks))
 	for i, bp := range resolved.Buildpacks {
 		bp.StoreImage = v1alpha1.ImageSource{}
 		buildpacks[i] = bp
+	}
+	lifecycle := builds[0].lifecycle.Digest
+	var platforms []string
+	if len(builds) > 1 || builds[0].platform.OS != stack.Status.OS || builds[0].platform.Arch != stack.Status.Arch {
+		// Several platforms: each, and each one's lifecycle. (A single
+		// platform keeps the fingerprint builders had before platforms.)
+		for _, b := range builds {
+			platforms = append(platforms, b.platform.String()+"="+b.lifecycle.Digest)
+		}
 	}
 	raw, _ := json.Marshal(struct {
 		BuildImage, RunImage, Lifecycle, Tag, Version string
@@ -295,8 +407,9 @@ func fingerprintOf(stack *v1alpha1.ClusterStack, lifecycleDigest string, resolve
 		// keep their fingerprints (and are not rebuilt on upgrade).
 		RunImageMirrors []string            `json:",omitempty"`
 		Env             []v1alpha1.BuildEnv `json:",omitempty"`
-	}{stack.Status.BuildImage.LatestImage, stack.Status.RunImage.Image, lifecycleDigest, spec.Tag, version,
-		buildpacks, resolved.Order, spec.AdditionalLabels, stack.Status.RunImage.Mirrors, spec.Env})
+		Platforms       []string            `json:",omitempty"`
+	}{stack.Status.BuildImage.LatestImage, stack.Status.RunImage.Image, lifecycle, spec.Tag, version,
+		buildpacks, resolved.Order, spec.AdditionalLabels, stack.Status.RunImage.Mirrors, spec.Env, platforms})
 	sum := sha256.Sum256(raw)
 	return "sha256:" + hex.EncodeToString(sum[:])
 }

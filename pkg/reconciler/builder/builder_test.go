@@ -358,18 +358,19 @@ func BenchmarkAssembleBuilder(b *testing.B) {
 	core := &Core{Registry: client, Lifecycle: &LifecycleSource{Registry: client, Refresh: time.Hour}, Version: "bench"}
 	core.Lifecycle.Update(&corev1.ConfigMap{Data: map[string]string{LifecycleImageKey: f.Addr + "/lifecycle:0.21.0"}})
 	platform := v1.Platform{OS: "linux", Architecture: "amd64"}
-	lifecycle, _, err := core.Lifecycle.Get(ctx, platform, nil)
+	lifecycle, err := core.Lifecycle.Get(ctx, platform, nil)
 	if err != nil {
 		b.Fatal(err)
 	}
-	stackInfo := &cnb.Stack{ID: "io.buildpacks.stacks.jammy", UserID: 1000, GroupID: 1000, OS: "linux", Arch: "amd64"}
+	pb := platformBuild{platform: cnb.PlatformOf(platform), lifecycle: lifecycle,
+		stack: &cnb.Stack{ID: "io.buildpacks.stacks.jammy", UserID: 1000, GroupID: 1000, OS: "linux", Arch: "amd64"}}
 	before := client.Stats()
 	b.ReportAllocs()
 	b.ResetTimer()
 	i := 0
 	for b.Loop() {
 		spec := &v1alpha1.BuilderSpec{AdditionalLabels: map[string]string{"n": fmt.Sprint(i)}} // a new image each time
-		img, err := core.assemble(ctx, stack, stackInfo, lifecycle, resolved, spec, platform, nil)
+		img, err := core.assemble(ctx, stack, pb, resolved, spec, nil)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -54,7 +54,7 @@ type LifecycleSource struct {
 }
 
 type resolvedLifecycle struct {
-	digest name.Digest // of the image for the platform
+	digest name.Digest // what the reference resolved to
 	at     time.Time
 }
 
@@ -71,48 +71,57 @@ func (s *LifecycleSource) Update(cm *corev1.ConfigMap) {
 	}
 }
 
-// Get returns the lifecycle for platform, read with kc, and the digest of
-// its image.
-func (s *LifecycleSource) Get(ctx context.Context, platform v1.Platform, kc authn.Keychain) (cnb.Lifecycle, string, error) {
+// PlatformLifecycle is the lifecycle of one platform, the digest of its
+// image, and every platform the configured image has.
+type PlatformLifecycle struct {
+	cnb.Lifecycle
+	Digest    string
+	Platforms []v1.Platform
+}
+
+// Get returns the lifecycle for platform, read with kc.
+func (s *LifecycleSource) Get(ctx context.Context, platform v1.Platform, kc authn.Keychain) (PlatformLifecycle, error) {
 	s.mu.Lock()
 	ref := s.ref
 	key := platform.OS + "/" + platform.Architecture + "/" + platform.Variant
 	cached := s.resolved[key]
 	s.mu.Unlock()
 	if ref == "" {
-		return cnb.Lifecycle{}, "", failure.Waitingf(ReasonLifecycleNotConfigured,
+		return PlatformLifecycle{}, failure.Waitingf(ReasonLifecycleNotConfigured,
 			"the ConfigMap %s (key %q) in the controller's namespace names no lifecycle image", LifecycleConfigMap, LifecycleImageKey)
 	}
 	var read name.Reference = cached.digestOr(nil)
 	if cached == nil || time.Since(cached.at) >= s.Refresh {
 		parsed, err := name.ParseReference(ref)
 		if err != nil {
-			return cnb.Lifecycle{}, "", failure.Permanentf(ReasonInvalidLifecycleImage, "lifecycle image %q: %v", ref, err)
+			return PlatformLifecycle{}, failure.Permanentf(ReasonInvalidLifecycleImage, "lifecycle image %q: %v", ref, err)
 		}
 		read = parsed
 	}
 	img, err := s.Registry.ReadImage(ctx, read, &platform, kc)
 	if err != nil {
-		return cnb.Lifecycle{}, "", err
+		return PlatformLifecycle{}, err
 	}
 	lifecycle, err := lifecycleOf(img)
 	if err != nil {
-		return cnb.Lifecycle{}, "", err
+		return PlatformLifecycle{}, err
 	}
-	// The image for the platform, by digest: an index's child when the
-	// reference names an index.
-	digest := img.Ref.Context().Digest(img.Digest.String())
 	if _, byTag := read.(name.Tag); byTag || cached == nil {
 		s.mu.Lock()
 		if s.ref == ref {
 			if s.resolved == nil {
 				s.resolved = map[string]*resolvedLifecycle{}
 			}
-			s.resolved[key] = &resolvedLifecycle{digest: digest, at: time.Now()}
+			// The digest the reference resolved to (an index's, for an
+			// index), so that later reads still see all its platforms.
+			s.resolved[key] = &resolvedLifecycle{digest: img.Ref, at: time.Now()}
 		}
 		s.mu.Unlock()
 	}
-	return lifecycle, digest.String(), nil
+	// The image for the platform, by digest: an index's child when the
+	// reference names an index.
+	digest := img.Ref.Context().Digest(img.Digest.String())
+	return PlatformLifecycle{Lifecycle: lifecycle, Digest: digest.String(), Platforms: img.Platforms}, nil
 }
 
 func (r *resolvedLifecycle) digestOr(fallback name.Reference) name.Reference {

@@ -63,8 +63,8 @@ func (r *Reconciler) reconcile(ctx context.Context, stack *v1alpha1.ClusterStack
 		// Indexes: every platform both have is a stack of its own, checked
 		// as the first was; builders need them to agree on the user.
 		if platforms, err = cnb.SelectPlatforms(nil, []cnb.PlatformPart{
-			{Name: "build image", Platforms: cnbPlatforms(build.Platforms)},
-			{Name: "run image", Platforms: cnbPlatforms(run.Platforms)},
+			{Name: "build image", Platforms: cnb.PlatformsOfV1(build.Platforms)},
+			{Name: "run image", Platforms: cnb.PlatformsOfV1(run.Platforms)},
 		}); err != nil {
 			return err
 		}
@@ -110,14 +110,6 @@ func (r *Reconciler) checkPlatform(ctx context.Context, buildIndex, runIndex nam
 			p, s.UserID, s.GroupID, s.DistroName, s.DistroVersion, first.OS, first.Arch, first.UserID, first.GroupID, first.DistroName, first.DistroVersion)
 	}
 	return nil
-}
-
-func cnbPlatforms(ps []v1.Platform) []cnb.Platform {
-	out := make([]cnb.Platform, len(ps))
-	for i, p := range ps {
-		out[i] = cnb.PlatformOf(p)
-	}
-	return out
 }
 
 func ptr[T any](v T) *T { return &v }

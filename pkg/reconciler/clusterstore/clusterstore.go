@@ -4,10 +4,13 @@ package clusterstore
 
 import (
 	"context"
+	"fmt"
+	"slices"
 
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
 	"golang.org/x/sync/errgroup"
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/types"
 	pkgreconciler "knative.dev/pkg/reconciler"
 
@@ -77,7 +80,9 @@ func (r *Reconciler) reconcile(ctx context.Context, store *v1alpha1.ClusterStore
 	return nil
 }
 
-// readSource reads one buildpackage and lists its buildpacks into out.
+// readSource reads one buildpackage and lists its buildpacks into out, each
+// with the platforms the buildpackage has it for: an index is read
+// platform by platform (each has its own layers).
 func (r *Reconciler) readSource(ctx context.Context, image string, keychain authn.Keychain, out *[]v1alpha1.StoreBuildpack) error {
 	ref, err := name.ParseReference(image)
 	if err != nil { // Validate parsed it already
@@ -87,6 +92,43 @@ func (r *Reconciler) readSource(ctx context.Context, image string, keychain auth
 	if err != nil {
 		return err
 	}
-	*out, err = cnb.Buildpackage(img.Ref.String(), img.Config, img.Manifest)
-	return err
+	if len(img.Platforms) <= 1 {
+		bps, err := cnb.Buildpackage(img.Ref.String(), img.Config, img.Manifest)
+		for i := range bps {
+			bps[i].Platforms = cnb.APIPlatforms(cnb.PlatformsOfV1(img.Platforms))
+		}
+		*out = bps
+		return err
+	}
+	var all []v1alpha1.StoreBuildpack
+	index := map[string]int{} // id@version → position in all
+	for _, p := range img.Platforms {
+		child, err := r.Registry.ReadImage(ctx, img.Ref, &p, keychain)
+		if err != nil {
+			return err
+		}
+		bps, err := cnb.Buildpackage(img.Ref.String(), child.Config, child.Manifest)
+		if err != nil {
+			return fmt.Errorf("%s: %w", cnb.PlatformOf(p), err)
+		}
+		for _, bp := range bps {
+			key := bp.ID + "@" + bp.Version
+			i, seen := index[key]
+			if !seen {
+				// The first platform's layer describes the buildpack; the
+				// builders look up each platform's own.
+				i, index[key] = len(all), len(all)
+				all = append(all, bp)
+			}
+			all[i].Platforms = append(all[i].Platforms, cnb.APIPlatforms([]cnb.Platform{cnb.PlatformOf(p)})...)
+			// Each platform's buildpack.toml names its own targets.
+			for _, target := range bp.Targets {
+				if !slices.ContainsFunc(all[i].Targets, func(t v1alpha1.BuildpackTarget) bool { return equality.Semantic.DeepEqual(t, target) }) {
+					all[i].Targets = append(all[i].Targets, target)
+				}
+			}
+		}
+	}
+	*out = all
+	return nil
 }

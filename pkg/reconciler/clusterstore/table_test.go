@@ -33,6 +33,9 @@ func TestTable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	for i := range goBuildpacks {
+		goBuildpacks[i].Platforms = []v1alpha1.Platform{{OS: "linux", Arch: "amd64"}}
+	}
 
 	store := func(status func(*v1alpha1.ClusterStoreStatus), sources ...string) *v1alpha1.ClusterStore {
 		s := &v1alpha1.ClusterStore{ObjectMeta: metav1.ObjectMeta{Name: "default", Generation: 1}}
