@@ -133,47 +133,9 @@ func TestBuilderRunsTheRealLifecycle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	work := worldReadableTempDir(t)
-	rootfs := filepath.Join(work, "rootfs")
-	extract(t, img, rootfs)
-
-	app := filepath.Join(work, "app")
-	layers := filepath.Join(work, "layers")
-	platform := filepath.Join(work, "platform")
-	for _, dir := range []string{app, layers, platform} {
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Chown(dir, cnbUID, cnbUID); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := os.WriteFile(filepath.Join(app, "hello.txt"), []byte("hi"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-
-	common := []string{"-app", app, "-layers", layers, "-platform", platform,
-		"-buildpacks", filepath.Join(rootfs, "cnb/buildpacks"),
-		"-group", filepath.Join(layers, "group.toml"), "-plan", filepath.Join(layers, "plan.toml"),
-		"-log-level", "debug"}
-	runLifecycle(t, rootfs, "detector", append(common,
-		"-order", filepath.Join(rootfs, "cnb/order.toml"),
-		"-run", filepath.Join(rootfs, "cnb/run.toml"),
-		"-build-config", filepath.Join(rootfs, "cnb/build-config"))...)
-	group, err := os.ReadFile(filepath.Join(layers, "group.toml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(string(group), `id = "example/hello"`) || strings.Contains(string(group), "example/never") {
-		t.Errorf("group.toml:\n%s", group)
-	}
-	runLifecycle(t, rootfs, "builder", append(common, "-build-config", filepath.Join(rootfs, "cnb/build-config"))...)
-	marker, err := os.ReadFile(filepath.Join(layers, "example_hello", "hello", "marker"))
-	if err != nil || strings.TrimSpace(string(marker)) != "built hello.txt from the builder's env" {
-		t.Errorf("bin/build did not run as expected: %q, %v", marker, err)
-	}
-	if _, err := os.Stat(filepath.Join(layers, "config", "metadata.toml")); err != nil {
-		t.Errorf("the builder wrote no metadata.toml: %v", err)
+	marker := buildApp(t, img, "example/hello")
+	if strings.TrimSpace(marker) != "built hello.txt from the builder's env" {
+		t.Errorf("bin/build did not run as expected: %q", marker)
 	}
 
 	// The labels other tools read.
@@ -296,4 +258,55 @@ func runLifecycle(t *testing.T, rootfs, phase string, args ...string) {
 	if err != nil {
 		t.Fatalf("%s: %v", phase, err)
 	}
+}
+
+// buildApp unpacks a builder image and runs its lifecycle's detector and
+// builder (as uid 1000, as a platform would) on an app holding hello.txt;
+// detection must pick the group of wantGroup. It returns the marker file
+// example/hello's bin/build writes.
+func buildApp(t *testing.T, img v1.Image, wantGroup string) string {
+	t.Helper()
+	work := worldReadableTempDir(t)
+	rootfs := filepath.Join(work, "rootfs")
+	extract(t, img, rootfs)
+
+	app := filepath.Join(work, "app")
+	layers := filepath.Join(work, "layers")
+	platform := filepath.Join(work, "platform")
+	for _, dir := range []string{app, layers, platform} {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(dir, cnbUID, cnbUID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(app, "hello.txt"), []byte("hi"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	common := []string{"-app", app, "-layers", layers, "-platform", platform,
+		"-buildpacks", filepath.Join(rootfs, "cnb/buildpacks"),
+		"-group", filepath.Join(layers, "group.toml"), "-plan", filepath.Join(layers, "plan.toml"),
+		"-log-level", "debug"}
+	runLifecycle(t, rootfs, "detector", append(common,
+		"-order", filepath.Join(rootfs, "cnb/order.toml"),
+		"-run", filepath.Join(rootfs, "cnb/run.toml"),
+		"-build-config", filepath.Join(rootfs, "cnb/build-config"))...)
+	group, err := os.ReadFile(filepath.Join(layers, "group.toml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(group), `id = "`+wantGroup+`"`) || strings.Contains(string(group), "example/never") {
+		t.Errorf("group.toml:\n%s", group)
+	}
+	runLifecycle(t, rootfs, "builder", append(common, "-build-config", filepath.Join(rootfs, "cnb/build-config"))...)
+	if _, err := os.Stat(filepath.Join(layers, "config", "metadata.toml")); err != nil {
+		t.Errorf("the builder wrote no metadata.toml: %v", err)
+	}
+	marker, err := os.ReadFile(filepath.Join(layers, "example_hello", "hello", "marker"))
+	if err != nil {
+		t.Errorf("bin/build of example/hello wrote no marker: %v", err)
+	}
+	return string(marker)
 }
