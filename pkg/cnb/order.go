@@ -126,3 +126,48 @@ func versions(bps []v1alpha1.StoreBuildpack) string {
 	sort.Strings(vs)
 	return strings.Join(vs, ", ")
 }
+
+// Optional says whether the order names bp only as optional: a builder
+// without it still detects every group (the group just does without it).
+// Children of meta-buildpacks are never optional here.
+func (o *ResolvedOrder) Optional(bp v1alpha1.StoreBuildpack) bool {
+	named := false
+	for _, entry := range o.Order {
+		for _, ref := range entry.Group {
+			if ref.ID == bp.ID && ref.Version == bp.Version {
+				if !ref.Optional {
+					return false
+				}
+				named = true
+			}
+		}
+	}
+	return named
+}
+
+// Without returns the order without the buildpacks drop says, from the
+// groups and the buildpacks; a group left empty goes too. For a platform
+// that some optional buildpacks lack.
+func (o *ResolvedOrder) Without(drop func(v1alpha1.StoreBuildpack) bool) *ResolvedOrder {
+	out := &ResolvedOrder{}
+	dropped := map[string]bool{}
+	for _, bp := range o.Buildpacks {
+		if drop(bp) {
+			dropped[bp.ID+"@"+bp.Version] = true
+			continue
+		}
+		out.Buildpacks = append(out.Buildpacks, bp)
+	}
+	for _, entry := range o.Order {
+		var group []v1alpha1.BuildpackRef
+		for _, ref := range entry.Group {
+			if !dropped[ref.ID+"@"+ref.Version] {
+				group = append(group, ref)
+			}
+		}
+		if len(group) > 0 {
+			out.Order = append(out.Order, v1alpha1.OrderEntry{Group: group})
+		}
+	}
+	return out
+}

@@ -180,3 +180,36 @@ func metaWithOldChild(t *testing.T) []v1alpha1.StoreBuildpack {
 	}
 	return resolved.Buildpacks
 }
+
+func TestOptionalAndWithout(t *testing.T) {
+	bp := func(id string) v1alpha1.StoreBuildpack { return v1alpha1.StoreBuildpack{ID: id, Version: "1.0.0"} }
+	ref := func(id string, optional bool) v1alpha1.BuildpackRef {
+		return v1alpha1.BuildpackRef{ID: id, Version: "1.0.0", Optional: optional}
+	}
+	o := &ResolvedOrder{
+		Order: []v1alpha1.OrderEntry{
+			{Group: []v1alpha1.BuildpackRef{ref("go", false), ref("x86", true)}},
+			{Group: []v1alpha1.BuildpackRef{ref("x86", true)}},
+			{Group: []v1alpha1.BuildpackRef{ref("node", true)}},
+			{Group: []v1alpha1.BuildpackRef{ref("node", false)}},
+		},
+		Buildpacks: []v1alpha1.StoreBuildpack{bp("go"), bp("node"), bp("x86")},
+	}
+	for id, want := range map[string]bool{"go": false, "x86": true, "node": false, "child": false} {
+		if got := o.Optional(bp(id)); got != want {
+			t.Errorf("Optional(%s) = %v, want %v", id, got, want)
+		}
+	}
+	got := o.Without(func(b v1alpha1.StoreBuildpack) bool { return b.ID == "x86" })
+	want := &ResolvedOrder{
+		Order: []v1alpha1.OrderEntry{
+			{Group: []v1alpha1.BuildpackRef{ref("go", false)}},
+			{Group: []v1alpha1.BuildpackRef{ref("node", true)}},
+			{Group: []v1alpha1.BuildpackRef{ref("node", false)}},
+		},
+		Buildpacks: []v1alpha1.StoreBuildpack{bp("go"), bp("node")},
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("Without(x86) (-want +got):\n%s", diff)
+	}
+}

@@ -162,7 +162,7 @@ func (r *Core) reconcile(ctx context.Context, obj object, spec *v1alpha1.Builder
 
 	images := make([]cnb.PlatformImage, len(builds))
 	for i, b := range builds {
-		img, err := r.assemble(ctx, stack, b, resolved, spec, kc)
+		img, err := r.assemble(ctx, stack, b, spec, kc)
 		if err != nil {
 			return err
 		}
@@ -194,11 +194,22 @@ func (r *Core) reconcile(ctx context.Context, obj object, spec *v1alpha1.Builder
 	return nil
 }
 
-// platformBuild is one platform of a builder and its lifecycle.
+// platformBuild is one platform of a builder, its lifecycle, and its order
+// (without the optional buildpacks the platform lacks).
 type platformBuild struct {
 	platform  cnb.Platform
 	stack     *cnb.Stack
 	lifecycle PlatformLifecycle
+	order     *cnb.ResolvedOrder
+}
+
+// buildpackPlatforms are the platforms the store has bp for; any, for a
+// status written before stores listed platforms.
+func buildpackPlatforms(bp v1alpha1.StoreBuildpack) []cnb.Platform {
+	if len(bp.Platforms) == 0 {
+		return []cnb.Platform{{}}
+	}
+	return cnb.PlatformsOf(bp.Platforms)
 }
 
 // platforms chooses the platforms to build, as spec.targets asks or (with
@@ -221,11 +232,9 @@ func (r *Core) platforms(ctx context.Context, stack *v1alpha1.ClusterStack, reso
 		{Name: "the lifecycle image", Platforms: cnb.PlatformsOfV1(first.Platforms)},
 	}
 	for _, bp := range resolved.Buildpacks {
-		has := cnb.PlatformsOf(bp.Platforms)
-		if len(has) == 0 { // a status written before stores listed platforms
-			has = []cnb.Platform{{}}
+		if !resolved.Optional(bp) {
+			parts = append(parts, cnb.PlatformPart{Name: "buildpack " + bp.ID + "@" + bp.Version, Platforms: buildpackPlatforms(bp)})
 		}
-		parts = append(parts, cnb.PlatformPart{Name: "buildpack " + bp.ID + "@" + bp.Version, Platforms: has})
 	}
 	selected, err := cnb.SelectPlatforms(cnb.PlatformsOf(targets), parts)
 	if err != nil {
@@ -248,15 +257,19 @@ func (r *Core) platforms(ctx context.Context, stack *v1alpha1.ClusterStack, reso
 				return nil, nil, err
 			}
 		}
+		// Optional buildpacks the platform lacks stay out of its builder.
+		order := resolved.Without(func(bp v1alpha1.StoreBuildpack) bool {
+			return resolved.Optional(bp) && !slices.ContainsFunc(buildpackPlatforms(bp), p.Matches)
+		})
 		info := &cnb.Stack{ID: stack.Status.ID, Mixins: stack.Status.Mixins, UserID: stack.Status.UserID,
 			GroupID: stack.Status.GroupID, OS: p.OS, Arch: p.Arch, Variant: p.Variant}
 		if d := stack.Status.Distro; d != nil {
 			info.DistroName, info.DistroVersion = d.Name, d.Version
 		}
-		if err := cnb.CheckCompatibility(resolved.Buildpacks, lifecycle.APIs.Buildpack, info); err != nil {
+		if err := cnb.CheckCompatibility(order.Buildpacks, lifecycle.APIs.Buildpack, info); err != nil {
 			return nil, nil, err
 		}
-		builds[i] = platformBuild{platform: p, stack: info, lifecycle: lifecycle}
+		builds[i] = platformBuild{platform: p, stack: info, lifecycle: lifecycle, order: order}
 	}
 	return builds, skipped, nil
 }
@@ -273,7 +286,7 @@ func buildEnv(env []v1alpha1.BuildEnv) []cnb.EnvVar {
 // platform (lazily, and by digest, so from the registry client's cache
 // after the first builder) and puts the builder image together.
 func (r *Core) assemble(ctx context.Context, stack *v1alpha1.ClusterStack, b platformBuild,
-	resolved *cnb.ResolvedOrder, spec *v1alpha1.BuilderSpec, kc authn.Keychain) (v1.Image, error) {
+	spec *v1alpha1.BuilderSpec, kc authn.Keychain) (v1.Image, error) {
 	platform := b.platform.V1()
 	buildRef, err := name.NewDigest(stack.Status.BuildImage.LatestImage)
 	if err != nil {
@@ -283,8 +296,8 @@ func (r *Core) assemble(ctx context.Context, stack *v1alpha1.ClusterStack, b pla
 	if err != nil {
 		return nil, err
 	}
-	layers := make([]cnb.BuildpackLayer, 0, len(resolved.Buildpacks))
-	for _, bp := range resolved.Buildpacks {
+	layers := make([]cnb.BuildpackLayer, 0, len(b.order.Buildpacks))
+	for _, bp := range b.order.Buildpacks {
 		layer, err := r.buildpackLayer(ctx, bp, platform, kc)
 		if err != nil {
 			return nil, err
@@ -298,7 +311,7 @@ func (r *Core) assemble(ctx context.Context, stack *v1alpha1.ClusterStack, b pla
 		RunImageMirrors:  stack.Status.RunImage.Mirrors,
 		Lifecycle:        b.lifecycle.Lifecycle,
 		Buildpacks:       layers,
-		Order:            resolved.Order,
+		Order:            b.order.Order,
 		AdditionalLabels: spec.AdditionalLabels,
 		Env:              buildEnv(spec.Env),
 		CreatedBy:        r.Version,

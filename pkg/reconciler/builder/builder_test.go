@@ -362,7 +362,7 @@ func BenchmarkAssembleBuilder(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	pb := platformBuild{platform: cnb.PlatformOf(platform), lifecycle: lifecycle,
+	pb := platformBuild{platform: cnb.PlatformOf(platform), lifecycle: lifecycle, order: resolved,
 		stack: &cnb.Stack{ID: "io.buildpacks.stacks.jammy", UserID: 1000, GroupID: 1000, OS: "linux", Arch: "amd64"}}
 	before := client.Stats()
 	b.ReportAllocs()
@@ -370,7 +370,7 @@ func BenchmarkAssembleBuilder(b *testing.B) {
 	i := 0
 	for b.Loop() {
 		spec := &v1alpha1.BuilderSpec{AdditionalLabels: map[string]string{"n": fmt.Sprint(i)}} // a new image each time
-		img, err := core.assemble(ctx, stack, pb, resolved, spec, nil)
+		img, err := core.assemble(ctx, stack, pb, spec, nil)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -203,6 +203,28 @@ func TestMultiPlatformBuilder(t *testing.T) {
 		}
 	})
 
+	t.Run("an optional amd64-only buildpack: both platforms, arm64 without it", func(t *testing.T) {
+		b := x.builder(func(b *v1alpha1.Builder) {
+			b.Name, b.Spec.Tag = "optional", x.f.Addr+"/builders/optional:latest"
+			b.Spec.Order = []v1alpha1.OrderEntry{{Group: []v1alpha1.BuildpackRef{{ID: "example/hello"}, {ID: "example/x86", Optional: true}}}}
+		})
+		got, events, err, _ := x.run(t, b, lifecycle)
+		rt.Check(t, got, err, events, ready)
+		if len(got.Status.Platforms) != 2 {
+			t.Fatalf("platforms %+v", got.Status.Platforms)
+		}
+		for _, p := range got.Status.Platforms {
+			files, err := sampleimages.Files(x.read(t, p.Image))
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, hasX86 := files["cnb/buildpacks/example_x86/1.0.0/buildpack.toml"]
+			if hasX86 != (p.Arch == "amd64") || strings.Contains(files["cnb/order.toml"], "example/x86") != (p.Arch == "amd64") {
+				t.Errorf("%s builder: x86 buildpack %v, order.toml:\n%s", p.Arch, hasX86, files["cnb/order.toml"])
+			}
+		}
+	})
+
 	for _, tc := range []struct {
 		name    string
 		order   []string
