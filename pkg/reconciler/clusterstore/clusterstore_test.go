@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -21,6 +23,7 @@ import (
 	rt "github.com/buildsmith/buildsmith/pkg/reconciler/reconcilertest"
 	"github.com/buildsmith/buildsmith/pkg/registry"
 	"github.com/buildsmith/buildsmith/test/registrytest"
+	"github.com/buildsmith/buildsmith/test/sampleimages"
 )
 
 func TestReconcile(t *testing.T) {
@@ -32,6 +35,14 @@ func TestReconcile(t *testing.T) {
 	f.PushBuildpackage("bp/go-fork:1", registrytest.Buildpack{ID: "example/go", Version: "1.0.0", API: "0.10"})
 	f.PushImage("stack/build:1", nil)
 	goDigest, _ := goImage.Digest()
+	multi, err := sampleimages.BuildpackageIndex([]v1.Platform{{OS: "linux", Architecture: "amd64"}, {OS: "linux", Architecture: "arm64"}},
+		sampleimages.Buildpack{ID: "example/multi", Version: "1.0.0", Detect: "exit 0\n", Build: "exit 0\n"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := remote.WriteIndex(f.Ref("bp/multi:1"), multi); err != nil {
+		t.Fatal(err)
+	}
 
 	previous := []v1alpha1.StoreBuildpack{{ID: "example/old", Version: "0.1.0", DiffID: "sha256:1", Digest: "sha256:2"}}
 	tests := []struct {
@@ -42,11 +53,29 @@ func TestReconcile(t *testing.T) {
 		want     rt.Outcome
 		// wantBuildpacks: id@version in status order; nil: the previous list kept.
 		wantBuildpacks []string
+		validate       func(*testing.T, []v1alpha1.StoreBuildpack)
 	}{{
 		name:           "ready",
 		sources:        []string{"bp/node:1", "bp/go:1"},
 		want:           rt.Outcome{Ready: corev1.ConditionTrue, Requeue: rt.Resync, MinDelay: 8 * time.Minute, MaxDelay: 12 * time.Minute, EventReasons: []string{"Ready"}},
 		wantBuildpacks: []string{"example/go@1.0.0", "example/go@1.1.0", "example/node@2.0.0"},
+	}, {
+		name:           "an index: each buildpack with the platforms it is there for, and their targets",
+		sources:        []string{"bp/multi:1", "bp/node:1"},
+		want:           rt.Outcome{Ready: corev1.ConditionTrue, Requeue: rt.Resync, MinDelay: 8 * time.Minute, MaxDelay: 12 * time.Minute, EventReasons: []string{"Ready"}},
+		wantBuildpacks: []string{"example/multi@1.0.0", "example/node@2.0.0"},
+		validate: func(t *testing.T, bps []v1alpha1.StoreBuildpack) {
+			both := []v1alpha1.Platform{{OS: "linux", Arch: "amd64"}, {OS: "linux", Arch: "arm64"}}
+			if diff := cmp.Diff(both, bps[0].Platforms); diff != "" {
+				t.Errorf("platforms of the index's buildpack (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff([]v1alpha1.BuildpackTarget{{OS: "linux", Arch: "amd64"}, {OS: "linux", Arch: "arm64"}}, bps[0].Targets); diff != "" {
+				t.Errorf("targets of the index's buildpack (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(both[:1], bps[1].Platforms); diff != "" {
+				t.Errorf("platforms of a plain image's buildpack (-want +got):\n%s", diff)
+			}
+		},
 	}, {
 		name:     "one source unavailable: the whole previous list is kept",
 		sources:  []string{"bp/node:1", "bp/go:1"},
@@ -109,6 +138,9 @@ func TestReconcile(t *testing.T) {
 			}
 			if diff := cmp.Diff(tc.wantBuildpacks, ids); diff != "" {
 				t.Errorf("buildpacks (-want +got):\n%s", diff)
+			}
+			if tc.validate != nil {
+				tc.validate(t, got.Status.Buildpacks)
 			}
 			for _, bp := range got.Status.Buildpacks {
 				if bp.ID == "example/go" && bp.StoreImage.Image != f.Addr+"/bp/go@"+goDigest.String() {
