@@ -152,30 +152,37 @@ http:
 	})
 }
 
+// seed pushes the demo's images, each an index for linux/amd64 and
+// linux/arm64 as real stacks, buildpackages and lifecycle images are: the
+// real lifecycle v0.21.0 built for both, a stack and two buildpackages.
 func (d *demo) seed() error {
-	lifecycle, err := sampleimages.Lifecycle(filepath.Join(d.root, "bin", "lifecycle"), "0.21.0")
+	platforms := []v1.Platform{{OS: "linux", Architecture: "amd64"}, {OS: "linux", Architecture: "arm64"}}
+	lifecycle, err := sampleimages.LifecycleIndex(map[string]string{
+		"linux/amd64": filepath.Join(d.root, "bin", "lifecycle"),
+		"linux/arm64": filepath.Join(d.root, "bin", "lifecycle-linux-arm64"),
+	}, "0.21.0")
 	if err != nil {
-		return fmt.Errorf("the lifecycle image (is bin/lifecycle built?): %w", err)
+		return fmt.Errorf("the lifecycle image (are bin/lifecycle and bin/lifecycle-linux-arm64 built?): %w", err)
 	}
-	hello, err := sampleimages.Buildpackage(sampleimages.Buildpack{ID: "buildsmith-demo/hello", Version: "1.0.0",
+	hello, err := sampleimages.BuildpackageIndex(platforms, sampleimages.Buildpack{ID: "buildsmith-demo/hello", Version: "1.0.0",
 		Detect: "exit 0\n", Build: "echo 'hello from buildsmith-demo/hello'\n"})
 	if err != nil {
 		return err
 	}
-	greeting, err := sampleimages.Buildpackage(sampleimages.Buildpack{ID: "buildsmith-demo/greeting", Version: "1.0.0",
+	greeting, err := sampleimages.BuildpackageIndex(platforms, sampleimages.Buildpack{ID: "buildsmith-demo/greeting", Version: "1.0.0",
 		Detect: "exit 0\n", Build: "echo 'greetings from buildsmith-demo/greeting'\n"})
 	if err != nil {
 		return err
 	}
-	build, err := sampleimages.StackImage(stackID, 1000)
+	build, err := sampleimages.StackIndex(stackID, 1000, platforms...)
 	if err != nil {
 		return err
 	}
-	run, err := sampleimages.StackImage(stackID, 0)
+	run, err := sampleimages.StackIndex(stackID, 0, platforms...)
 	if err != nil {
 		return err
 	}
-	for repo, img := range map[string]v1.Image{
+	for repo, index := range map[string]v1.ImageIndex{
 		"buildsmith-demo/lifecycle:0.21.0":          lifecycle,
 		"buildsmith-demo/buildpacks/hello:1.0.0":    hello,
 		"buildsmith-demo/buildpacks/greeting:1.0.0": greeting,
@@ -186,7 +193,7 @@ func (d *demo) seed() error {
 		if err != nil {
 			return err
 		}
-		if err := remote.Write(ref, img); err != nil {
+		if err := remote.WriteIndex(ref, index); err != nil {
 			return fmt.Errorf("pushing %s: %w", ref, err)
 		}
 	}
@@ -245,13 +252,16 @@ func (d *demo) waitReady(ctx context.Context) error {
 			fmt.Print(indent(out))
 			last = out
 		}
-		ready := 0
+		objects, ready := 0, 0
 		for _, line := range strings.Split(out, "\n") {
-			if strings.Contains(line, "buildsmith.dev/") && strings.Contains(line, " True ") {
-				ready++
+			if strings.Contains(line, "buildsmith.dev/") {
+				objects++
+				if strings.Contains(line, " True ") {
+					ready++
+				}
 			}
 		}
-		return ready == 4
+		return objects >= 4 && ready == objects
 	})
 	if err != nil {
 		log, _ := os.ReadFile(d.controller)
