@@ -273,3 +273,40 @@ func mustRef(t *testing.T, s string) name.Reference {
 	}
 	return ref
 }
+
+// TestTwoPlatformCost compares the registry traffic of one two-platform
+// builder with that of two single-platform ones (each in a repository of
+// its own, cold), and logs both: the index costs one more manifest, and
+// nothing is uploaded twice.
+func TestTwoPlatformCost(t *testing.T) {
+	x := multiFixture(t)
+	lifecycle := x.f.Addr + "/multi/lifecycle:0.21.0"
+	run := func(name string, targets ...v1alpha1.Platform) registryTraffic {
+		b := x.builder(func(b *v1alpha1.Builder) {
+			b.Name, b.Spec.Tag = name, x.f.Addr+"/builders/"+name+":latest"
+			b.Spec.Order, b.Spec.Targets = order("example/hello"), targets
+		})
+		got, _, _, traffic := x.run(t, b, lifecycle)
+		if !got.Status.IsReady() {
+			t.Fatalf("%s: %+v", name, got.Status.Conditions)
+		}
+		return registryTraffic{requests: traffic.Total(), puts: traffic.Total("PUT"), up: traffic.TotalBytesUp()}
+	}
+	// Warm the client's cache of the shared images first, as a running
+	// controller has it.
+	run("warm")
+	both := run("both")
+	amd := run("amd", v1alpha1.Platform{OS: "linux", Arch: "amd64"})
+	arm := run("arm", v1alpha1.Platform{OS: "linux", Arch: "arm64"})
+	singles := registryTraffic{requests: amd.requests + arm.requests, puts: amd.puts + arm.puts, up: amd.up + arm.up}
+	t.Logf("one two-platform builder: %d requests, %d PUTs, %d bytes up; two single-platform builders: %d requests, %d PUTs, %d bytes up",
+		both.requests, both.puts, both.up, singles.requests, singles.puts, singles.up)
+	if both.puts != singles.puts+1 {
+		t.Errorf("%d PUTs for the index builder, want the two builders' %d and the index", both.puts, singles.puts)
+	}
+	if both.up > singles.up+4096 {
+		t.Errorf("the index builder uploaded %d bytes, two single builders %d", both.up, singles.up)
+	}
+}
+
+type registryTraffic struct{ requests, puts, up int64 }
