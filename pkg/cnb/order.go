@@ -131,6 +131,15 @@ func versions(bps []v1alpha1.StoreBuildpack) string {
 // without it still detects every group (the group just does without it).
 // Children of meta-buildpacks are never optional here.
 func (o *ResolvedOrder) Optional(bp v1alpha1.StoreBuildpack) bool {
+	for _, meta := range o.Buildpacks {
+		for _, entry := range meta.Order {
+			for _, ref := range entry.Group {
+				if ref.ID == bp.ID && !ref.Optional {
+					return false // a meta-buildpack needs it
+				}
+			}
+		}
+	}
 	named := false
 	for _, entry := range o.Order {
 		for _, ref := range entry.Group {

@@ -200,6 +200,12 @@ func TestOptionalAndWithout(t *testing.T) {
 			t.Errorf("Optional(%s) = %v, want %v", id, got, want)
 		}
 	}
+	// A meta-buildpack that needs x86 makes it required.
+	withMeta := &ResolvedOrder{Order: o.Order, Buildpacks: append([]v1alpha1.StoreBuildpack{{ID: "meta", Version: "1.0.0",
+		Order: []v1alpha1.OrderEntry{{Group: []v1alpha1.BuildpackRef{{ID: "x86"}}}}}}, o.Buildpacks...)}
+	if withMeta.Optional(bp("x86")) {
+		t.Error("Optional(x86) with a meta-buildpack requiring it = true")
+	}
 	got := o.Without(func(b v1alpha1.StoreBuildpack) bool { return b.ID == "x86" })
 	want := &ResolvedOrder{
 		Order: []v1alpha1.OrderEntry{

@@ -233,13 +233,22 @@ func (c *Client) ReadImage(ctx context.Context, ref name.Reference, platform *v1
 		// Builders reconciled at once ask for the same digests at once:
 		// one read serves them all (make bench counted 94 reads of 64
 		// images at 200 builders and 4 workers without this).
-		img, err, _ := c.reads.Do(cacheKey(digest), func() (any, error) {
-			return c.readAndCache(ctx, ref, platform, kc, cacheKey)
+		// The shared read outlives any one caller's cancellation (each
+		// call has its own deadline in do); a caller whose context ends
+		// leaves without waiting for it.
+		shared := context.WithoutCancel(ctx)
+		result := c.reads.DoChan(cacheKey(digest), func() (any, error) {
+			return c.readAndCache(shared, ref, platform, kc, cacheKey)
 		})
-		if err != nil {
-			return nil, err
+		select {
+		case <-ctx.Done():
+			return nil, newError(ref.Context().RegistryStr(), 0, ctx.Err())
+		case r := <-result:
+			if r.Err != nil {
+				return nil, r.Err
+			}
+			return r.Val.(*Image), nil
 		}
-		return img.(*Image), nil
 	}
 	return c.readAndCache(ctx, ref, platform, kc, func(d name.Digest) string {
 		if !cacheable {

@@ -223,7 +223,8 @@ func (r *Core) platforms(ctx context.Context, stack *v1alpha1.ClusterStack, reso
 	if len(stackPlatforms) == 0 { // a status written before stacks listed platforms
 		stackPlatforms = []cnb.Platform{{OS: stack.Status.OS, Arch: stack.Status.Arch}}
 	}
-	first, err := r.Lifecycle.Get(ctx, stackPlatforms[0].V1(), kc)
+	// Any platform of the lifecycle image first, for the platforms it has.
+	first, err := r.Lifecycle.Get(ctx, v1.Platform{}, kc)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -251,11 +252,9 @@ func (r *Core) platforms(ctx context.Context, stack *v1alpha1.ClusterStack, reso
 
 	builds := make([]platformBuild, len(selected))
 	for i, p := range selected {
-		lifecycle := first
-		if p != stackPlatforms[0].Normalize() {
-			if lifecycle, err = r.Lifecycle.Get(ctx, p.V1(), kc); err != nil {
-				return nil, nil, err
-			}
+		lifecycle, err := r.Lifecycle.Get(ctx, p.V1(), kc)
+		if err != nil {
+			return nil, nil, err
 		}
 		// Optional buildpacks the platform lacks stay out of its builder.
 		order := resolved.Without(func(bp v1alpha1.StoreBuildpack) bool {
@@ -330,6 +329,12 @@ func (r *Core) buildpackLayer(ctx context.Context, bp v1alpha1.StoreBuildpack, p
 	if err != nil {
 		return nil, err
 	}
+	// A plain image is what it is, whatever platform was asked for; a
+	// store status written before stores listed platforms may not say.
+	if own := (cnb.Platform{OS: img.Config.OS, Arch: img.Config.Architecture, Variant: img.Config.Variant}); !own.Matches(cnb.PlatformOf(platform)) {
+		return nil, failure.Waitingf(ReasonStoreNotReady, "buildpack %s@%s: %s is for %s, not %s",
+			bp.ID, bp.Version, bp.StoreImage.Image, own, cnb.PlatformOf(platform))
+	}
 	inImage, err := cnb.Buildpackage(bp.StoreImage.Image, img.Config, img.Manifest)
 	if err != nil {
 		return nil, err
@@ -399,7 +404,16 @@ func fingerprintOf(stack *v1alpha1.ClusterStack, builds []platformBuild, resolve
 	spec *v1alpha1.BuilderSpec, version string) string {
 	buildpacks := make([]v1alpha1.StoreBuildpack, len(resolved.Buildpacks))
 	for i, bp := range resolved.Buildpacks {
-		bp.StoreImage = v1alpha1.ImageSource{}
+		// The layer's digests identify a single-platform buildpack; the
+		// store image does not (another buildpackage may hold the same
+		// layer). For an index, the layer is the first platform's only:
+		// the index's digest stands for the other platforms' layers.
+		if len(bp.Platforms) <= 1 {
+			bp.StoreImage = v1alpha1.ImageSource{}
+		}
+		// Platforms came later: without them, builders made before keep
+		// their fingerprints.
+		bp.Platforms = nil
 		buildpacks[i] = bp
 	}
 	lifecycle := builds[0].lifecycle.Digest

@@ -196,6 +196,18 @@ func TestBuilderReadyAndThenNoRedundantWork(t *testing.T) {
 		}
 	}
 
+	// The store's status gains the buildpacks' platforms (a store
+	// reconciled by a newer controller): same fingerprint, nothing pushed.
+	for i := range x.store.Status.Buildpacks {
+		x.store.Status.Buildpacks[i].Platforms = []v1alpha1.Platform{{OS: "linux", Arch: "amd64"}}
+	}
+	x.f.ForgetRequests()
+	upgraded, _, _, traffic := x.run(t, got, lifecycle)
+	if upgraded.Status.Fingerprint != s.Fingerprint || traffic.Total("PUT") != 0 {
+		t.Errorf("platforms in the store's status changed the fingerprint (%s → %s) or pushed (%d PUTs)",
+			s.Fingerprint, upgraded.Status.Fingerprint, traffic.Total("PUT"))
+	}
+
 	// Someone pushed over the tag: built and pushed again.
 	x.f.Push("builders/go:latest")
 	again, _, err, traffic := x.run(t, got, lifecycle)

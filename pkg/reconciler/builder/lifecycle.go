@@ -79,7 +79,8 @@ type PlatformLifecycle struct {
 	Platforms []v1.Platform
 }
 
-// Get returns the lifecycle for platform, read with kc.
+// Get returns the lifecycle for platform (any, for the zero platform), read
+// with kc.
 func (s *LifecycleSource) Get(ctx context.Context, platform v1.Platform, kc authn.Keychain) (PlatformLifecycle, error) {
 	s.mu.Lock()
 	ref := s.ref
@@ -98,7 +99,11 @@ func (s *LifecycleSource) Get(ctx context.Context, platform v1.Platform, kc auth
 		}
 		read = parsed
 	}
-	img, err := s.Registry.ReadImage(ctx, read, &platform, kc)
+	var want *v1.Platform // the zero platform: any the image has
+	if platform.OS != "" || platform.Architecture != "" {
+		want = &platform
+	}
+	img, err := s.Registry.ReadImage(ctx, read, want, kc)
 	if err != nil {
 		return PlatformLifecycle{}, err
 	}
