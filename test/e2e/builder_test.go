@@ -100,15 +100,7 @@ func TestBuilderRunsTheRealLifecycle(t *testing.T) {
 	})
 	// Configuring it reconciles the builder at once (the poll interval is
 	// a minute; the test allows 20 s).
-	if _, err := kube.CoreV1().ConfigMaps(systemNamespace).Create(ctx, &corev1.ConfigMap{
-		ObjectMeta: metav1.ObjectMeta{Name: "lifecycle-image"},
-		Data:       map[string]string{"image": f.Addr + "/buildsmith/lifecycle:0.21.0"},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = kube.CoreV1().ConfigMaps(systemNamespace).Delete(ctx, "lifecycle-image", metav1.DeleteOptions{})
-	})
+	useLifecycleImage(t, f.Addr+"/buildsmith/lifecycle:0.21.0")
 	var builder *v1alpha1.Builder
 	eventually(t, 20*time.Second, "Builder Ready", func() (bool, string) {
 		b, err := bs.Builders(ns).Get(ctx, "conformance", metav1.GetOptions{})

@@ -165,13 +165,7 @@ func TestAuthenticatingRegistry(t *testing.T) {
 	}
 	// The lifecycle-image ConfigMap of the controller's namespace, for
 	// this test's registry.
-	cms := kube.CoreV1().ConfigMaps(systemNamespace)
-	_ = cms.Delete(ctx, "lifecycle-image", metav1.DeleteOptions{})
-	if _, err := cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "lifecycle-image"},
-		Data: map[string]string{"image": d.addr + "/buildsmith/lifecycle:0.21.0"}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cms.Delete(ctx, "lifecycle-image", metav1.DeleteOptions{}) })
+	useLifecycleImage(t, d.addr+"/buildsmith/lifecycle:0.21.0")
 	startController(t)
 
 	account := &v1alpha1.ServiceAccountRef{Name: "builder", Namespace: ns}

@@ -60,13 +60,7 @@ func newFaultWorld(t *testing.T, name string) *faultWorld {
 		ImagePullSecrets: []corev1.LocalObjectReference{{Name: "registry"}}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	cms := kube.CoreV1().ConfigMaps(systemNamespace)
-	_ = cms.Delete(ctx, "lifecycle-image", metav1.DeleteOptions{})
-	if _, err := cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "lifecycle-image"},
-		Data: map[string]string{"image": w.f.Addr + "/buildsmith/lifecycle:0.21.0"}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cms.Delete(ctx, "lifecycle-image", metav1.DeleteOptions{}) })
+	useLifecycleImage(t, w.f.Addr+"/buildsmith/lifecycle:0.21.0")
 	return w
 }
 

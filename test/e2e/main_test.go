@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/buildsmith/buildsmith/pkg/client/clientset/versioned"
+	"github.com/buildsmith/buildsmith/pkg/reconciler/builder"
 	"github.com/buildsmith/buildsmith/test/controllertest"
 	"github.com/buildsmith/buildsmith/test/envtest"
 )
@@ -109,4 +110,18 @@ func eventually(t *testing.T, timeout time.Duration, what string, cond func() (b
 	}
 	t.Fatalf("%s: not after %v; last state: %s", what, timeout, last)
 	return 0
+}
+
+// useLifecycleImage points the controller at a lifecycle image through the
+// lifecycle-image ConfigMap of its namespace, until the test ends.
+func useLifecycleImage(t *testing.T, image string) {
+	t.Helper()
+	ctx := context.Background()
+	cms := kube.CoreV1().ConfigMaps(systemNamespace)
+	_ = cms.Delete(ctx, builder.LifecycleConfigMap, metav1.DeleteOptions{})
+	if _, err := cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: builder.LifecycleConfigMap},
+		Data: map[string]string{builder.LifecycleImageKey: image}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cms.Delete(ctx, builder.LifecycleConfigMap, metav1.DeleteOptions{}) })
 }

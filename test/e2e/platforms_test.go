@@ -62,13 +62,7 @@ func TestMultiPlatformBuilder(t *testing.T) {
 	if _, err := kube.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	cms := kube.CoreV1().ConfigMaps(systemNamespace)
-	_ = cms.Delete(ctx, "lifecycle-image", metav1.DeleteOptions{})
-	if _, err := cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "lifecycle-image"},
-		Data: map[string]string{"image": f.Addr + "/buildsmith/lifecycle:0.21.0"}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cms.Delete(ctx, "lifecycle-image", metav1.DeleteOptions{}) })
+	useLifecycleImage(t, f.Addr+"/buildsmith/lifecycle:0.21.0")
 	startController(t)
 
 	bs := client.BuildsmithV1alpha1()
