@@ -84,6 +84,7 @@ type Policy struct {
 	enqueue func(types.NamespacedName)
 	backoff workqueue.TypedRateLimiter[string]
 	jitter  func() float64 // in [0, 1)
+	refresh func(context.Context, Object) error
 }
 
 // NewPolicy returns the Policy of the controller of kind. Enqueue must be
@@ -102,10 +103,44 @@ func NewPolicy(kind string, opts Options, health *registry.Health) *Policy {
 // SetEnqueue sets how a woken object is put back on the queue.
 func (p *Policy) SetEnqueue(enqueue func(types.NamespacedName)) { p.enqueue = enqueue }
 
+// SetRefresh sets how a failed reconcile replaces the object's status with
+// the API server's when the informer's copy it worked on was stale (see
+// RefreshStatus). Without it, the copy is trusted.
+func (p *Policy) SetRefresh(refresh func(context.Context, Object) error) { p.refresh = refresh }
+
+// RefreshStatus returns a refresh for objects of type T: get reads one from
+// the API server, and when its resourceVersion differs from the reconciled
+// copy's, copyStatus puts its status on that copy.
+//
+// Why: a reconcile may start from an informer copy older than the status the
+// controller last wrote (an enqueue that beat the watch event). On failure
+// only the conditions change, so the stale copy's resolved fields would be
+// written back, and knative's generated status update, on the conflict,
+// writes them over the newer status: a Ready builder's latestImage wiped by
+// a registry outage (seen in the e2e fault matrix). One GET per failed
+// reconcile, which backoff already spaces out.
+func RefreshStatus[T Object](get func(ctx context.Context, namespace, name string) (T, error), copyStatus func(dst, src T)) func(context.Context, Object) error {
+	return func(ctx context.Context, obj Object) error {
+		latest, err := get(ctx, obj.GetNamespace(), obj.GetName())
+		if err != nil {
+			return err
+		}
+		if latest.GetResourceVersion() != obj.GetResourceVersion() {
+			copyStatus(obj.(T), latest)
+		}
+		return nil
+	}
+}
+
 // Finish records on obj's status how reconciling it ended (err nil for
 // success) and returns what ReconcileKind returns.
 func (p *Policy) Finish(ctx context.Context, obj Object, err error) pkgreconciler.Event {
 	key := types.NamespacedName{Namespace: obj.GetNamespace(), Name: obj.GetName()}
+	if err != nil && p.refresh != nil {
+		// Failures keep the status: the newest one. (If the API server
+		// cannot be read, the copy is all there is.)
+		_ = p.refresh(ctx, obj)
+	}
 	conditions := obj.Conditions()
 	before := conditions.GetCondition(v1alpha1.ConditionReady).DeepCopy()
 	if requested := obj.GetAnnotations()[v1alpha1.ReconcileRequestedAtAnnotation]; requested != "" &&

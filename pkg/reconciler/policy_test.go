@@ -232,3 +232,35 @@ func TestReconcileRequestRestartsBackoff(t *testing.T) {
 		t.Errorf("the same request again: %v, want 2s (the backoff goes on)", got)
 	}
 }
+
+// TestFailureKeepsTheNewestStatus: a failed reconcile that worked on a
+// stale copy (the informer had not seen the last status write) records its
+// conditions on the API server's status, not on the stale one.
+func TestFailureKeepsTheNewestStatus(t *testing.T) {
+	p := NewPolicy("ClusterStack", DefaultOptions(), nil)
+	latest := newStack()
+	latest.ResourceVersion = "8"
+	latest.Status.BuildImage = v1alpha1.ResolvedImage{Image: "r.example/build:1", LatestImage: "r.example/build@sha256:aa"}
+	latest.Status.MarkReady()
+	p.SetRefresh(RefreshStatus(
+		func(context.Context, string, string) (*v1alpha1.ClusterStack, error) { return latest.DeepCopy(), nil },
+		func(dst, src *v1alpha1.ClusterStack) { dst.Status = src.Status }))
+
+	stale := newStack()
+	stale.ResourceVersion = "7" // before the Ready status was written
+	p.Finish(context.Background(), stale, failure.Transientf(registry.ReasonRegistryUnavailable, "connection refused"))
+	if stale.Status.BuildImage != latest.Status.BuildImage {
+		t.Errorf("status.buildImage = %+v, want the API server's %+v", stale.Status.BuildImage, latest.Status.BuildImage)
+	}
+	if c := stale.Status.GetCondition(v1alpha1.ConditionReady); c == nil || c.Reason != registry.ReasonRegistryUnavailable {
+		t.Errorf("Ready = %+v", c)
+	}
+
+	// A success keeps what the reconcile found: no refresh.
+	fresh := newStack()
+	fresh.ResourceVersion = "7"
+	p.Finish(context.Background(), fresh, nil)
+	if fresh.Status.BuildImage.LatestImage != "" {
+		t.Errorf("a success took the API server's status: %+v", fresh.Status.BuildImage)
+	}
+}

@@ -14,6 +14,7 @@ import (
 	"knative.dev/pkg/tracker"
 
 	"github.com/buildsmith/buildsmith/pkg/apis/build/v1alpha1"
+	buildsmithclient "github.com/buildsmith/buildsmith/pkg/client/injection/client"
 	builderinformer "github.com/buildsmith/buildsmith/pkg/client/injection/informers/build/v1alpha1/builder"
 	clusterbuilderinformer "github.com/buildsmith/buildsmith/pkg/client/injection/informers/build/v1alpha1/clusterbuilder"
 	clusterstackinformer "github.com/buildsmith/buildsmith/pkg/client/injection/informers/build/v1alpha1/clusterstack"
@@ -89,6 +90,12 @@ func (c *Controllers) NewBuilderController() func(context.Context, configmap.Wat
 		r := BuilderReconciler{}
 		impl := builderreconciler.NewImpl(ctx, &r)
 		r.Core = c.core(ctx, cmw, "Builder", impl)
+		builders := buildsmithclient.Get(ctx).BuildsmithV1alpha1()
+		r.Policy.SetRefresh(reconciler.RefreshStatus(
+			func(ctx context.Context, namespace, name string) (*v1alpha1.Builder, error) {
+				return builders.Builders(namespace).Get(ctx, name, metav1.GetOptions{})
+			},
+			func(dst, src *v1alpha1.Builder) { dst.Status = src.Status }))
 		informer := builderinformer.Get(ctx).Informer()
 		informer.AddEventHandler(reconciler.EnqueueOnChange(impl.Enqueue))
 		c.addResync(func() { impl.GlobalResync(informer) })
@@ -103,6 +110,12 @@ func (c *Controllers) NewClusterBuilderController() func(context.Context, config
 		r := ClusterBuilderReconciler{}
 		impl := clusterbuilderreconciler.NewImpl(ctx, &r)
 		r.Core = c.core(ctx, cmw, "ClusterBuilder", impl)
+		builders := buildsmithclient.Get(ctx).BuildsmithV1alpha1()
+		r.Policy.SetRefresh(reconciler.RefreshStatus(
+			func(ctx context.Context, _, name string) (*v1alpha1.ClusterBuilder, error) {
+				return builders.ClusterBuilders().Get(ctx, name, metav1.GetOptions{})
+			},
+			func(dst, src *v1alpha1.ClusterBuilder) { dst.Status = src.Status }))
 		informer := clusterbuilderinformer.Get(ctx).Informer()
 		informer.AddEventHandler(reconciler.EnqueueOnChange(impl.Enqueue))
 		c.addResync(func() { impl.GlobalResync(informer) })

@@ -3,9 +3,12 @@ package clusterstack
 import (
 	"context"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"knative.dev/pkg/configmap"
 	"knative.dev/pkg/controller"
 
+	"github.com/buildsmith/buildsmith/pkg/apis/build/v1alpha1"
+	buildsmithclient "github.com/buildsmith/buildsmith/pkg/client/injection/client"
 	clusterstackinformer "github.com/buildsmith/buildsmith/pkg/client/injection/informers/build/v1alpha1/clusterstack"
 	clusterstackreconciler "github.com/buildsmith/buildsmith/pkg/client/injection/reconciler/build/v1alpha1/clusterstack"
 	"github.com/buildsmith/buildsmith/pkg/reconciler"
@@ -18,6 +21,12 @@ func NewController(client *registry.Client, opts reconciler.Options) func(contex
 		r := &Reconciler{Registry: client, Policy: reconciler.NewPolicy("ClusterStack", opts, client.Health())}
 		impl := clusterstackreconciler.NewImpl(ctx, r)
 		r.Policy.SetEnqueue(impl.EnqueueKey)
+		stacks := buildsmithclient.Get(ctx).BuildsmithV1alpha1().ClusterStacks()
+		r.Policy.SetRefresh(reconciler.RefreshStatus(
+			func(ctx context.Context, _, name string) (*v1alpha1.ClusterStack, error) {
+				return stacks.Get(ctx, name, metav1.GetOptions{})
+			},
+			func(dst, src *v1alpha1.ClusterStack) { dst.Status = src.Status }))
 		r.Credentials = reconciler.NewCredentials(ctx, impl.EnqueueKey)
 		clusterstackinformer.Get(ctx).Informer().AddEventHandler(reconciler.EnqueueOnChange(impl.Enqueue))
 		return impl

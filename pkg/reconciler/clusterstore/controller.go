@@ -3,9 +3,12 @@ package clusterstore
 import (
 	"context"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"knative.dev/pkg/configmap"
 	"knative.dev/pkg/controller"
 
+	"github.com/buildsmith/buildsmith/pkg/apis/build/v1alpha1"
+	buildsmithclient "github.com/buildsmith/buildsmith/pkg/client/injection/client"
 	clusterstoreinformer "github.com/buildsmith/buildsmith/pkg/client/injection/informers/build/v1alpha1/clusterstore"
 	clusterstorereconciler "github.com/buildsmith/buildsmith/pkg/client/injection/reconciler/build/v1alpha1/clusterstore"
 	"github.com/buildsmith/buildsmith/pkg/reconciler"
@@ -18,6 +21,12 @@ func NewController(client *registry.Client, opts reconciler.Options) func(contex
 		r := &Reconciler{Registry: client, Policy: reconciler.NewPolicy("ClusterStore", opts, client.Health())}
 		impl := clusterstorereconciler.NewImpl(ctx, r)
 		r.Policy.SetEnqueue(impl.EnqueueKey)
+		stores := buildsmithclient.Get(ctx).BuildsmithV1alpha1().ClusterStores()
+		r.Policy.SetRefresh(reconciler.RefreshStatus(
+			func(ctx context.Context, _, name string) (*v1alpha1.ClusterStore, error) {
+				return stores.Get(ctx, name, metav1.GetOptions{})
+			},
+			func(dst, src *v1alpha1.ClusterStore) { dst.Status = src.Status }))
 		r.Credentials = reconciler.NewCredentials(ctx, impl.EnqueueKey)
 		clusterstoreinformer.Get(ctx).Informer().AddEventHandler(reconciler.EnqueueOnChange(impl.Enqueue))
 		return impl
