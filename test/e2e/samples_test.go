@@ -52,9 +52,9 @@ func TestSamplesGoReady(t *testing.T) {
 		store, _ := client.BuildsmithV1alpha1().ClusterStores().Get(context.Background(), "demo", metav1.GetOptions{})
 		t.Fatalf("kubectl wait: %v\n%s\nstore status: %+v", err, out, store.Status)
 	}
-	out, err := env.Kubectl("get", "cstore,cstack").CombinedOutput()
+	out, err := env.Kubectl("get", "clusterstore/demo", "clusterstack/demo").CombinedOutput() // earlier tests leave objects of their own
 	if err != nil || strings.Count(string(out), "True") != 2 {
-		t.Errorf("kubectl get cstore,cstack: %v\n%s", err, out)
+		t.Errorf("kubectl get clusterstore/demo clusterstack/demo: %v\n%s", err, out)
 	}
 	t.Logf("%s", out)
 	eventually(t, 10*time.Second, "store lists the sample buildpacks", func() (bool, string) {
