@@ -110,6 +110,7 @@ type Client struct {
 	// call that made them returned (when a builder image is written).
 	lifetime  context.Context
 	transport *accountingTransport
+	pings     *pingCache // in front of transport, for everything but the prober
 	health    *Health
 	waits     *retryAfterHolds
 
@@ -135,10 +136,12 @@ type session struct {
 func New(lifetime context.Context, opts Options) *Client {
 	opts = opts.withDefaults()
 	waits := newRetryAfterHolds(time.Now, max(opts.MaxRetryAfterWait, 0))
+	accounting := newAccountingTransport(opts.Transport, waits)
 	c := &Client{
 		opts:      opts,
 		lifetime:  lifetime,
-		transport: newAccountingTransport(opts.Transport, waits),
+		transport: accounting,
+		pings:     newPingCache(accounting, time.Now),
 		sessions:  lru.New(opts.Sessions),
 		images:    lru.New(opts.CachedImages),
 		waits:     waits,
@@ -215,65 +218,96 @@ type Image struct {
 
 // ReadImage reads the manifest and config of the image ref names. When ref
 // names an index, the image for platform is chosen from it (when platform
-// is nil: linux/amd64, or the first platform of an index without it). An image named by digest is read once and then served
-// from memory: a thousand builders on one stack read its build image once.
+// is nil: linux/amd64, or the first platform of an index without it). An
+// image is read once and then served from memory: by digest without a
+// request (a thousand builders on one stack read its build image once), by
+// tag for the one request that says the tag still names it.
 func (c *Client) ReadImage(ctx context.Context, ref name.Reference, platform *v1.Platform, kc authn.Keychain) (*Image, error) {
 	keyer, cacheable := orAnonymous(kc).(cacheKeyer)
-	cacheKey := func(digest name.Digest) string {
-		key := keyer.CacheKey() + "|" + digest.String() + "|"
-		if platform != nil {
-			key += platformString(*platform)
-		}
-		return key
+	if !cacheable {
+		return c.readImage(ctx, ref, platform, kc, nil)
 	}
-	if digest, byDigest := ref.(name.Digest); byDigest && cacheable {
-		if img, ok := c.images.Get(cacheKey(digest)); ok {
-			return img.(*Image), nil
-		}
-		// Builders reconciled at once ask for the same digests at once:
-		// one read serves them all (make bench counted 94 reads of 64
-		// images at 200 builders and 4 workers without this).
-		// The shared read outlives any one caller's cancellation (each
-		// call has its own deadline in do); a caller whose context ends
-		// leaves without waiting for it.
-		shared := context.WithoutCancel(ctx)
-		result := c.reads.DoChan(cacheKey(digest), func() (any, error) {
-			return c.readAndCache(shared, ref, platform, kc, cacheKey)
-		})
-		select {
-		case <-ctx.Done():
-			return nil, newError(ref.Context().RegistryStr(), 0, ctx.Err())
-		case r := <-result:
-			if r.Err != nil {
-				return nil, r.Err
-			}
-			return r.Val.(*Image), nil
-		}
+	cache := &imageCache{images: c.images, creds: keyer.CacheKey(), platform: platform}
+	digest, byDigest := ref.(name.Digest)
+	if !byDigest {
+		return c.readImage(ctx, ref, platform, kc, cache)
 	}
-	return c.readAndCache(ctx, ref, platform, kc, func(d name.Digest) string {
-		if !cacheable {
-			return ""
-		}
-		return cacheKey(d)
+	if img, ok := cache.get(digest); ok {
+		return img, nil
+	}
+	// Builders reconciled at once ask for the same digests at once: one
+	// read serves them all (make bench counted 94 reads of 64 images at
+	// 200 builders and 4 workers without this). The shared read outlives
+	// any one caller's cancellation (each call has its own deadline in
+	// do); a caller whose context ends leaves without waiting for it.
+	shared := context.WithoutCancel(ctx)
+	result := c.reads.DoChan(cache.key(digest, cache.askedFor()), func() (any, error) {
+		return c.readImage(shared, ref, platform, kc, cache)
 	})
+	select {
+	case <-ctx.Done():
+		return nil, newError(ref.Context().RegistryStr(), 0, ctx.Err())
+	case r := <-result:
+		if r.Err != nil {
+			return nil, r.Err
+		}
+		return r.Val.(*Image), nil
+	}
 }
 
-// readAndCache reads ref and caches the image under both its digests when
-// key gives a key.
-func (c *Client) readAndCache(ctx context.Context, ref name.Reference, platform *v1.Platform, kc authn.Keychain, key func(name.Digest) string) (*Image, error) {
-	var out *Image
-	err := c.do(ctx, ref, c.opts.Timeout, func(ctx context.Context, s *session) error {
-		var err error
-		out, err = c.readImage(ctx, s, ref, platform)
-		return err
-	}, kc)
-	if err == nil && key(out.Ref) != "" {
-		// Under the digest read (an index's, for an index) and the image's
-		// own: a tag read now serves later reads by either digest.
-		c.images.Add(key(out.Ref), out)
-		c.images.Add(key(out.Ref.Context().Digest(out.Digest.String())), out)
+// imageCache keeps the images read with one set of credentials, by digest:
+// content-addressed, so never stale. By credentials, since lazy layers read
+// with the credentials they were made with. An image manifest's digest names
+// the same image whatever platform was asked for; an index's digest is kept
+// per platform asked for.
+type imageCache struct {
+	images   *lru.Cache // key → *Image
+	creds    string
+	platform *v1.Platform // asked for
+}
+
+// anyPlatform keys an image manifest's digest.
+const anyPlatform = "*"
+
+func (c *imageCache) key(digest name.Digest, platform string) string {
+	return c.creds + "|" + digest.String() + "|" + platform
+}
+
+// askedFor is the platform asked for, as an index's chosen image is kept
+// under.
+func (c *imageCache) askedFor() string {
+	if c.platform == nil {
+		return "default"
 	}
-	return out, err
+	return platformString(*c.platform)
+}
+
+func (c *imageCache) get(digest name.Digest) (*Image, bool) {
+	for _, platform := range []string{anyPlatform, c.askedFor()} {
+		if img, ok := c.images.Get(c.key(digest, platform)); ok {
+			return img.(*Image), true
+		}
+	}
+	return nil, false
+}
+
+// add keeps img: a plain image under its digest for any platform; an
+// image chosen from an index under the index's digest for the platform
+// asked for, and as the plain image it also is under its own digest.
+func (c *imageCache) add(img *Image) {
+	if img.Platform == nil {
+		c.images.Add(c.key(img.Ref, anyPlatform), img)
+		return
+	}
+	c.images.Add(c.key(img.Ref, c.askedFor()), img)
+	plain := *img
+	plain.Ref = img.Ref.Context().Digest(img.Digest.String())
+	plain.Platform, plain.Platforms = nil, []v1.Platform{configPlatform(img.Config)}
+	c.images.Add(c.key(plain.Ref, anyPlatform), &plain)
+}
+
+func configPlatform(config *v1.ConfigFile) v1.Platform {
+	return v1.Platform{OS: config.OS, Architecture: config.Architecture, Variant: config.Variant}
 }
 
 func orAnonymous(kc authn.Keychain) authn.Keychain {
@@ -283,11 +317,34 @@ func orAnonymous(kc authn.Keychain) authn.Keychain {
 	return kc
 }
 
-func (c *Client) readImage(ctx context.Context, s *session, ref name.Reference, platform *v1.Platform) (*Image, error) {
+// readImage reads ref, keeping it in cache when there is one.
+func (c *Client) readImage(ctx context.Context, ref name.Reference, platform *v1.Platform, kc authn.Keychain, cache *imageCache) (*Image, error) {
+	var out *Image
+	err := c.do(ctx, ref, c.opts.Timeout, func(ctx context.Context, s *session) error {
+		var err error
+		out, err = c.readManifests(ctx, s, ref, platform, cache)
+		return err
+	}, kc)
+	if err == nil && cache != nil {
+		cache.add(out)
+	}
+	return out, err
+}
+
+// readManifests reads ref's manifest, and the rest of the image unless
+// cache has it by the digest the manifest turned out to have.
+func (c *Client) readManifests(ctx context.Context, s *session, ref name.Reference, platform *v1.Platform, cache *imageCache) (*Image, error) {
 	host := ref.Context().RegistryStr()
 	desc, err := s.puller.Get(ctx, ref)
 	if err != nil {
 		return nil, err
+	}
+	// A tag read again (every buildpackage of a store, on every reconcile)
+	// costs one request when it still names what it named before.
+	if cache != nil {
+		if img, ok := cache.get(ref.Context().Digest(desc.Digest.String())); ok {
+			return img, nil
+		}
 	}
 	img := &Image{Ref: ref.Context().Digest(desc.Digest.String()), Digest: desc.Digest}
 	raw, mediaType := desc.Manifest, desc.MediaType
@@ -337,7 +394,7 @@ func (c *Client) readImage(ctx context.Context, s *session, ref name.Reference, 
 		return nil, permanentError(ReasonInvalidImage, host, fmt.Errorf("config of %s: %w", img.Ref, err))
 	}
 	if img.Platforms == nil {
-		img.Platforms = []v1.Platform{{OS: img.Config.OS, Architecture: img.Config.Architecture, Variant: img.Config.Variant}}
+		img.Platforms = []v1.Platform{configPlatform(img.Config)}
 	}
 	if len(img.Config.RootFS.DiffIDs) != len(img.Manifest.Layers) {
 		return nil, permanentError(ReasonInvalidImage, host, fmt.Errorf("%s lists %d layers and %d diffIDs",
@@ -457,7 +514,7 @@ func (c *Client) session(kc authn.Keychain) (*session, error) {
 	}
 	opts := []remote.Option{
 		remote.WithAuthFromKeychain(kc),
-		remote.WithTransport(c.transport),
+		remote.WithTransport(c.pings),
 		remote.WithRetryBackoff(c.opts.Retry),
 		remote.WithRetryStatusCodes(c.opts.RetryStatusCodes...),
 		remote.WithRetryPredicate(c.retryInCall),

@@ -289,7 +289,7 @@ func TestRedact(t *testing.T) {
 }
 
 // TestReadByDigestIsCached: an image named by digest is read from the
-// registry once per set of credentials; by tag, every time.
+// registry once per set of credentials.
 func TestReadByDigestIsCached(t *testing.T) {
 	f := registrytest.New(t)
 	img := f.Push("team/app:1")
@@ -309,6 +309,7 @@ func TestReadByDigestIsCached(t *testing.T) {
 	if n := c.Stats().Sub(before).Total(); n != 0 {
 		t.Errorf("%d requests for 5 reads of a cached digest", n)
 	}
+	f.ForgetRequests()
 	other := staticKeychain{user: "u", password: "p"} // not cacheable: read anew
 	if _, err := c.ReadImage(ctx, byDigest, nil, other); err != nil {
 		t.Fatal(err)
@@ -316,8 +317,11 @@ func TestReadByDigestIsCached(t *testing.T) {
 	if _, err := c.ReadImage(ctx, f.Ref("team/app:1"), nil, nil); err != nil {
 		t.Fatal(err)
 	}
-	if n := c.Stats().Sub(before).Total("GET"); n < 4 {
-		t.Errorf("%d GETs for uncached reads, want manifest and config each time", n)
+	config, _ := img.ConfigName()
+	want := []string{"GET /v2/team/app/manifests/" + digest.String(), "GET /v2/team/app/blobs/" + config.String(),
+		"GET /v2/team/app/manifests/1"}
+	if got := f.Requests(); !cmp.Equal(got, want) {
+		t.Errorf("requests = %v, want manifest and config for other credentials, then the tag's manifest", got)
 	}
 }
 
@@ -382,4 +386,86 @@ func mustIndexDigest(t *testing.T, index v1.ImageIndex) string {
 		t.Fatal(err)
 	}
 	return h.String()
+}
+
+// TestReadTagAgainIsOneRequest: a tag read again costs its manifest only
+// while it names the image read before; moved, it is read whole.
+func TestReadTagAgainIsOneRequest(t *testing.T) {
+	f := registrytest.New(t)
+	f.Push("team/app:1")
+	c := newTestClient(t, Options{})
+	ctx := context.Background()
+	tag := f.Ref("team/app:1")
+	first, err := c.ReadImage(ctx, tag, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := c.Stats()
+	again, err := c.ReadImage(ctx, tag, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := c.Stats().Sub(before); d.Total() != 1 || again.Ref != first.Ref {
+		t.Errorf("read again: %v, %s; want one GET of the manifest and %s", d.Requests, again.Ref, first.Ref)
+	}
+	moved := f.Push("team/app:1")
+	before = c.Stats()
+	after, err := c.ReadImage(ctx, tag, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := c.Stats().Sub(before); d.Total("GET") != 2 || after.Digest != mustDigest(t, moved) {
+		t.Errorf("read after the tag moved: %v, %s; want manifest and config of %s", d.Requests, after.Digest, mustDigest(t, moved))
+	}
+}
+
+// TestReadImageCachedWhateverPlatformAsked: an image manifest's digest
+// names one image whatever platform is asked for (a store reads its
+// buildpackages without one, builders with theirs); an image chosen from an
+// index is also that plain image under its own digest.
+func TestReadImageCachedWhateverPlatformAsked(t *testing.T) {
+	f := registrytest.New(t)
+	plain := f.Push("team/plain:1")
+	amd64, _ := random.Image(100, 1)
+	arm64, _ := random.Image(100, 2)
+	arm64 = withPlatform(t, arm64, "arm64", "")
+	index := mutate.AppendManifests(mutate.IndexMediaType(empty.Index, types.OCIImageIndex),
+		mutate.IndexAddendum{Add: amd64, Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: "amd64"}}},
+		mutate.IndexAddendum{Add: arm64, Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: "arm64"}}},
+	)
+	if err := remote.WriteIndex(f.Ref("team/multi:1"), index); err != nil {
+		t.Fatal(err)
+	}
+	c := newTestClient(t, Options{})
+	ctx := context.Background()
+	armPlatform := &v1.Platform{OS: "linux", Architecture: "arm64"}
+	for _, read := range []struct {
+		ref      string
+		platform *v1.Platform
+	}{{"team/plain:1", nil}, {"team/multi:1", armPlatform}} {
+		if _, err := c.ReadImage(ctx, f.Ref(read.ref), read.platform, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := c.Stats()
+	fromPlain, err := c.ReadImage(ctx, f.Ref("team/plain@"+mustDigest(t, plain).String()), armPlatform, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	child := "team/multi@" + mustDigest(t, arm64).String()
+	fromIndex, err := c.ReadImage(ctx, f.Ref(child), nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := c.Stats().Sub(before).Total(); n != 0 {
+		t.Errorf("%d requests for images read before", n)
+	}
+	if fromPlain.Digest != mustDigest(t, plain) {
+		t.Errorf("plain image: %s", fromPlain.Digest)
+	}
+	if fromIndex.Ref.String() != f.Ref(child).String() || fromIndex.Platform != nil ||
+		!cmp.Equal(fromIndex.Platforms, []v1.Platform{*armPlatform}) {
+		t.Errorf("index's image by its own digest: ref %s, platform %v, platforms %v; want a plain arm64 image at %s",
+			fromIndex.Ref, fromIndex.Platform, fromIndex.Platforms, child)
+	}
 }
