@@ -228,20 +228,18 @@ func (c *Client) ReadImage(ctx context.Context, ref name.Reference, platform *v1
 		return c.readImage(ctx, ref, platform, kc, nil)
 	}
 	cache := &imageCache{images: c.images, creds: keyer.CacheKey(), platform: platform}
-	digest, byDigest := ref.(name.Digest)
-	if !byDigest {
-		return c.readImage(ctx, ref, platform, kc, cache)
+	if digest, byDigest := ref.(name.Digest); byDigest {
+		if img, ok := cache.get(digest); ok {
+			return img, nil
+		}
 	}
-	if img, ok := cache.get(digest); ok {
-		return img, nil
-	}
-	// Builders reconciled at once ask for the same digests at once: one
+	// Builders reconciled at once ask for the same images at once: one
 	// read serves them all (make bench counted 94 reads of 64 images at
 	// 200 builders and 4 workers without this). The shared read outlives
 	// any one caller's cancellation (each call has its own deadline in
 	// do); a caller whose context ends leaves without waiting for it.
 	shared := context.WithoutCancel(ctx)
-	result := c.reads.DoChan(cache.key(digest, cache.askedFor()), func() (any, error) {
+	result := c.reads.DoChan(cache.key(ref, cache.askedFor()), func() (any, error) {
 		return c.readImage(shared, ref, platform, kc, cache)
 	})
 	select {
@@ -269,8 +267,8 @@ type imageCache struct {
 // anyPlatform keys an image manifest's digest.
 const anyPlatform = "*"
 
-func (c *imageCache) key(digest name.Digest, platform string) string {
-	return c.creds + "|" + digest.String() + "|" + platform
+func (c *imageCache) key(ref name.Reference, platform string) string {
+	return c.creds + "|" + ref.String() + "|" + platform
 }
 
 // askedFor is the platform asked for, as an index's chosen image is kept

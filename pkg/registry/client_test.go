@@ -7,8 +7,11 @@ import (
 	"github.com/buildsmith/buildsmith/test/registrytest"
 	"io"
 	"net/url"
+	"net/http"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-containerregistry/pkg/name"
@@ -467,5 +470,41 @@ func TestReadImageCachedWhateverPlatformAsked(t *testing.T) {
 		!cmp.Equal(fromIndex.Platforms, []v1.Platform{*armPlatform}) {
 		t.Errorf("index's image by its own digest: ref %s, platform %v, platforms %v; want a plain arm64 image at %s",
 			fromIndex.Ref, fromIndex.Platform, fromIndex.Platforms, child)
+	}
+}
+
+// TestConcurrentReadsAreShared: callers asking for the same image at the
+// same time, by digest or by tag, share one read.
+func TestConcurrentReadsAreShared(t *testing.T) {
+	f := registrytest.New(t)
+	img := f.Push("team/app:1")
+	f.ForgetRequests()
+	// Slow manifests, so that every caller asks while the first read is on
+	// the wire.
+	f.Inject("GET", "/manifests/", -1, func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(200 * time.Millisecond)
+		f.Handler.ServeHTTP(w, r)
+	})
+	for _, ref := range []string{"team/app:1", "team/app@" + mustDigest(t, img).String()} {
+		c := newTestClient(t, Options{}) // nothing cached
+		var wg sync.WaitGroup
+		errs := make(chan error, 8)
+		for range 8 {
+			wg.Go(func() {
+				_, err := c.ReadImage(context.Background(), f.Ref(ref), nil, nil)
+				errs <- err
+			})
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		if n := f.Count("GET", "/manifests/"); n != 1 {
+			t.Errorf("%s: %d manifest GETs for 8 concurrent reads, want 1: %v", ref, n, f.Requests())
+		}
+		f.ForgetRequests()
 	}
 }
