@@ -131,9 +131,9 @@ func TestRateLimit(t *testing.T) {
 	if !full {
 		t.Skip("BENCH=1")
 	}
-	n := envInt("BENCH_RL_N", 20)
+	n := envInt("BENCH_RL_N", 10)
 	runs := envInt("BENCH_RUNS", 3)
-	limitFor := envDuration("BENCH_RL_TIMEOUT", 60*time.Second)
+	limitFor := envDuration("BENCH_RL_TIMEOUT", 5*time.Minute)
 	var base coldResult
 	t.Run("baseline", func(t *testing.T) { base = coldRun(t, n, false) })
 	var rs []rateLimitResult
