@@ -54,8 +54,9 @@ type Options struct {
 	// Sessions bounds how many credential sets keep their authenticated
 	// transports (tokens) cached. Default 512.
 	Sessions int
-	// CachedImages bounds how many images read by digest are kept in
-	// memory (manifest and config, a few KiB each). Default 1024.
+	// CachedImages bounds how many images read are kept in memory
+	// (manifest and config, a few KiB each), by digest and platform.
+	// Default 1024.
 	CachedImages int
 }
 
@@ -115,12 +116,9 @@ type Client struct {
 	waits     *retryAfterHolds
 
 	mu       sync.Mutex
-	sessions *lru.Cache // keychain cache key → *session
-	// images holds images read by digest: content-addressed, so never
-	// stale. Keyed by credentials too, since their lazy layers read with
-	// the credentials they were made with.
-	images *lru.Cache // keychain cache key + "|" + digest ref + "|" + platform → *Image
-	reads  singleflight.Group
+	sessions *lru.Cache         // keychain cache key → *session
+	images   *lru.Cache         // see imageCache
+	reads    singleflight.Group // one read per reference, credentials and platform at a time
 }
 
 // session is a puller for one set of credentials; it keeps authenticated
@@ -268,7 +266,7 @@ type imageCache struct {
 const anyPlatform = "*"
 
 func (c *imageCache) key(ref name.Reference, platform string) string {
-	return c.creds + "|" + ref.String() + "|" + platform
+	return c.creds + "|" + ref.Name() + "|" + platform
 }
 
 // askedFor is the platform asked for, as an index's chosen image is kept
@@ -364,13 +362,23 @@ func (c *Client) readManifests(ctx context.Context, s *session, ref name.Referen
 			return nil, permanentError(ReasonPlatformNotFound, host,
 				fmt.Errorf("index %s has no image for %s", img.Ref, platformString(want)))
 		}
-		childDesc, err := s.puller.Get(ctx, ref.Context().Digest(child.Digest.String()))
+		img.Platform = child.Platform
+		img.Platforms = indexPlatforms(index)
+		childRef := ref.Context().Digest(child.Digest.String())
+		if cache != nil {
+			// Read before, for this platform or as an image of its own
+			// (a store reads each platform of an index in turn).
+			if plain, ok := cache.get(childRef); ok {
+				fromIndex := *plain
+				fromIndex.Ref, fromIndex.Platform, fromIndex.Platforms = img.Ref, img.Platform, img.Platforms
+				return &fromIndex, nil
+			}
+		}
+		childDesc, err := s.puller.Get(ctx, childRef)
 		if err != nil {
 			return nil, err
 		}
 		raw, mediaType, img.Digest = childDesc.Manifest, childDesc.MediaType, childDesc.Digest
-		img.Platform = child.Platform
-		img.Platforms = indexPlatforms(index)
 	}
 	if !mediaType.IsImage() {
 		return nil, permanentError(ReasonInvalidImage, host, fmt.Errorf("%s is not an image: media type %q", img.Ref, mediaType))

@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"github.com/buildsmith/buildsmith/test/registrytest"
 	"io"
-	"net/url"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -506,5 +506,50 @@ func TestConcurrentReadsAreShared(t *testing.T) {
 			t.Errorf("%s: %d manifest GETs for 8 concurrent reads, want 1: %v", ref, n, f.Requests())
 		}
 		f.ForgetRequests()
+	}
+}
+
+// TestIndexCachedPerPlatform: an index's digest names a different image per
+// platform; each platform's image, once read, serves later reads of the
+// index for that platform.
+func TestIndexCachedPerPlatform(t *testing.T) {
+	f := registrytest.New(t)
+	amd64, _ := random.Image(100, 1)
+	arm64, _ := random.Image(100, 2)
+	amd64, arm64 = withPlatform(t, amd64, "amd64", ""), withPlatform(t, arm64, "arm64", "")
+	index := mutate.AppendManifests(mutate.IndexMediaType(empty.Index, types.OCIImageIndex),
+		mutate.IndexAddendum{Add: amd64, Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: "amd64"}}},
+		mutate.IndexAddendum{Add: arm64, Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: "arm64"}}},
+	)
+	if err := remote.WriteIndex(f.Ref("team/multi:1"), index); err != nil {
+		t.Fatal(err)
+	}
+	byDigest := f.Ref("team/multi@" + mustIndexDigest(t, index))
+	c := newTestClient(t, Options{})
+	ctx := context.Background()
+	amdPlatform, armPlatform := &v1.Platform{OS: "linux", Architecture: "amd64"}, &v1.Platform{OS: "linux", Architecture: "arm64"}
+	for i, read := range []struct {
+		ref      name.Reference
+		platform *v1.Platform
+		want     v1.Image
+		requests int // manifests and blobs
+	}{
+		{f.Ref("team/multi:1"), amdPlatform, amd64, 3}, // index, image, config
+		{f.Ref("team/multi:1"), armPlatform, arm64, 3}, // the other platform: read, not the cached amd64
+		{byDigest, armPlatform, arm64, 0},
+		{byDigest, amdPlatform, amd64, 0},
+		{byDigest, nil, amd64, 1}, // the default platform: the index, then amd64 from memory
+	} {
+		f.ForgetRequests()
+		got, err := c.ReadImage(ctx, read.ref, read.platform, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		requests := f.Count("GET", "/manifests/") + f.Count("GET", "/blobs/")
+		if got.Digest != mustDigest(t, read.want) || got.Ref.DigestStr() != mustIndexDigest(t, index) ||
+			got.Platform == nil || got.Platform.Architecture != got.Config.Architecture || requests != read.requests {
+			t.Errorf("read %d (%v): image %s from %s for %v, %d GETs; want %s from the index, %d GETs",
+				i, read.platform, got.Digest, got.Ref, got.Platform, requests, mustDigest(t, read.want), read.requests)
+		}
 	}
 }

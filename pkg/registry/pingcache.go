@@ -3,6 +3,8 @@ package registry
 import (
 	"fmt"
 	"net/http"
+	"regexp"
+	"strings"
 	"sync"
 	"time"
 )
@@ -13,24 +15,32 @@ import (
 const pingTTL = 5 * time.Minute
 
 // pingCache answers ggcr's /v2/ pings from the registry's last answer.
-// ggcr pings before the first request of every authenticated transport: once
-// per repository of a read session and once per push. Those pings are a
-// tenth of a cold start's requests (make bench, scenario 1), and under a
-// rate limit each one that is answered 429 holds the whole registry, as a
-// ping is about no repository (scenario 4: the registry was held most of the
-// time and no builder got Ready).
+// ggcr pings before the first request of every authenticated transport: for
+// each repository of a read session, and for each push and each repository
+// a push mounts from. Those pings were a tenth of a cold start's requests
+// (make bench, scenario 1), and under a rate limit each one answered 429
+// held the whole registry, a ping being about no repository (scenario 4: the
+// registry was held most of the time and no builder got Ready).
 //
 // Only answers that describe the registry are kept: 200 (no authentication)
-// and 401 (its challenge). A 401 to any other request forgets the host's
-// answer, so a registry that starts asking for credentials is pinged again
-// on the next call rather than after pingTTL. The health prober does not go
-// through this cache: it must see the registry itself.
+// and 401 (its challenge). A 401 to another request whose challenge differs
+// from the kept one (a registry that started asking for credentials, or
+// moved its token service) drops it, so that new transports ask again; a
+// 401 with the same challenge is the bearer flow's ordinary token refresh.
+// Transports made before keep what they learnt, as they always did. One
+// ping per registry is in flight at a time: transports made together wait
+// for its answer. The health prober does not come here: it must see the
+// registry itself.
 type pingCache struct {
 	next http.RoundTripper
 	now  func() time.Time
 
-	mu      sync.Mutex
-	answers map[pingKey]pingAnswer
+	mu       sync.Mutex
+	answers  map[pingKey]pingAnswer
+	inFlight map[pingKey]chan struct{} // closed when the ping is answered
+	// generation counts the forgets of each host, so that a ping sent
+	// before one does not store what the registry said before it.
+	generation map[string]int
 }
 
 type pingKey struct{ scheme, host string }
@@ -42,55 +52,113 @@ type pingAnswer struct {
 }
 
 func newPingCache(next http.RoundTripper, now func() time.Time) *pingCache {
-	return &pingCache{next: next, now: now, answers: map[pingKey]pingAnswer{}}
+	return &pingCache{next: next, now: now, answers: map[pingKey]pingAnswer{},
+		inFlight: map[pingKey]chan struct{}{}, generation: map[string]int{}}
 }
 
 func (p *pingCache) RoundTrip(req *http.Request) (*http.Response, error) {
 	if !isPing(req) {
 		resp, err := p.next.RoundTrip(req)
 		if err == nil && resp.StatusCode == http.StatusUnauthorized {
-			p.forget(req.URL.Host)
+			p.challenged(req.URL.Host, resp.Header.Get("WWW-Authenticate"))
 		}
 		return resp, err
 	}
 	key := pingKey{req.URL.Scheme, req.URL.Host}
-	if answer, ok := p.lookup(key); ok {
-		return answer.response(req), nil
+	for {
+		answer, ok, wait, generation := p.lookup(key)
+		if ok {
+			return answer.response(req), nil
+		}
+		if wait == nil {
+			return p.ping(req, key, generation)
+		}
+		select {
+		case <-wait: // answered: look again
+		case <-req.Context().Done():
+			return nil, req.Context().Err()
+		}
 	}
+}
+
+// lookup returns the kept answer for key; or, when there is none, the
+// ping in flight to wait for; or, when there is none either, nil after
+// marking this caller's ping in flight.
+func (p *pingCache) lookup(key pingKey) (answer pingAnswer, ok bool, wait chan struct{}, generation int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if answer, ok := p.answers[key]; ok {
+		if p.now().Sub(answer.at) < pingTTL {
+			return answer, true, nil, 0
+		}
+		delete(p.answers, key)
+	}
+	if wait, ok := p.inFlight[key]; ok {
+		return pingAnswer{}, false, wait, 0
+	}
+	p.inFlight[key] = make(chan struct{})
+	return pingAnswer{}, false, nil, p.generation[key.host]
+}
+
+// ping sends req and keeps an answer that describes the registry. Callers
+// waiting on it then use that answer, or send their own when there is none
+// (a 429, a refused connection).
+func (p *pingCache) ping(req *http.Request, key pingKey, generation int) (*http.Response, error) {
 	resp, err := p.next.RoundTrip(req)
-	if err == nil && (resp.StatusCode == http.StatusOK || resp.StatusCode == http.StatusUnauthorized) {
-		p.mu.Lock()
-		p.answers[key] = pingAnswer{status: resp.StatusCode, header: resp.Header.Clone(), at: p.now()}
-		p.mu.Unlock()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if err == nil && (resp.StatusCode == http.StatusOK || resp.StatusCode == http.StatusUnauthorized) &&
+		p.generation[key.host] == generation {
+		header := resp.Header.Clone()
+		header.Del("Content-Length") // the replayed answer has no body
+		p.answers[key] = pingAnswer{status: resp.StatusCode, header: header, at: p.now()}
 	}
+	close(p.inFlight[key])
+	delete(p.inFlight, key)
 	return resp, err
+}
+
+// challenged drops host's kept answers that a 401 with challenge
+// contradicts.
+func (p *pingCache) challenged(host, challenge string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	forgot := false
+	for key, answer := range p.answers {
+		if key.host == host && !sameChallenge(answer.header.Get("WWW-Authenticate"), challenge) {
+			delete(p.answers, key)
+			forgot = true
+		}
+	}
+	if forgot {
+		p.generation[host]++
+	}
+}
+
+var realmParameter = regexp.MustCompile(`(?i)\brealm="([^"]*)"`)
+
+// sameChallenge compares two WWW-Authenticate values by scheme and realm:
+// a bearer 401 to a request adds an error and a scope to the challenge the
+// ping got, which changes nothing about how to authenticate. A kept 200 has
+// none, which no 401 matches.
+func sameChallenge(kept, got string) bool {
+	if kept == "" {
+		return false
+	}
+	scheme := func(c string) string { s, _, _ := strings.Cut(strings.TrimSpace(c), " "); return strings.ToLower(s) }
+	realm := func(c string) string {
+		if m := realmParameter.FindStringSubmatch(c); m != nil {
+			return m[1]
+		}
+		return ""
+	}
+	return scheme(kept) == scheme(got) && realm(kept) == realm(got)
 }
 
 // isPing tells ggcr's ping (an anonymous GET of /v2/) from other requests.
 func isPing(req *http.Request) bool {
 	return req.Method == http.MethodGet && req.URL.Path == "/v2/" && req.URL.RawQuery == "" &&
 		req.Header.Get("Authorization") == ""
-}
-
-func (p *pingCache) lookup(key pingKey) (pingAnswer, bool) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	answer, ok := p.answers[key]
-	if ok && p.now().Sub(answer.at) >= pingTTL {
-		delete(p.answers, key)
-		return pingAnswer{}, false
-	}
-	return answer, ok
-}
-
-func (p *pingCache) forget(host string) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for key := range p.answers {
-		if key.host == host {
-			delete(p.answers, key)
-		}
-	}
 }
 
 func (a pingAnswer) response(req *http.Request) *http.Response {

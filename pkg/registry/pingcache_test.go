@@ -3,7 +3,9 @@ package registry
 import (
 	"context"
 	"net/http"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/buildsmith/buildsmith/test/registrytest"
 	"github.com/google/go-containerregistry/pkg/name"
@@ -74,5 +76,75 @@ func TestPingAskedAgainAfterUnauthorized(t *testing.T) {
 	}
 	if n := pings(f); n != 2 {
 		t.Errorf("%d pings, want a second one after the 401: %v", n, f.Requests())
+	}
+}
+
+// TestPingKeptThroughItsOwnChallenge: a registry that asks for credentials
+// answers a refused request with the challenge its ping gave; that is no
+// reason to ask again.
+func TestPingKeptThroughItsOwnChallenge(t *testing.T) {
+	f := registrytest.New(t)
+	f.Push("team/a:1")
+	f.Push("team/b:1")
+	requireBasicAuth(f, "robot", "s3cr3t")
+	f.ForgetRequests()
+	c := newTestClient(t, Options{})
+	ctx := context.Background()
+	if _, err := c.Resolve(ctx, f.Ref("team/a:1"), staticKeychain{user: "robot", password: "wrong"}); Reason(err) != ReasonUnauthorized {
+		t.Fatalf("wrong password: %v", err)
+	}
+	if _, err := c.Resolve(ctx, f.Ref("team/b:1"), staticKeychain{user: "robot", password: "s3cr3t"}); err != nil {
+		t.Fatal(err)
+	}
+	if n := pings(f); n != 1 {
+		t.Errorf("%d pings, want 1: %v", n, f.Requests())
+	}
+}
+
+// TestOnePingInFlight: transports made at the same time wait for one ping.
+func TestOnePingInFlight(t *testing.T) {
+	f := registrytest.New(t)
+	repos := []string{"a", "b", "c", "d", "e", "f"}
+	for _, repo := range repos {
+		f.Push("team/" + repo + ":1")
+	}
+	f.ForgetRequests()
+	f.Inject("GET", "/v2/", -1, func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v2/" {
+			time.Sleep(100 * time.Millisecond) // everyone asks meanwhile
+		}
+		f.Handler.ServeHTTP(w, r)
+	})
+	c := newTestClient(t, Options{})
+	var wg sync.WaitGroup
+	for _, repo := range repos {
+		wg.Go(func() {
+			if _, err := c.Resolve(context.Background(), f.Ref("team/"+repo+":1"), nil); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	if n := pings(f); n != 1 {
+		t.Errorf("%d pings for %d repositories at once, want 1", n, len(repos))
+	}
+}
+
+func TestSameChallenge(t *testing.T) {
+	const ping = `Bearer realm="https://auth.example/token",service="registry.example"`
+	for _, tc := range []struct {
+		kept, got string
+		same      bool
+	}{
+		{ping, `Bearer realm="https://auth.example/token",service="registry.example",scope="repository:a:pull",error="insufficient_scope"`, true},
+		{ping, `bearer realm="https://auth.example/token"`, true},
+		{ping, `Bearer realm="https://other.example/token",service="registry.example"`, false},
+		{ping, `Basic realm="https://auth.example/token"`, false},
+		{`Basic realm="r"`, `Basic realm="r"`, true},
+		{"", `Basic realm="r"`, false}, // a kept 200
+	} {
+		if got := sameChallenge(tc.kept, tc.got); got != tc.same {
+			t.Errorf("sameChallenge(%q, %q) = %v, want %v", tc.kept, tc.got, got, tc.same)
+		}
 	}
 }

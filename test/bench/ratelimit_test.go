@@ -115,10 +115,12 @@ func rateLimitRun(t *testing.T, n int, seed64 uint64, limitFor time.Duration) ra
 	return r
 }
 
+// repoOf returns the repository a registry API path is about, "" for the
+// ping (as the registry client sees it).
 func repoOf(path string) string {
 	p := strings.TrimPrefix(path, "/v2/")
-	for _, sep := range []string{"/manifests/", "/blobs/"} {
-		if i := strings.LastIndex(p, sep); i >= 0 {
+	for _, sep := range []string{"/manifests/", "/blobs/", "/tags/"} {
+		if i := strings.LastIndex(p, sep); i > 0 {
 			return p[:i]
 		}
 	}
@@ -143,7 +145,8 @@ func TestRateLimit(t *testing.T) {
 	s := &section{title: fmt.Sprintf("4. Rate limit: 429 + Retry-After: 5 to 50 %% of requests, %d Builders cold", n),
 		what: fmt.Sprintf("As scenario 1 with N=%d, with the registry answering 429 TOOMANYREQUESTS and Retry-After: 5 to a "+
 			"random half of all requests (seeded per run). The minimum is the same run without limits: %d requests "+
-			"(%s), Ready in %s. \"Early\" requests came on a repository less than 5 s after a 429 on it. Gave up after %s.",
+			"(%s), Ready in %s. \"Early\" requests arrived on a repository less than 5 s after a 429 about it (or about "+
+			"none: a ping) was answered, leaving out those arriving within 50 ms of it (sent before it could be read). Gave up after %s.",
 			n, base.cost.requests, kinds(base.cost.byKind), seconds([]time.Duration{base.took}), limitFor),
 		header: []string{"run", "Ready", "time", "requests", "of which 429", "× minimum", "early on own repo", "early on shared repos", "earliest by"}}
 	var took []time.Duration
@@ -154,11 +157,11 @@ func TestRateLimit(t *testing.T) {
 			fmt.Sprint(r.cost.requests), fmt.Sprint(r.limited), fmt.Sprintf("%.2f", ratio(r.cost.requests, base.cost.requests)),
 			fmt.Sprint(r.earlyOwn), fmt.Sprint(r.earlyShared), r.worstEarly.Round(time.Millisecond).String()})
 		allReady = allReady && r.ready
-		noEarly = noEarly && r.earlyOwn == 0
+		noEarly = noEarly && r.earlyOwn == 0 && r.earlyShared == 0
 	}
 	s.targets = []target{
 		{"every builder Ready", "all runs", fmt.Sprintf("%s; %s", rowsCol(s.rows, 1), seconds(took)), allReady},
-		{"no request before its Retry-After (a builder's own repository)", "0", rowsCol(s.rows, 6), noEarly},
+		{"no request before its Retry-After (own and shared repositories)", "0", rowsCol(s.rows, 6) + "; " + rowsCol(s.rows, 7), noEarly},
 		{"total requests vs minimum", "reported", rowsCol(s.rows, 5), true},
 	}
 	addSection(s)
