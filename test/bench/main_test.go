@@ -50,6 +50,7 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer func() { _ = env.Stop() }()
+	builtFrom = commit()
 	// The benchmark creates objects fast: no client-side throttling of its
 	// own (the controller keeps its defaults, as users run it).
 	cfg := *env.Config

@@ -37,7 +37,7 @@ var (
 func addSection(s *section) {
 	reportMu.Lock()
 	defer reportMu.Unlock()
-	s.run = fmt.Sprintf("run at %s, %s", commit(), time.Now().UTC().Format(time.RFC3339))
+	s.run = fmt.Sprintf("run at %s, %s", builtFrom, time.Now().UTC().Format(time.RFC3339))
 	sections = append(sections, s)
 	fmt.Print(s.markdown()) // shown with go test -v
 }
@@ -86,7 +86,7 @@ func writeReport() error {
 	b.WriteString("# buildsmith benchmarks\n\n")
 	b.WriteString("Written by `make bench` (test/bench). Counts and ratios first; seconds are medians of the runs with [min–max].\n\n")
 	fmt.Fprintf(&b, "- machine: %s\n", machine())
-	fmt.Fprintf(&b, "- commit: %s\n", commit())
+	fmt.Fprintf(&b, "- commit: %s\n", builtFrom)
 	fmt.Fprintf(&b, "- date: %s\n", time.Now().UTC().Format(time.RFC3339))
 	fmt.Fprintf(&b, "- go: %s %s/%s\n\n", runtime.Version(), runtime.GOOS, runtime.GOARCH)
 	// Sections of scenarios not run this time (BENCH_RUN, -run) are kept
@@ -113,7 +113,7 @@ func writeReport() error {
 	if path := os.Getenv("BENCH_MICRO"); path != "" {
 		if raw, err := os.ReadFile(path); err == nil {
 			var m strings.Builder
-			fmt.Fprintf(&m, "## Go micro-benchmarks (./pkg/...)\n\n_run at %s_\n\n```\n", commit())
+			fmt.Fprintf(&m, "## Go micro-benchmarks (./pkg/...)\n\n_run at %s_\n\n```\n", builtFrom)
 			for _, line := range strings.Split(string(raw), "\n") {
 				if strings.HasPrefix(line, "Benchmark") || strings.HasPrefix(line, "ok") || strings.HasPrefix(line, "pkg:") {
 					m.WriteString(line + "\n")
@@ -155,6 +155,11 @@ func machine() string {
 	}
 	return fmt.Sprintf("%d × %s, %s RAM", cpus, model, mem)
 }
+
+// builtFrom is the commit the controller and this test were built from,
+// taken when the run starts: a section added at the end of a long run is
+// stamped with what ran, not with what HEAD became meanwhile.
+var builtFrom string
 
 func commit() string {
 	cmd := exec.Command("git", "rev-parse", "--short", "HEAD")
