@@ -372,8 +372,13 @@ func TestReconcileRequestSkipsTheBackoff(t *testing.T) {
 		if err != nil {
 			return false, err.Error()
 		}
+		// 5 minutes, jittered by up to -20 %.
 		c := b.Status.GetCondition(v1alpha1.ConditionReconciling)
-		return c != nil && strings.Contains(c.Message, "retrying in 5m"), fmt.Sprintf("%+v", b.Status.Conditions)
+		if c == nil {
+			return false, fmt.Sprintf("%+v", b.Status.Conditions)
+		}
+		wait, err := time.ParseDuration(strings.TrimPrefix(c.Message, "retrying in "))
+		return err == nil && wait >= 4*time.Minute, fmt.Sprintf("%+v", b.Status.Conditions)
 	})
 	w.f.ClearFaults()
 
