@@ -8,8 +8,9 @@
 // written. Knobs: BENCH_N (builder counts of scenario 1, default "50,200";
 // add 1000 for the large one), BENCH_RUNS (runs per timed figure, default
 // 3), BENCH_OUTAGE (registry outage of scenario 3, default 2m),
-// BENCH_OUTAGE_RUNS (default 1), BENCH_OUTAGE_N (default 200), BENCH_RL_N
-// (builders of scenario 4, default 20), BENCH_RL_TIMEOUT (default 60s),
+// BENCH_OUTAGE_RUNS (default 3), BENCH_OUTAGE_N (default 200), BENCH_RL_N
+// (builders of scenario 4, default 10), BENCH_RL_TIMEOUT (default 5m),
+// BENCH_RL_TRACE (a directory for each rate-limit run's requests and log),
 // BENCH_CONTROLLER_ARGS (extra controller flags), BENCH_MICRO (a file of Go
 // benchmark output to include in the report).
 package bench

@@ -64,7 +64,7 @@ func TestOutage(t *testing.T) {
 	}
 	ns := envInts("BENCH_OUTAGE_N", []int{200})
 	outage := envDuration("BENCH_OUTAGE", 2*time.Minute)
-	runs := envInt("BENCH_OUTAGE_RUNS", 1)
+	runs := envInt("BENCH_OUTAGE_RUNS", 3)
 	var rs []outageResult
 	for _, n := range ns {
 		for i := range runs {
