@@ -78,15 +78,17 @@ func TestOutage(t *testing.T) {
 			"recovery is from the moment the registry listens again until every builder is Ready.",
 		header: []string{"N, run", "requests during outage", "of which refused", "per builder", "Ready after recovery", "requests to recover", "peak RSS"}}
 	okTime, okReqs := true, true
+	var recovered []time.Duration
 	for i, r := range rs {
+		recovered = append(recovered, r.recovered)
 		s.rows = append(s.rows, []string{fmt.Sprintf("%d, %d", r.n, i%runs+1), fmt.Sprint(r.duringOutage), fmt.Sprint(r.refused),
-			fmt.Sprintf("%.2f", float64(r.duringOutage)/float64(r.n)), seconds([]time.Duration{r.recovered}),
+			fmt.Sprintf("%.2f", float64(r.duringOutage)/float64(r.n)), r.recovered.Round(10 * time.Millisecond).String(),
 			fmt.Sprintf("%d (%s)", r.afterRecovery.requests, kinds(r.afterRecovery.byKind)), mib(r.peakRSS)})
 		okTime = okTime && r.ready && r.recovered <= 5*time.Second
 		okReqs = okReqs && r.duringOutage <= proberBudget(outage)
 	}
 	s.targets = []target{
-		{"all Ready after recovery", "≤ 5 s", rowsCol(s.rows, 4), okTime},
+		{"all Ready after recovery", "≤ 5 s in every run", seconds(recovered), okTime},
 		{"requests during the outage", fmt.Sprintf("O(registries), independent of N: within one prober's budget, ≤ %d", proberBudget(outage)),
 			rowsCol(s.rows, 1), okReqs},
 	}
