@@ -43,7 +43,7 @@ func main() {
 	metricsPort := flag.Int("metrics-port", 9090, "port of the Prometheus endpoint when enabled in config-observability (1024-65535)")
 	workers := flag.Int("workers", 4, "reconciles run at once per kind; they mostly wait on registries")
 	flag.DurationVar(&regOpts.MaxRetryAfterWait, "registry-max-retry-after-wait", 0,
-		"longest Retry-After a registry call waits out before sending again, holding every call to that registry meanwhile; longer ones requeue (default 10s, negative: never wait)")
+		"longest Retry-After a registry call waits out before sending again, holding every call to that repository (or registry, for answers about none) meanwhile; longer ones requeue (default 10s, negative: never wait)")
 
 	// Parses every flag, sharedmain's (--kubeconfig, --server,
 	// --kube-api-qps, --kube-api-burst) included.
