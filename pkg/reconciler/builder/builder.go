@@ -223,14 +223,13 @@ func (r *Core) platforms(ctx context.Context, stack *v1alpha1.ClusterStack, reso
 	if len(stackPlatforms) == 0 { // a status written before stacks listed platforms
 		stackPlatforms = []cnb.Platform{{OS: stack.Status.OS, Arch: stack.Status.Arch}}
 	}
-	// Any platform of the lifecycle image first, for the platforms it has.
-	first, err := r.Lifecycle.Get(ctx, v1.Platform{}, kc)
+	lifecycleImage, err := r.Lifecycle.Image(ctx, kc)
 	if err != nil {
 		return nil, nil, err
 	}
 	parts := []cnb.PlatformPart{
 		{Name: "ClusterStack " + stack.Name, Platforms: stackPlatforms},
-		{Name: "the lifecycle image", Platforms: cnb.PlatformsOfV1(first.Platforms)},
+		{Name: "the lifecycle image", Platforms: cnb.PlatformsOfV1(lifecycleImage.Platforms)},
 	}
 	for _, bp := range resolved.Buildpacks {
 		if !resolved.Optional(bp) {
@@ -252,7 +251,7 @@ func (r *Core) platforms(ctx context.Context, stack *v1alpha1.ClusterStack, reso
 
 	builds := make([]platformBuild, len(selected))
 	for i, p := range selected {
-		lifecycle, err := r.Lifecycle.Get(ctx, p.V1(), kc)
+		lifecycle, err := lifecycleImage.For(ctx, p.V1(), kc)
 		if err != nil {
 			return nil, nil, err
 		}

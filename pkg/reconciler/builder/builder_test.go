@@ -369,7 +369,11 @@ func BenchmarkAssembleBuilder(b *testing.B) {
 	core := &Core{Registry: client, Lifecycle: &LifecycleSource{Registry: client, Refresh: time.Hour}, Version: "bench"}
 	core.Lifecycle.Update(&corev1.ConfigMap{Data: map[string]string{LifecycleImageKey: f.Addr + "/lifecycle:0.21.0"}})
 	platform := v1.Platform{OS: "linux", Architecture: "amd64"}
-	lifecycle, err := core.Lifecycle.Get(ctx, platform, nil)
+	lifecycleImage, err := core.Lifecycle.Image(ctx, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	lifecycle, err := lifecycleImage.For(ctx, platform, nil)
 	if err != nil {
 		b.Fatal(err)
 	}

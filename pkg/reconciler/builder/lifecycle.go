@@ -32,12 +32,12 @@ const (
 
 // LifecycleSource is the lifecycle image all builders use: named by the
 // lifecycle-image ConfigMap, resolved to a digest at most once per refresh
-// interval and per platform, and shared by every builder. Builders then
-// know the lifecycle's digest without asking the registry, which keeps an
-// unchanged builder's reconcile at one request. Only the digest is shared:
-// each builder reads the image with its own credentials (the registry
-// client caches reads by digest per credentials), so no builder ever uses a
-// layer read with another's secrets.
+// interval, and shared by every builder. Builders then know the lifecycle's
+// digest without asking the registry, which keeps an unchanged builder's
+// reconcile at one request. Only the digest is shared: each builder reads
+// the image with its own credentials (the registry client caches reads by
+// digest per credentials), so no builder ever uses a layer read with
+// another's secrets.
 //
 // Its version and APIs come from the image's io.buildpacks.lifecycle.version
 // and io.buildpacks.lifecycle.apis labels, which the lifecycle's own image
@@ -50,11 +50,11 @@ type LifecycleSource struct {
 
 	mu       sync.Mutex
 	ref      string
-	resolved map[string]*resolvedLifecycle // by platform
+	resolved *resolvedLifecycle // what ref named when last read
 }
 
 type resolvedLifecycle struct {
-	digest name.Digest // what the reference resolved to
+	digest name.Digest // an index's, for an index
 	at     time.Time
 }
 
@@ -71,39 +71,59 @@ func (s *LifecycleSource) Update(cm *corev1.ConfigMap) {
 	}
 }
 
-// PlatformLifecycle is the lifecycle of one platform, the digest of its
-// image, and every platform the configured image has.
-type PlatformLifecycle struct {
-	cnb.Lifecycle
-	Digest    string
-	Platforms []v1.Platform
+// LifecycleImage is the configured lifecycle image at one digest: every
+// platform of one builder takes its lifecycle from it, so that a tag moved
+// meanwhile cannot give one builder's platforms different lifecycles.
+type LifecycleImage struct {
+	Ref       name.Digest   // an index's, for an index
+	Platforms []v1.Platform // every platform it has
+	registry  *registry.Client
 }
 
-// Get returns the lifecycle for platform (any, for the zero platform), read
-// with kc.
-func (s *LifecycleSource) Get(ctx context.Context, platform v1.Platform, kc authn.Keychain) (PlatformLifecycle, error) {
+// PlatformLifecycle is the lifecycle of one platform and the digest of its
+// image.
+type PlatformLifecycle struct {
+	cnb.Lifecycle
+	Digest string
+}
+
+// Image returns the configured lifecycle image, read with kc.
+func (s *LifecycleSource) Image(ctx context.Context, kc authn.Keychain) (LifecycleImage, error) {
 	s.mu.Lock()
-	ref := s.ref
-	key := platform.OS + "/" + platform.Architecture + "/" + platform.Variant
-	cached := s.resolved[key]
+	ref, resolved := s.ref, s.resolved
 	s.mu.Unlock()
 	if ref == "" {
-		return PlatformLifecycle{}, failure.Waitingf(ReasonLifecycleNotConfigured,
+		return LifecycleImage{}, failure.Waitingf(ReasonLifecycleNotConfigured,
 			"the ConfigMap %s (key %q) in the controller's namespace names no lifecycle image", LifecycleConfigMap, LifecycleImageKey)
 	}
-	var read name.Reference = cached.digestOr(nil)
-	if cached == nil || time.Since(cached.at) >= s.Refresh {
+	fresh := resolved != nil && time.Since(resolved.at) < s.Refresh
+	var read name.Reference
+	if fresh {
+		read = resolved.digest
+	} else {
 		parsed, err := name.ParseReference(ref)
 		if err != nil {
-			return PlatformLifecycle{}, failure.Permanentf(ReasonInvalidLifecycleImage, "lifecycle image %q: %v", ref, err)
+			return LifecycleImage{}, failure.Permanentf(ReasonInvalidLifecycleImage, "lifecycle image %q: %v", ref, err)
 		}
 		read = parsed
 	}
-	var want *v1.Platform // the zero platform: any the image has
-	if platform.OS != "" || platform.Architecture != "" {
-		want = &platform
+	img, err := s.Registry.ReadImage(ctx, read, nil, kc)
+	if err != nil {
+		return LifecycleImage{}, err
 	}
-	img, err := s.Registry.ReadImage(ctx, read, want, kc)
+	if !fresh {
+		s.mu.Lock()
+		if s.ref == ref {
+			s.resolved = &resolvedLifecycle{digest: img.Ref, at: time.Now()}
+		}
+		s.mu.Unlock()
+	}
+	return LifecycleImage{Ref: img.Ref, Platforms: img.Platforms, registry: s.Registry}, nil
+}
+
+// For returns the lifecycle for platform, read with kc.
+func (i LifecycleImage) For(ctx context.Context, platform v1.Platform, kc authn.Keychain) (PlatformLifecycle, error) {
+	img, err := i.registry.ReadImage(ctx, i.Ref, &platform, kc)
 	if err != nil {
 		return PlatformLifecycle{}, err
 	}
@@ -111,29 +131,10 @@ func (s *LifecycleSource) Get(ctx context.Context, platform v1.Platform, kc auth
 	if err != nil {
 		return PlatformLifecycle{}, err
 	}
-	if _, byTag := read.(name.Tag); byTag || cached == nil {
-		s.mu.Lock()
-		if s.ref == ref {
-			if s.resolved == nil {
-				s.resolved = map[string]*resolvedLifecycle{}
-			}
-			// The digest the reference resolved to (an index's, for an
-			// index), so that later reads still see all its platforms.
-			s.resolved[key] = &resolvedLifecycle{digest: img.Ref, at: time.Now()}
-		}
-		s.mu.Unlock()
-	}
 	// The image for the platform, by digest: an index's child when the
 	// reference names an index.
 	digest := img.Ref.Context().Digest(img.Digest.String())
-	return PlatformLifecycle{Lifecycle: lifecycle, Digest: digest.String(), Platforms: img.Platforms}, nil
-}
-
-func (r *resolvedLifecycle) digestOr(fallback name.Reference) name.Reference {
-	if r == nil {
-		return fallback
-	}
-	return r.digest
+	return PlatformLifecycle{Lifecycle: lifecycle, Digest: digest.String()}, nil
 }
 
 // lifecycleOf reads the lifecycle from its image: the last layer and the
