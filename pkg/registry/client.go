@@ -289,13 +289,17 @@ func (c *imageCache) get(digest name.Digest) (*Image, bool) {
 
 // add keeps img: a plain image under its digest for any platform; an
 // image chosen from an index under the index's digest for the platform
-// asked for, and as the plain image it also is under its own digest.
+// asked for and the one chosen, and as the plain image it also is under
+// its own digest.
 func (c *imageCache) add(img *Image) {
 	if img.Platform == nil {
 		c.images.Add(c.key(img.Ref, anyPlatform), img)
 		return
 	}
 	c.images.Add(c.key(img.Ref, c.askedFor()), img)
+	// And for the platform chosen, which is what asking for it chooses
+	// (the lifecycle image is read for any platform first, then for each).
+	c.images.Add(c.key(img.Ref, platformString(*img.Platform)), img)
 	plain := *img
 	plain.Ref = img.Ref.Context().Digest(img.Digest.String())
 	plain.Platform, plain.Platforms = nil, []v1.Platform{configPlatform(img.Config)}

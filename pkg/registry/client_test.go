@@ -552,4 +552,18 @@ func TestIndexCachedPerPlatform(t *testing.T) {
 				i, read.platform, got.Digest, got.Ref, got.Platform, requests, mustDigest(t, read.want), read.requests)
 		}
 	}
+	// Read for the default platform first, the index serves the platform
+	// it chose.
+	c = newTestClient(t, Options{})
+	if _, err := c.ReadImage(ctx, byDigest, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	f.ForgetRequests()
+	got, err := c.ReadImage(ctx, byDigest, amdPlatform, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Digest != mustDigest(t, amd64) || len(f.Requests()) != 0 {
+		t.Errorf("amd64 after the default platform: %s, requests %v", got.Digest, f.Requests())
+	}
 }
