@@ -429,16 +429,7 @@ func TestReadTagAgainIsOneRequest(t *testing.T) {
 func TestReadImageCachedWhateverPlatformAsked(t *testing.T) {
 	f := registrytest.New(t)
 	plain := f.Push("team/plain:1")
-	amd64, _ := random.Image(100, 1)
-	arm64, _ := random.Image(100, 2)
-	arm64 = withPlatform(t, arm64, "arm64", "")
-	index := mutate.AppendManifests(mutate.IndexMediaType(empty.Index, types.OCIImageIndex),
-		mutate.IndexAddendum{Add: amd64, Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: "amd64"}}},
-		mutate.IndexAddendum{Add: arm64, Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: "arm64"}}},
-	)
-	if err := remote.WriteIndex(f.Ref("team/multi:1"), index); err != nil {
-		t.Fatal(err)
-	}
+	_, _, arm64 := pushAmd64Arm64Index(t, f, "team/multi:1")
 	c := newTestClient(t, Options{})
 	ctx := context.Background()
 	armPlatform := &v1.Platform{OS: "linux", Architecture: "arm64"}
@@ -514,16 +505,7 @@ func TestConcurrentReadsAreShared(t *testing.T) {
 // index for that platform.
 func TestIndexCachedPerPlatform(t *testing.T) {
 	f := registrytest.New(t)
-	amd64, _ := random.Image(100, 1)
-	arm64, _ := random.Image(100, 2)
-	amd64, arm64 = withPlatform(t, amd64, "amd64", ""), withPlatform(t, arm64, "arm64", "")
-	index := mutate.AppendManifests(mutate.IndexMediaType(empty.Index, types.OCIImageIndex),
-		mutate.IndexAddendum{Add: amd64, Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: "amd64"}}},
-		mutate.IndexAddendum{Add: arm64, Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: "arm64"}}},
-	)
-	if err := remote.WriteIndex(f.Ref("team/multi:1"), index); err != nil {
-		t.Fatal(err)
-	}
+	index, amd64, arm64 := pushAmd64Arm64Index(t, f, "team/multi:1")
 	byDigest := f.Ref("team/multi@" + mustIndexDigest(t, index))
 	c := newTestClient(t, Options{})
 	ctx := context.Background()
@@ -566,4 +548,21 @@ func TestIndexCachedPerPlatform(t *testing.T) {
 	if got.Digest != mustDigest(t, amd64) || len(f.Requests()) != 0 {
 		t.Errorf("amd64 after the default platform: %s, requests %v", got.Digest, f.Requests())
 	}
+}
+
+// pushAmd64Arm64Index pushes an index of a linux/amd64 and a linux/arm64
+// image (each with its platform in its config) to tag.
+func pushAmd64Arm64Index(t *testing.T, f *registrytest.Registry, tag string) (index v1.ImageIndex, amd64, arm64 v1.Image) {
+	t.Helper()
+	amd64, _ = random.Image(100, 1)
+	arm64, _ = random.Image(100, 2)
+	amd64, arm64 = withPlatform(t, amd64, "amd64", ""), withPlatform(t, arm64, "arm64", "")
+	index = mutate.AppendManifests(mutate.IndexMediaType(empty.Index, types.OCIImageIndex),
+		mutate.IndexAddendum{Add: amd64, Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: "amd64"}}},
+		mutate.IndexAddendum{Add: arm64, Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: "arm64"}}},
+	)
+	if err := remote.WriteIndex(f.Ref(tag), index); err != nil {
+		t.Fatal(err)
+	}
+	return index, amd64, arm64
 }
