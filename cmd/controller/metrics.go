@@ -11,7 +11,7 @@ import (
 )
 
 // registerRegistryMetrics exposes the registry client's accounting and the
-// registries' health as metrics, read when metrics are collected.
+// circuits of failing places as metrics, read when metrics are collected.
 func registerRegistryMetrics(client *registry.Client) error {
 	meter := otel.Meter("buildsmith.dev/registry")
 	requests, err := meter.Int64ObservableCounter("buildsmith.registry.requests",
@@ -24,8 +24,18 @@ func registerRegistryMetrics(client *registry.Client) error {
 	if err != nil {
 		return err
 	}
-	down, err := meter.Int64ObservableGauge("buildsmith.registry.down",
-		metric.WithDescription("1 for each registry that cannot be reached (objects wait on its recovery)."))
+	open, err := meter.Int64ObservableGauge("buildsmith.registry.circuits.open",
+		metric.WithDescription("Open circuits (places failing: the registry itself, or a repository), by host and scope."))
+	if err != nil {
+		return err
+	}
+	waiters, err := meter.Int64ObservableGauge("buildsmith.registry.circuits.waiters",
+		metric.WithDescription("Objects waiting for a failing place to answer again, by host."))
+	if err != nil {
+		return err
+	}
+	probes, err := meter.Int64ObservableCounter("buildsmith.registry.circuits.probes",
+		metric.WithDescription("Probes of failing places, by host and result (answered or failed)."))
 	if err != nil {
 		return err
 	}
@@ -41,10 +51,30 @@ func registerRegistryMetrics(client *registry.Client) error {
 		for host, n := range stats.BytesDown {
 			o.ObserveInt64(bytes, n, metric.WithAttributes(attribute.String("host", host), attribute.String("direction", "down")))
 		}
-		for _, host := range client.Health().Down() {
-			o.ObserveInt64(down, 1, metric.WithAttributes(attribute.String("host", host)))
+		type scoped struct{ host, scope string }
+		openBy, waitingBy := map[scoped]int64{}, map[string]int64{}
+		for _, c := range client.Circuits().Open() {
+			scope := "repository"
+			if c.Place.Repository == "" {
+				scope = "registry"
+			}
+			openBy[scoped{c.Place.Host, scope}]++
+			waitingBy[c.Place.Host] += int64(c.Waiters)
+		}
+		for k, n := range openBy {
+			o.ObserveInt64(open, n, metric.WithAttributes(attribute.String("host", k.host), attribute.String("scope", k.scope)))
+		}
+		for host, n := range waitingBy {
+			o.ObserveInt64(waiters, n, metric.WithAttributes(attribute.String("host", host)))
+		}
+		for k, n := range client.Circuits().ProbeResults() {
+			result := "failed"
+			if k.Answered {
+				result = "answered"
+			}
+			o.ObserveInt64(probes, n, metric.WithAttributes(attribute.String("host", k.Host), attribute.String("result", result)))
 		}
 		return nil
-	}, requests, bytes, down)
+	}, requests, bytes, open, waiters, probes)
 	return err
 }

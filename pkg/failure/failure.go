@@ -50,6 +50,9 @@ type Error struct {
 	Reason string
 	// Host is the registry the error came from, if any.
 	Host string
+	// Repository is the repository of Host the error is about, when it is
+	// about one rather than the registry as a whole.
+	Repository string
 	// RetryAfter is how long the server asked the caller to wait, if it did.
 	RetryAfter time.Duration
 	// Err is the underlying error; its message is the condition's message.

@@ -67,10 +67,13 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 //
 //	success    Ready=True; Reconciling and Stalled removed; backoff reset;
 //	           requeue after the resync interval.
-//	transient  Ready=False, Reconciling=True "retrying in 4s"; requeue after
-//	           the per-object exponential backoff (jittered ±20 %, never
-//	           sooner than the server's Retry-After); when the registry is
-//	           down, also woken the moment it answers again.
+//	transient  Ready=False, Reconciling=True. When the place it failed on
+//	           (a registry or a repository) has an open circuit: wait on
+//	           it, woken the moment a probe gets an answer, with a
+//	           requeue after the maximum delay as a safety net only.
+//	           Otherwise "retrying in 4s": requeue after the per-object
+//	           exponential backoff (jittered ±20 %, never sooner than the
+//	           server's Retry-After).
 //	waiting    Ready=False, Reconciling=True; requeue after the poll
 //	           interval (dependency changes requeue at once via trackers).
 //	permanent  Ready=False, Stalled=True; no requeue until the object or a
@@ -78,25 +81,25 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 //
 // A Policy belongs to one controller: it holds that controller's backoffs.
 type Policy struct {
-	kind    string // keys health waits: a ClusterStore and a ClusterStack may share a name
-	opts    Options
-	health  *registry.Health
-	enqueue func(types.NamespacedName)
-	backoff workqueue.TypedRateLimiter[string]
-	jitter  func() float64 // in [0, 1)
-	refresh func(context.Context, Object) error
+	kind     string // keys circuit waits: a ClusterStore and a ClusterStack may share a name
+	opts     Options
+	circuits *registry.Circuits
+	enqueue  func(types.NamespacedName)
+	backoff  workqueue.TypedRateLimiter[string]
+	jitter   func() float64 // in [0, 1)
+	refresh  func(context.Context, Object) error
 }
 
 // NewPolicy returns the Policy of the controller of kind. Enqueue must be
-// set (to the controller's EnqueueKey) before the first reconcile; health
+// set (to the controller's EnqueueKey) before the first reconcile; circuits
 // may be nil.
-func NewPolicy(kind string, opts Options, health *registry.Health) *Policy {
+func NewPolicy(kind string, opts Options, circuits *registry.Circuits) *Policy {
 	return &Policy{
-		kind:    kind,
-		opts:    opts,
-		health:  health,
-		backoff: workqueue.NewTypedItemExponentialFailureRateLimiter[string](opts.RetryBaseDelay, opts.RetryMaxDelay),
-		jitter:  rand.Float64,
+		kind:     kind,
+		opts:     opts,
+		circuits: circuits,
+		backoff:  workqueue.NewTypedItemExponentialFailureRateLimiter[string](opts.RetryBaseDelay, opts.RetryMaxDelay),
+		jitter:   rand.Float64,
 	}
 }
 
@@ -192,30 +195,52 @@ func (p *Policy) Finish(ctx context.Context, obj Object, err error) pkgreconcile
 		recordOutcome(ctx, p.kind, "waiting", delay)
 		return controller.NewRequeueAfter(delay)
 	default: // transient
+		if p.waitOnCircuit(key, f) {
+			// The place failed for everyone: its circuit's probe tries
+			// again for all its waiters, so this object's own backoff
+			// would only add requests and delay.
+			delay := max(p.jittered(p.opts.RetryMaxDelay), f.RetryAfter)
+			conditions.MarkRetrying(f.Reason, message,
+				WaitingMessage(registry.Place{Host: f.Host, Repository: f.Repository}, p.opts.RetryMaxDelay))
+			p.recordTransition(ctx, obj, before)
+			recordOutcome(ctx, p.kind, "transient", delay)
+			return controller.NewRequeueAfter(delay)
+		}
 		// Jitter first, then the cap, then the server's wish: the cap is a
 		// promise to the user, Retry-After a promise to the server.
 		delay := max(min(p.jittered(p.backoff.When(key.String())), p.opts.RetryMaxDelay), f.RetryAfter)
 		conditions.MarkRetrying(f.Reason, message, fmt.Sprintf("retrying in %s", delay.Round(time.Second)))
-		if f.Reason == registry.ReasonRegistryUnavailable && f.Host != "" && p.health != nil && p.enqueue != nil {
-			// Registered only while the host is down (could not connect).
-			p.health.NotifyWhenHealthy(f.Host, p.healthKey(key), func() { p.enqueue(key) })
-		}
 		p.recordTransition(ctx, obj, before)
 		recordOutcome(ctx, p.kind, "transient", delay)
 		return controller.NewRequeueAfter(delay)
 	}
 }
 
-// Forget drops the object's backoff and health waits (on success and when
+// WaitingMessage is the Reconciling message of an object waiting on the
+// circuit of place, with a safety-net requeue after safetyNet.
+func WaitingMessage(place registry.Place, safetyNet time.Duration) string {
+	return fmt.Sprintf("retrying when %s answers again (probed about every second), at the latest in %s", place, safetyNet)
+}
+
+// Forget drops the object's backoff and circuit waits (on success and when
 // it is deleted).
 func (p *Policy) Forget(key types.NamespacedName) {
 	p.backoff.Forget(key.String())
-	if p.health != nil {
-		p.health.Forget(p.healthKey(key))
+	if p.circuits != nil {
+		p.circuits.Forget(p.waitKey(key))
 	}
 }
 
-func (p *Policy) healthKey(key types.NamespacedName) string { return p.kind + ":" + key.String() }
+// waitOnCircuit registers the object as a waiter on the circuit of the
+// place f failed on, and reports whether one is open there.
+func (p *Policy) waitOnCircuit(key types.NamespacedName, f *failure.Error) bool {
+	if f.Host == "" || p.circuits == nil || p.enqueue == nil {
+		return false
+	}
+	return p.circuits.Wait(f.Host, f.Repository, p.waitKey(key), func() { p.enqueue(key) })
+}
+
+func (p *Policy) waitKey(key types.NamespacedName) string { return p.kind + ":" + key.String() }
 
 // readyChanged reports whether Ready's status or reason differ.
 func readyChanged(before, after *apis.Condition) bool {

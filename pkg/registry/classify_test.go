@@ -221,10 +221,10 @@ func TestRefusedConnections(t *testing.T) {
 	if !errors.Is(err, syscall.ECONNREFUSED) {
 		t.Errorf("error does not wrap ECONNREFUSED: %v", err)
 	}
-	if c.Health().Healthy(f.Addr) {
-		t.Error("a refused registry is still considered healthy")
+	if open := c.Circuits().Open(); len(open) != 1 || open[0].Place != (Place{Host: f.Addr}) {
+		t.Errorf("open circuits %v, want the registry's", open)
 	}
-	// Refusals are not retried in-call: the health probe watches the
+	// Refusals are not retried in-call: the circuit's probe watches the
 	// registry instead. ggcr's ping races https and http for loopback
 	// registries: two dials. A dial racing the listener's close just before
 	// is sometimes reset instead of refused ("connect: connection reset by

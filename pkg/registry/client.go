@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"slices"
 	"sync"
 	"syscall"
@@ -28,8 +29,19 @@ type Options struct {
 	// included. ggcr's retry sleeps ignore cancellation, so the deadline is
 	// what keeps a worker from being parked on a hung registry. Default 30s.
 	Timeout time.Duration
-	// WriteTimeout bounds each Write. Default 10m.
+	// WriteTimeout bounds each Write; 0 means no bound: a push that moves
+	// is never cut (AnswerTimeout and StallTimeout catch one that stopped).
 	WriteTimeout time.Duration
+	// AnswerTimeout is how long a read request waits for the registry's
+	// answer before it counts as an outage (a hang). Default 5s.
+	AnswerTimeout time.Duration
+	// WriteAnswerTimeout is the same for writes, after their body was
+	// sent: a registry may check a big upload before it answers.
+	// Default 60s.
+	WriteAnswerTimeout time.Duration
+	// StallTimeout cuts a request or answer body that moved no byte for
+	// this long. Default 30s.
+	StallTimeout time.Duration
 	// Retry is the in-call retry of one request. Keep it short: long
 	// outages are the caller's requeue's job. Steps must be ≥ 1 (ggcr fails
 	// every request with Steps 0). Default: 3 tries, sleeping ≈200ms and
@@ -49,8 +61,8 @@ type Options struct {
 	Transport http.RoundTripper
 	// UserAgent is prepended to ggcr's user agent. Default "buildsmith".
 	UserAgent string
-	// Health tunes the per-registry health probes.
-	Health HealthOptions
+	// Circuits tunes the circuits of failing places and their probes.
+	Circuits CircuitOptions
 	// Sessions bounds how many credential sets keep their authenticated
 	// transports (tokens) cached. Default 512.
 	Sessions int
@@ -64,8 +76,14 @@ func (o Options) withDefaults() Options {
 	if o.Timeout <= 0 {
 		o.Timeout = 30 * time.Second
 	}
-	if o.WriteTimeout <= 0 {
-		o.WriteTimeout = 10 * time.Minute
+	if o.AnswerTimeout <= 0 {
+		o.AnswerTimeout = 5 * time.Second
+	}
+	if o.WriteAnswerTimeout <= 0 {
+		o.WriteAnswerTimeout = time.Minute
+	}
+	if o.StallTimeout <= 0 {
+		o.StallTimeout = 30 * time.Second
 	}
 	if o.Retry.Steps < 1 {
 		o.Retry = remote.Backoff{Duration: 200 * time.Millisecond, Factor: 3, Jitter: 0.1, Steps: 3}
@@ -91,7 +109,10 @@ func (o Options) withDefaults() Options {
 	if o.CachedImages <= 0 {
 		o.CachedImages = 1024
 	}
-	o.Health = o.Health.withDefaults()
+	if o.Circuits.ProbeTimeout <= 0 {
+		o.Circuits.ProbeTimeout = o.AnswerTimeout
+	}
+	o.Circuits = o.Circuits.withDefaults()
 	return o
 }
 
@@ -99,7 +120,6 @@ func defaultTransport() http.RoundTripper {
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.DialContext = (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext
 	t.TLSHandshakeTimeout = 10 * time.Second
-	t.ResponseHeaderTimeout = 60 * time.Second
 	t.MaxIdleConnsPerHost = 16
 	return t
 }
@@ -111,8 +131,8 @@ type Client struct {
 	// call that made them returned (when a builder image is written).
 	lifetime  context.Context
 	transport *accountingTransport
-	pings     *pingCache // in front of transport, for everything but the prober
-	health    *Health
+	pings     *pingCache // in front of the circuits' gate and transport, for everything but probes
+	circuits  *Circuits
 	waits     *retryAfterHolds
 
 	mu       sync.Mutex
@@ -133,23 +153,28 @@ type session struct {
 // health probes run, until lifetime is done.
 func New(lifetime context.Context, opts Options) *Client {
 	opts = opts.withDefaults()
+	// From ggcr down: the ping cache, the circuits' gate, the accounting
+	// (and Retry-After holds), the stall timeouts, the wire.
 	waits := newRetryAfterHolds(time.Now, max(opts.MaxRetryAfterWait, 0))
-	accounting := newAccountingTransport(opts.Transport, waits)
-	c := &Client{
+	stalls := &stallTransport{next: opts.Transport, answer: opts.AnswerTimeout,
+		writeAnswer: opts.WriteAnswerTimeout, idle: opts.StallTimeout}
+	accounting := newAccountingTransport(stalls, waits)
+	circuits := newCircuits(lifetime, opts.Circuits, waits, accounting.sendOnce)
+	return &Client{
 		opts:      opts,
 		lifetime:  lifetime,
 		transport: accounting,
-		pings:     newPingCache(accounting, time.Now),
+		pings:     newPingCache(&gateTransport{next: accounting, circuits: circuits}, time.Now),
+		circuits:  circuits,
 		sessions:  lru.New(opts.Sessions),
 		images:    lru.New(opts.CachedImages),
 		waits:     waits,
 	}
-	c.health = newHealth(lifetime, opts.Health, c.probe)
-	return c
 }
 
-// Health returns the registries' health, to wait on after a transient error.
-func (c *Client) Health() *Health { return c.health }
+// Circuits returns the circuits of failing places, to wait on after a
+// transient error.
+func (c *Client) Circuits() *Circuits { return c.circuits }
 
 // Stats returns the requests and bytes exchanged so far.
 func (c *Client) Stats() Stats { return c.transport.stats() }
@@ -476,35 +501,35 @@ func (c *Client) Write(ctx context.Context, tag name.Tag, img Artifact, kc authn
 	return out, err
 }
 
-// do runs op with a deadline and a call state, classifies its error, and
-// updates the registry's health.
+// do runs op with a deadline (none when timeout is 0) and a call state,
+// classifies its error, and opens the circuit of the place where it met an
+// outage.
 func (c *Client) do(ctx context.Context, ref name.Reference, timeout time.Duration, op func(context.Context, *session) error, kc authn.Keychain) error {
-	host := ref.Context().RegistryStr()
-	if wait := c.waits.check(host, ref.Context().RepositoryStr()); wait != nil {
+	target := Place{Host: ref.Context().RegistryStr(), Repository: ref.Context().RepositoryStr()}
+	if wait := c.waits.check(target.Host, target.Repository); wait != nil {
 		return wait
 	}
-	if down := c.health.unreachable(host); down != nil {
-		// Down, and its prober watches it: no request until it answers.
-		return newError(host, 0, fmt.Errorf("%s is down; waiting for it to answer again: %w", host, down))
+	if refused := c.circuits.refuse(target); refused != nil {
+		return refused
 	}
 	s, err := c.session(kc)
 	if err != nil {
-		return newError(host, 0, err)
+		return newError(target.Host, 0, err)
 	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
 	ctx, state := withCall(ctx)
 	if err := op(ctx, s); err != nil {
-		if failed, ok := unreachableHost(err); ok {
-			// Only a failure to connect marks a host down: that is what
-			// the health probe can see recover. Anything answering (a
-			// 5xx, a hang after connecting) is left to the backoff.
-			host = failed
-			c.health.markUnhealthy(host, err)
+		e := newError(target.Host, state.RetryAfter(), err)
+		if failed := state.outage(); failed != nil && e.Class == Transient {
+			e.Host, e.Repository = failed.place.Host, failed.place.Repository
+			c.circuits.open(failed.place, e, failed.probe)
 		}
-		return newError(host, state.RetryAfter(), err)
+		return e
 	}
-	c.health.markHealthy(host)
 	return nil
 }
 
@@ -546,10 +571,13 @@ func (c *Client) session(kc authn.Keychain) (*session, error) {
 // path asks the predicate about those too), and connections cut short. An
 // answer with Retry-After is not retried by ggcr, whose sleep would ignore
 // it: the transport waits out short ones itself (see retryAfterHolds), and
-// the caller requeues after long ones. Refused connections, DNS
-// failures and timeouts are not retried in-call either: the registry is
-// down, and the health probe watches it.
+// the caller requeues after long ones. Refused connections, DNS failures
+// and timeouts are not retried in-call either, nor anything on a registry
+// with open circuits: the circuits' probes retry for every caller at once.
 func (c *Client) retryInCall(err error) bool {
+	if host := requestHost(err); host != "" && c.circuits.failing(host) {
+		return false
+	}
 	var te *transport.Error
 	if errors.As(err, &te) {
 		if te.Request != nil {
@@ -561,6 +589,21 @@ func (c *Client) retryInCall(err error) bool {
 	}
 	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
 		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) || errors.Is(err, net.ErrClosed)
+}
+
+// requestHost returns the host of the request err is about, "" if unknown.
+func requestHost(err error) string {
+	var te *transport.Error
+	if errors.As(err, &te) && te.Request != nil {
+		return te.Request.URL.Host
+	}
+	var urlErr *url.Error
+	if errors.As(err, &urlErr) {
+		if u, perr := url.Parse(urlErr.URL); perr == nil {
+			return u.Host
+		}
+	}
+	return ""
 }
 
 func readAll(l v1.Layer, limit int64) ([]byte, error) {

@@ -181,11 +181,14 @@ func isNetworkError(err error) bool {
 		return true
 	}
 	var (
-		dnsErr *net.DNSError
-		opErr  *net.OpError
-		netErr net.Error
+		dnsErr  *net.DNSError
+		opErr   *net.OpError
+		stalled *stallError
+		netErr  net.Error
 	)
-	if errors.As(err, &dnsErr) || errors.As(err, &opErr) {
+	// A stall may be joined with another failure that is no timeout (ggcr
+	// tries https and http on loopback registries), so look for it first.
+	if errors.As(err, &dnsErr) || errors.As(err, &opErr) || errors.As(err, &stalled) {
 		return true
 	}
 	return errors.As(err, &netErr) && netErr.Timeout()

@@ -22,16 +22,18 @@ func TestNoCallBeforeRetryAfter(t *testing.T) {
 	f.Inject("", "/team/app/manifests/", 1, registrytest.Answer(429, map[string]string{"Retry-After": "30"},
 		registrytest.OCIError("TOOMANYREQUESTS", "slow down")))
 	c := newTestClient(t, Options{})
-	now := time.Now()
-	c.waits.now = func() time.Time { return now }
+	clock := &fakeClock{now: time.Now()}
+	c.waits.now = clock.Now
+	c.circuits.now = clock.Now // nobody waits on the circuit: it lapses
 	ctx := context.Background()
 
 	if _, err := c.Resolve(ctx, f.Ref("team/app:1"), nil); Reason(err) != ReasonRateLimited || RetryAfter(err) != 30*time.Second {
 		t.Fatalf("first call: %s, Retry-After %v: %v", Reason(err), RetryAfter(err), err)
 	}
+	time.Sleep(100 * time.Millisecond) // the circuit's check of /v2/
 	f.ForgetRequests()
 
-	now = now.Add(10 * time.Second)
+	clock.Add(10 * time.Second)
 	for name, call := range map[string]func() error{
 		"resolve of the same tag": func() error { _, err := c.Resolve(ctx, f.Ref("team/app:1"), nil); return err },
 		"read of another tag of the repository": func() error {
@@ -51,10 +53,28 @@ func TestNoCallBeforeRetryAfter(t *testing.T) {
 		t.Errorf("another repository is held too: %v", err)
 	}
 
-	now = now.Add(20 * time.Second)
+	clock.Add(20 * time.Second)
 	if _, err := c.Resolve(ctx, f.Ref("team/app:1"), nil); err != nil {
 		t.Fatalf("after Retry-After: %v", err)
 	}
+}
+
+// fakeClock is a clock tests move by hand.
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) Add(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
 }
 
 // TestShortRetryAfterIsWaitedOut: a 429 with a Retry-After within

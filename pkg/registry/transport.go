@@ -127,6 +127,17 @@ func (t *accountingTransport) RoundTrip(req *http.Request) (*http.Response, erro
 	}
 }
 
+// sendOnce sends req once, as the circuits' probes do: counted, its
+// Retry-After noted, and neither held nor sent again.
+func (t *accountingTransport) sendOnce(req *http.Request) (*http.Response, error) {
+	host := req.URL.Host
+	resp, err := t.send(host, req)
+	if err == nil {
+		t.waits.note(host, repositoryOf(req.URL.Path), resp.StatusCode, parseRetryAfter(resp, time.Now()))
+	}
+	return resp, err
+}
+
 // send sends req once, counting it and its bytes.
 func (t *accountingTransport) send(host string, req *http.Request) (*http.Response, error) {
 	if req.Body != nil && req.Body != http.NoBody {
@@ -208,6 +219,7 @@ func parseRetryAfter(resp *http.Response, now time.Time) time.Duration {
 // requests it makes.
 type call struct {
 	retryAfter atomic.Int64 // the longest Retry-After seen, in ns
+	callOutage
 }
 
 func (c *call) noteRetryAfter(d time.Duration) {

@@ -113,7 +113,7 @@ func (x *fixture) builder(mutate func(*v1alpha1.Builder)) *v1alpha1.Builder {
 func (x *fixture) core(ctx context.Context, kind string, source *LifecycleSource) *Core {
 	core := &Core{
 		Registry:    x.client,
-		Policy:      reconciler.NewPolicy(kind, reconciler.DefaultOptions(), x.client.Health()),
+		Policy:      reconciler.NewPolicy(kind, reconciler.DefaultOptions(), x.client.Circuits()),
 		Credentials: reconciler.NewCredentials(ctx, func(types.NamespacedName) {}),
 		Stacks:      clusterstackinformer.Get(ctx).Lister(),
 		Stores:      clusterstoreinformer.Get(ctx).Lister(),
@@ -284,8 +284,8 @@ func TestBuilderFailures(t *testing.T) {
 		setup: func(x *fixture) {
 			x.f.Inject("PUT", "/builders/failing/manifests/", -1, registrytest.Answer(503, nil, ""))
 		},
-		want: rt.Outcome{Ready: corev1.ConditionFalse, Reason: registry.ReasonRegistryUnavailable, Reconciling: true, Requeue: rt.Retry,
-			MinDelay: 800 * time.Millisecond, MaxDelay: 1200 * time.Millisecond, EventReasons: []string{registry.ReasonRegistryUnavailable}},
+		want: rt.Outcome{Ready: corev1.ConditionFalse, Reason: registry.ReasonRegistryUnavailable, Reconciling: true, Requeue: rt.Circuit,
+			MinDelay: 4 * time.Minute, MaxDelay: 6 * time.Minute, EventReasons: []string{registry.ReasonRegistryUnavailable}},
 	}}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

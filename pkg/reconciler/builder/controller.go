@@ -66,7 +66,7 @@ func (c *Controllers) lifecycleSource(cmw configmap.Watcher, logger interface{ I
 func (c *Controllers) core(ctx context.Context, cmw configmap.Watcher, kind string, impl *controller.Impl) *Core {
 	core := &Core{
 		Registry:  c.Registry,
-		Policy:    reconciler.NewPolicy(kind, c.Options, c.Registry.Health()),
+		Policy:    reconciler.NewPolicy(kind, c.Options, c.Registry.Circuits()),
 		Stacks:    clusterstackinformer.Get(ctx).Lister(),
 		Stores:    clusterstoreinformer.Get(ctx).Lister(),
 		Tracker:   tracker.New(impl.EnqueueKey, controller.GetTrackerLease(ctx)),

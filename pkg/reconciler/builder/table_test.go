@@ -19,6 +19,7 @@ import (
 	builderinformer "github.com/buildsmith/buildsmith/pkg/client/injection/informers/build/v1alpha1/builder"
 	builderreconciler "github.com/buildsmith/buildsmith/pkg/client/injection/reconciler/build/v1alpha1/builder"
 	"github.com/buildsmith/buildsmith/pkg/cnb"
+	"github.com/buildsmith/buildsmith/pkg/reconciler"
 	rt "github.com/buildsmith/buildsmith/pkg/reconciler/reconcilertest"
 	"github.com/buildsmith/buildsmith/pkg/registry"
 	"github.com/buildsmith/buildsmith/test/registrytest"
@@ -84,7 +85,7 @@ func TestTable(t *testing.T) {
 		OtherTestData: withLifecycle,
 		WantErr:       true,
 		WantStatusUpdates: []clientgotesting.UpdateActionImpl{{Object: failed(failingTag, func(s *v1alpha1.BuilderStatus) {
-			s.MarkRetrying(registry.ReasonRegistryUnavailable, pushFailed, "retrying in 1s")
+			s.MarkRetrying(registry.ReasonRegistryUnavailable, pushFailed, reconciler.WaitingMessage(registry.Place{Host: x.f.Addr, Repository: "builders/failing"}, 5*time.Minute))
 		})}},
 		WantEvents: []string{pkgtesting.Eventf(corev1.EventTypeWarning, registry.ReasonRegistryUnavailable, "%s", pushFailed)},
 	}}

@@ -121,20 +121,20 @@ func TestReconcile(t *testing.T) {
 			}
 		},
 	}, {
-		name:   "registry answers 503: last good status kept, retried with backoff",
+		name:   "registry answers 503: last good status kept, waits on the repository's circuit",
 		status: &previous,
 		fault:  func() { f.Inject("", "/stack/run/manifests/", -1, registrytest.Answer(503, nil, "")) },
 		want: reconcilertest.Outcome{Ready: corev1.ConditionFalse, Reason: registry.ReasonRegistryUnavailable, Reconciling: true,
-			Requeue: reconcilertest.Retry, MinDelay: 800 * time.Millisecond, MaxDelay: 1200 * time.Millisecond,
+			Requeue: reconcilertest.Circuit, MinDelay: 4 * time.Minute, MaxDelay: 6 * time.Minute,
 			EventReasons:    []string{registry.ReasonRegistryUnavailable},
 			MessageContains: "503"},
 	}, {
-		name: "rate limited: requeue no sooner than Retry-After",
+		name: "rate limited: waits on the repository's circuit (probed after Retry-After)",
 		fault: func() {
 			f.Inject("", "/stack/run/manifests/", -1, registrytest.Answer(429, map[string]string{"Retry-After": "30"}, ""))
 		},
 		want: reconcilertest.Outcome{Ready: corev1.ConditionFalse, Reason: registry.ReasonRateLimited, Reconciling: true,
-			Requeue: reconcilertest.Retry, MinDelay: 30 * time.Second, MaxDelay: 31 * time.Second,
+			Requeue: reconcilertest.Circuit, MinDelay: 4 * time.Minute, MaxDelay: 6 * time.Minute,
 			EventReasons: []string{registry.ReasonRateLimited}},
 	}, {
 		name: "run image missing: waiting, polled",
@@ -219,48 +219,77 @@ func TestReconcile(t *testing.T) {
 	}
 }
 
-// TestRefusedRegistryWaitsOnHealth: a stack whose registry refuses
-// connections is woken by the registry's health probe when it comes back.
-func TestRefusedRegistryWaitsOnHealth(t *testing.T) {
-	f := registrytest.New(t)
-	stackLabels := map[string]string{cnb.LabelStackID: stackID}
-	f.PushImage("stack/build:1", stackLabels, stackEnv...)
-	f.PushImage("stack/run:1", stackLabels)
-	stack := &v1alpha1.ClusterStack{
-		ObjectMeta: metav1.ObjectMeta{Name: "jammy", Generation: 1},
-		Spec: v1alpha1.ClusterStackSpec{ID: stackID,
-			BuildImage: v1alpha1.ImageSource{Image: f.Addr + "/stack/build:1"},
-			RunImage:   v1alpha1.RunImageSource{Image: f.Addr + "/stack/run:1"}},
-	}
-	ctx, clients := reconcilertest.Setup(t, stack)
-	client := registry.New(ctx, registry.Options{})
-	r, rec := newReconciler(ctx, clients, client, reconciler.DefaultOptions())
-	woken := make(chan types.NamespacedName, 1)
-	r.Policy.SetEnqueue(func(key types.NamespacedName) { woken <- key })
+// TestFailingPlaceWaitsOnItsCircuit: a stack whose registry refuses
+// connections, or whose run image's repository answers 503, waits on the
+// circuit of that place (its requeue only a safety net, its status saying
+// what it waits for) and is woken when the place answers again.
+func TestFailingPlaceWaitsOnItsCircuit(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		place string // after the registry's address
+		fault func(f *registrytest.Registry)
+		end   func(f *registrytest.Registry)
+	}{
+		{"refused", "", (*registrytest.Registry).Down, (*registrytest.Registry).Up},
+		{"503 on the run image", "/stack/run", func(f *registrytest.Registry) {
+			f.Inject("", "/stack/run/", -1, registrytest.Answer(503, nil, ""))
+		}, (*registrytest.Registry).ClearFaults},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := registrytest.New(t)
+			stackLabels := map[string]string{cnb.LabelStackID: stackID}
+			f.PushImage("stack/build:1", stackLabels, stackEnv...)
+			f.PushImage("stack/run:1", stackLabels)
+			stack := &v1alpha1.ClusterStack{
+				ObjectMeta: metav1.ObjectMeta{Name: "jammy", Generation: 1},
+				Spec: v1alpha1.ClusterStackSpec{ID: stackID,
+					BuildImage: v1alpha1.ImageSource{Image: f.Addr + "/stack/build:1"},
+					RunImage:   v1alpha1.RunImageSource{Image: f.Addr + "/stack/run:1"}},
+			}
+			ctx, clients := reconcilertest.Setup(t, stack)
+			client := registry.New(ctx, registry.Options{})
+			opts := reconciler.DefaultOptions()
+			r, rec := newReconciler(ctx, clients, client, opts)
+			woken := make(chan types.NamespacedName, 1)
+			r.Policy.SetEnqueue(func(key types.NamespacedName) { woken <- key })
 
-	f.Down()
-	err := rec.Reconcile(ctx, "jammy")
-	if ok, _ := controller.IsRequeueKey(err); !ok {
-		t.Fatalf("Reconcile = %v, want a requeue", err)
-	}
-	if n := client.Health().Waiting(f.Addr); n != 1 {
-		t.Fatalf("%d keys wait on the registry, want 1", n)
-	}
-	f.Up()
-	select {
-	case key := <-woken:
-		if key.Name != "jammy" {
-			t.Errorf("woke %v", key)
-		}
-	case <-time.After(3 * time.Second):
-		t.Fatal("not woken after the registry recovered")
+			tc.fault(f)
+			err := rec.Reconcile(ctx, "jammy")
+			if ok, delay := controller.IsRequeueKey(err); !ok || delay < opts.RetryMaxDelay*8/10 {
+				t.Fatalf("Reconcile = %v (requeue after %v), want the safety net of about %v", err, delay, opts.RetryMaxDelay)
+			}
+			place := f.Addr + tc.place
+			var waiting int
+			for _, c := range client.Circuits().Open() {
+				if c.Place.String() == place {
+					waiting = c.Waiters
+				}
+			}
+			if waiting != 1 {
+				t.Fatalf("%d keys wait on %s, want 1: %v", waiting, place, client.Circuits().Open())
+			}
+			got, _ := clients.Buildsmith.BuildsmithV1alpha1().ClusterStacks().Get(ctx, "jammy", metav1.GetOptions{})
+			reconciling := got.Status.GetCondition(v1alpha1.ConditionReconciling)
+			if reconciling == nil || !strings.Contains(reconciling.Message, "retrying when "+place+" answers again") {
+				t.Errorf("Reconciling: %+v", reconciling)
+			}
+			tc.end(f)
+			select {
+			case key := <-woken:
+				if key.Name != "jammy" {
+					t.Errorf("woke %v", key)
+				}
+			case <-time.After(3 * time.Second):
+				t.Fatal("not woken after the place answered again")
+			}
+		})
 	}
 }
 
 func newReconciler(ctx context.Context, clients *reconcilertest.Clients, client *registry.Client, opts reconciler.Options) (*Reconciler, controller.Reconciler) {
 	r := &Reconciler{
 		Registry:    client,
-		Policy:      reconciler.NewPolicy("ClusterStack", opts, client.Health()),
+		Policy:      reconciler.NewPolicy("ClusterStack", opts, client.Circuits()),
 		Credentials: reconciler.NewCredentials(ctx, func(types.NamespacedName) {}),
 	}
 	r.Policy.SetEnqueue(func(types.NamespacedName) {})

@@ -18,7 +18,7 @@ import (
 // NewController returns a constructor of the ClusterStack controller.
 func NewController(client *registry.Client, opts reconciler.Options) func(context.Context, configmap.Watcher) *controller.Impl {
 	return func(ctx context.Context, _ configmap.Watcher) *controller.Impl {
-		r := &Reconciler{Registry: client, Policy: reconciler.NewPolicy("ClusterStack", opts, client.Health())}
+		r := &Reconciler{Registry: client, Policy: reconciler.NewPolicy("ClusterStack", opts, client.Circuits())}
 		impl := clusterstackreconciler.NewImpl(ctx, r)
 		r.Policy.SetEnqueue(impl.EnqueueKey)
 		stacks := buildsmithclient.Get(ctx).BuildsmithV1alpha1().ClusterStacks()

@@ -1,6 +1,8 @@
 package clusterstack
 
 import (
+	"time"
+
 	"context"
 	"fmt"
 	"testing"
@@ -67,7 +69,7 @@ func TestTable(t *testing.T) {
 		Objects: []runtime.Object{stack("stack/run-503:1", nil)},
 		WantErr: true,
 		WantStatusUpdates: []clientgotesting.UpdateActionImpl{{Object: stack("stack/run-503:1", func(s *v1alpha1.ClusterStackStatus) {
-			s.MarkRetrying(registry.ReasonRegistryUnavailable, unavailable, "retrying in 1s")
+			s.MarkRetrying(registry.ReasonRegistryUnavailable, unavailable, reconciler.WaitingMessage(registry.Place{Host: f.Addr, Repository: "stack/run-503"}, 5*time.Minute))
 		})}},
 		WantEvents: []string{pkgtesting.Eventf(corev1.EventTypeWarning, registry.ReasonRegistryUnavailable, "%s", unavailable)},
 	}, {

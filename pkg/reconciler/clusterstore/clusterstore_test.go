@@ -82,7 +82,7 @@ func TestReconcile(t *testing.T) {
 		previous: true,
 		fault:    func() { f.Inject("", "/bp/node/manifests/", -1, registrytest.Answer(502, nil, "")) },
 		want: rt.Outcome{Ready: corev1.ConditionFalse, Reason: registry.ReasonRegistryUnavailable, Reconciling: true,
-			Requeue: rt.Retry, MinDelay: 800 * time.Millisecond, MaxDelay: 1200 * time.Millisecond,
+			Requeue: rt.Circuit, MinDelay: 4 * time.Minute, MaxDelay: 6 * time.Minute,
 			EventReasons: []string{registry.ReasonRegistryUnavailable}},
 	}, {
 		name:     "same buildpack with other contents in two sources",
@@ -157,7 +157,7 @@ func TestReconcile(t *testing.T) {
 func newReconciler(ctx context.Context, clients *rt.Clients, client *registry.Client) controller.Reconciler {
 	r := &Reconciler{
 		Registry:    client,
-		Policy:      reconciler.NewPolicy("ClusterStore", reconciler.DefaultOptions(), client.Health()),
+		Policy:      reconciler.NewPolicy("ClusterStore", reconciler.DefaultOptions(), client.Circuits()),
 		Credentials: reconciler.NewCredentials(ctx, func(types.NamespacedName) {}),
 	}
 	r.Policy.SetEnqueue(func(types.NamespacedName) {})

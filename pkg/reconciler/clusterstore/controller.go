@@ -18,7 +18,7 @@ import (
 // NewController returns a constructor of the ClusterStore controller.
 func NewController(client *registry.Client, opts reconciler.Options) func(context.Context, configmap.Watcher) *controller.Impl {
 	return func(ctx context.Context, _ configmap.Watcher) *controller.Impl {
-		r := &Reconciler{Registry: client, Policy: reconciler.NewPolicy("ClusterStore", opts, client.Health())}
+		r := &Reconciler{Registry: client, Policy: reconciler.NewPolicy("ClusterStore", opts, client.Circuits())}
 		impl := clusterstorereconciler.NewImpl(ctx, r)
 		r.Policy.SetEnqueue(impl.EnqueueKey)
 		stores := buildsmithclient.Get(ctx).BuildsmithV1alpha1().ClusterStores()

@@ -1,6 +1,8 @@
 package clusterstore
 
 import (
+	"time"
+
 	"context"
 	"fmt"
 	"testing"
@@ -14,6 +16,7 @@ import (
 
 	"github.com/buildsmith/buildsmith/pkg/apis/build/v1alpha1"
 	"github.com/buildsmith/buildsmith/pkg/cnb"
+	"github.com/buildsmith/buildsmith/pkg/reconciler"
 	rt "github.com/buildsmith/buildsmith/pkg/reconciler/reconcilertest"
 	"github.com/buildsmith/buildsmith/pkg/registry"
 	"github.com/buildsmith/buildsmith/test/registrytest"
@@ -71,7 +74,7 @@ func TestTable(t *testing.T) {
 		WantErr: true,
 		WantStatusUpdates: []clientgotesting.UpdateActionImpl{{Object: store(func(s *v1alpha1.ClusterStoreStatus) {
 			kept(s)
-			s.MarkRetrying(registry.ReasonRegistryUnavailable, unavailable, "retrying in 1s")
+			s.MarkRetrying(registry.ReasonRegistryUnavailable, unavailable, reconciler.WaitingMessage(registry.Place{Host: f.Addr, Repository: "bp/flaky"}, 5*time.Minute))
 		}, "bp/go:1", "bp/flaky:1")}},
 		WantEvents: []string{pkgtesting.Eventf(corev1.EventTypeWarning, registry.ReasonRegistryUnavailable, "%s", unavailable)},
 	}, {

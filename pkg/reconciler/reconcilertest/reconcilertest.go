@@ -92,6 +92,9 @@ const (
 	Retry     = "retry"
 	Poll      = "poll"
 	NoRequeue = "permanent"
+	// Circuit is a wait on the circuit of the place that failed, with the
+	// safety-net requeue after MinDelay..MaxDelay.
+	Circuit = "circuit"
 )
 
 // Outcome is what a reconcile must end in.
@@ -138,8 +141,12 @@ func Check(t *testing.T, obj reconciler.Object, err error, events []string, want
 		if !ok || delay < want.MinDelay || delay > want.MaxDelay {
 			t.Errorf("Reconcile = %v (requeue %v after %v), want a requeue in [%v, %v]", err, ok, delay, want.MinDelay, want.MaxDelay)
 		}
-		if c := status.GetCondition(v1alpha1.ConditionReconciling); want.Reconciling && (c == nil || !strings.HasPrefix(c.Message, "retrying in ")) {
-			t.Errorf("Reconciling message = %+v, want \"retrying in …\"", c)
+		prefix := "retrying in "
+		if want.Requeue == Circuit {
+			prefix = "retrying when "
+		}
+		if c := status.GetCondition(v1alpha1.ConditionReconciling); want.Reconciling && (c == nil || !strings.HasPrefix(c.Message, prefix)) {
+			t.Errorf("Reconciling message = %+v, want %q…", c, prefix)
 		}
 	}
 	if len(events) != len(want.EventReasons) {

@@ -13,10 +13,10 @@ import (
 	"github.com/buildsmith/buildsmith/test/registrytest"
 )
 
-// TestHealthWaitsOfKindsSharingAName: a ClusterStore and a ClusterStack
+// TestCircuitWaitsOfKindsSharingAName: a ClusterStore and a ClusterStack
 // both named "demo" failing on the same down registry both wait on it, and
 // both are woken.
-func TestHealthWaitsOfKindsSharingAName(t *testing.T) {
+func TestCircuitWaitsOfKindsSharingAName(t *testing.T) {
 	f := registrytest.New(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -27,14 +27,14 @@ func TestHealthWaitsOfKindsSharingAName(t *testing.T) {
 		t.Fatalf("Resolve: %v", err)
 	}
 	woken := make(chan string, 2)
-	storePolicy := NewPolicy("ClusterStore", DefaultOptions(), client.Health())
+	storePolicy := NewPolicy("ClusterStore", DefaultOptions(), client.Circuits())
 	storePolicy.SetEnqueue(func(types.NamespacedName) { woken <- "store" })
-	stackPolicy := NewPolicy("ClusterStack", DefaultOptions(), client.Health())
+	stackPolicy := NewPolicy("ClusterStack", DefaultOptions(), client.Circuits())
 	stackPolicy.SetEnqueue(func(types.NamespacedName) { woken <- "stack" })
 	storePolicy.Finish(ctx, &v1alpha1.ClusterStore{ObjectMeta: metav1.ObjectMeta{Name: "demo"}}, err)
 	stackPolicy.Finish(ctx, &v1alpha1.ClusterStack{ObjectMeta: metav1.ObjectMeta{Name: "demo"}}, err)
-	if n := client.Health().Waiting(f.Addr); n != 2 {
-		t.Fatalf("%d waiting, want 2", n)
+	if open := client.Circuits().Open(); len(open) != 1 || open[0].Waiters != 2 {
+		t.Fatalf("open circuits %+v, want the registry's with 2 waiters", open)
 	}
 	f.Up()
 	got := map[string]bool{}

@@ -1,0 +1,535 @@
+package registry
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"sort"
+	"sync"
+	"time"
+)
+
+// Place is where requests fail: a registry host, or one repository of it.
+type Place struct {
+	Host string
+	// Repository is "" when the failure is about the registry as a whole
+	// (it cannot be reached, or its /v2/ endpoint fails too).
+	Repository string
+}
+
+func (p Place) String() string {
+	if p.Repository == "" {
+		return p.Host
+	}
+	return p.Host + "/" + p.Repository
+}
+
+func (p Place) hostPlace() Place { return Place{Host: p.Host} }
+
+// CircuitOptions tunes the circuits. The zero value of a field means its
+// default.
+type CircuitOptions struct {
+	// FirstProbe is the wait before a newly opened circuit is first probed:
+	// short, since most blips are over by then. Default 200ms.
+	FirstProbe time.Duration
+	// ProbeInterval is how often one place is probed at most (±20 %), and
+	// so about how long a recovery goes unnoticed. Default 1s.
+	ProbeInterval time.Duration
+	// ProbesPerSecond caps the probes sent to one registry: when more of
+	// its places are open than that, they are probed in turn. Default 2.
+	ProbesPerSecond float64
+	// ProbeTimeout bounds one probe. Default 5s.
+	ProbeTimeout time.Duration
+}
+
+func (o CircuitOptions) withDefaults() CircuitOptions {
+	if o.FirstProbe <= 0 {
+		o.FirstProbe = 200 * time.Millisecond
+	}
+	if o.ProbeInterval <= 0 {
+		o.ProbeInterval = time.Second
+	}
+	if o.ProbesPerSecond <= 0 {
+		o.ProbesPerSecond = 2
+	}
+	if o.ProbeTimeout <= 0 {
+		o.ProbeTimeout = 5 * time.Second
+	}
+	return o
+}
+
+// sweepParallel is how many probes run at once while a registry that just
+// answered one is swept.
+const sweepParallel = 8
+
+// Circuits keeps one circuit per place that failed, and wakes the callers
+// waiting on a place when it answers again.
+//
+// A call that fails on an outage (the registry cannot be reached, resets
+// the connection, does not answer in time, or answers 408, 429 or 5xx)
+// after its in-call retries opens the circuit of the place its last failed
+// request was about: the repository, or the registry when the request was
+// about none or the connection itself failed. Answers that are not outages
+// (401, 403, 404, other 4xx) never open one. While a circuit is open no
+// request of any call goes to its place; callers fail at once with the
+// error that opened it and wait on the place (Wait) instead of backing off.
+//
+// One prober per registry with open circuits re-sends each place's failing
+// read (a failed push is probed with a read of its repository; the registry
+// with GET /v2/), after its Retry-After, about once a second per place and
+// at most ProbesPerSecond per registry, in turn. An answer that is not an
+// outage closes the circuit and wakes its waiters; since a registry that
+// answers one place has likely recovered as a whole, its other open places
+// are then probed at once (a sweep, stopped by the first probe that fails).
+// A repository's failure also checks the registry's /v2/ once: when that
+// fails too, the registry's own circuit opens, and new calls to any of its
+// repositories fail at once rather than discovering the outage one by one
+// (a hang costs a worker seconds per discovery). /v2/ answering closes only
+// the registry's circuit: a repository's stays open until its own read
+// answers. A circuit nobody waits on is dropped without a probe.
+//
+// So an outage costs O(failing places) requests per second, capped per
+// registry, whatever the number of objects; and recovery is noticed within
+// about a second of the registry answering, not at the end of backoffs.
+type Circuits struct {
+	opts     CircuitOptions
+	lifetime context.Context
+	// send sends one request on the wire, counted, noting its Retry-After;
+	// it bypasses the circuits, the ping cache and the holds.
+	send   func(*http.Request) (*http.Response, error)
+	holds  *retryAfterHolds
+	now    func() time.Time
+	jitter func() float64 // in [0, 1)
+
+	mu     sync.Mutex
+	hosts  map[string]*hostCircuits
+	probes map[ProbeResult]int64
+}
+
+// hostCircuits are the open circuits of one registry and its prober's state.
+type hostCircuits struct {
+	open    map[string]*circuit // by repository; "" is the registry's own
+	probing bool                // a prober runs
+	nudge   chan struct{}       // wakes the prober early (new circuit, sweep)
+	// nextProbe spaces probes to ProbesPerSecond.
+	nextProbe time.Time
+	// checked is when a repository's failure last checked /v2/.
+	checked  time.Time
+	sweeping bool
+	inFlight int
+}
+
+type circuit struct {
+	place Place
+	err   *Error        // what calls fail with while it is open
+	probe *http.Request // the read that failed, to send again
+	// due is when it may be probed next; idleSince when its last waiter
+	// left (or it opened).
+	due, idleSince time.Time
+	probing        bool // half-open: a probe is in flight
+	waiters        map[string]func()
+}
+
+// ProbeResult keys the probe counters.
+type ProbeResult struct {
+	Host     string
+	Answered bool
+}
+
+func newCircuits(lifetime context.Context, opts CircuitOptions, holds *retryAfterHolds, send func(*http.Request) (*http.Response, error)) *Circuits {
+	return &Circuits{opts: opts.withDefaults(), lifetime: lifetime, send: send, holds: holds,
+		now: time.Now, jitter: rand.Float64, hosts: map[string]*hostCircuits{}, probes: map[ProbeResult]int64{}}
+}
+
+// refuse returns the error of an open circuit covering place (the
+// registry's, or the repository's), nil when requests may go there.
+func (c *Circuits) refuse(place Place) *Error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	hc := c.hosts[place.Host]
+	if hc == nil {
+		return nil
+	}
+	open := hc.open[""]
+	if open == nil && place.Repository != "" {
+		open = hc.open[place.Repository]
+	}
+	if open == nil {
+		return nil
+	}
+	if c.lapsed(open) {
+		// Nobody waits on it: the next call finds out afresh.
+		delete(hc.open, open.place.Repository)
+		return nil
+	}
+	left, _ := c.holds.left(open.place.Host, open.place.Repository)
+	return &Error{Class: Transient, Reason: open.err.Reason, Host: open.place.Host, Repository: open.place.Repository,
+		RetryAfter: left, Err: &circuitOpenError{place: open.place, cause: open.err}}
+}
+
+// circuitOpenError is what a call refused by an open circuit fails with.
+type circuitOpenError struct {
+	place Place
+	cause *Error
+}
+
+func (e *circuitOpenError) Error() string {
+	return fmt.Sprintf("%s is failing, so nothing is sent there until a probe gets an answer: %v", e.place, e.cause)
+}
+
+// Unwrap is deliberately absent: the cause's class is the circuit's, and
+// nothing below should be mistaken for this call's own network error.
+
+// open opens place's circuit (or refreshes an open one) with the failure
+// err and the read to probe it with.
+func (c *Circuits) open(place Place, err *Error, probe *http.Request) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	hc := c.host(place.Host)
+	now := c.now()
+	if cb := hc.open[place.Repository]; cb != nil {
+		if cb.err.Reason != err.Reason {
+			cb.err = err
+		}
+		return
+	}
+	hc.open[place.Repository] = &circuit{place: place, err: err, probe: probe,
+		due: now.Add(c.jittered(c.opts.FirstProbe)), idleSince: now, waiters: map[string]func(){}}
+	if place.Repository != "" && hc.open[""] == nil && now.Sub(hc.checked) >= c.opts.ProbeInterval {
+		hc.checked = now
+		go c.checkRegistry(place.Host, probe)
+	}
+	c.startProber(place.Host, hc)
+}
+
+// checkRegistry asks the registry's /v2/ whether it answers at all, after
+// one of its repositories failed; when it does not, the registry's circuit
+// opens too.
+func (c *Circuits) checkRegistry(host string, failed *http.Request) {
+	req := registryProbe(failed)
+	ctx, cancel := context.WithTimeout(c.lifetime, c.opts.ProbeTimeout)
+	defer cancel()
+	if fail := c.sendProbe(ctx, req); fail != nil {
+		c.open(Place{Host: host}, fail, req)
+	}
+}
+
+// answered records that place answered a request with something other than
+// an outage: its circuit closes, and a repository's answer closes the
+// registry's too. Waiters are woken.
+func (c *Circuits) answered(place Place) {
+	c.mu.Lock()
+	hc := c.hosts[place.Host]
+	if hc == nil || len(hc.open) == 0 {
+		c.mu.Unlock()
+		return
+	}
+	var wake []func()
+	wake = append(wake, c.closeLocked(hc, place.Repository)...)
+	if place.Repository != "" {
+		wake = append(wake, c.closeLocked(hc, "")...)
+	}
+	c.mu.Unlock()
+	for _, w := range wake {
+		w()
+	}
+}
+
+// closeLocked closes hc's circuit of repo, returning its waiters' wake-ups.
+func (c *Circuits) closeLocked(hc *hostCircuits, repo string) []func() {
+	cb := hc.open[repo]
+	if cb == nil {
+		return nil
+	}
+	delete(hc.open, repo)
+	wake := make([]func(), 0, len(cb.waiters))
+	for _, w := range cb.waiters {
+		wake = append(wake, w)
+	}
+	// The registry answers: its other places may well answer too.
+	hc.sweeping = len(hc.open) > 0
+	c.nudge(hc)
+	return wake
+}
+
+// Wait arranges for wake to be called once, when the circuit of the place
+// (host, repository) — or, failing that, of the registry — closes, and
+// reports whether it did: when neither is open, nothing is registered and
+// the caller's own retry is the only one. A later call with the same key
+// replaces the earlier callback.
+func (c *Circuits) Wait(host, repository, key string, wake func()) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	hc := c.hosts[host]
+	if hc == nil {
+		return false
+	}
+	cb := hc.open[repository]
+	if cb == nil {
+		cb = hc.open[""]
+	}
+	if cb == nil {
+		return false
+	}
+	c.forgetLocked(key)
+	cb.waiters[key] = wake
+	c.startProber(host, hc)
+	return true
+}
+
+// Forget drops the callbacks registered under key (the object succeeded by
+// other means, or was deleted).
+func (c *Circuits) Forget(key string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.forgetLocked(key)
+}
+
+func (c *Circuits) forgetLocked(key string) {
+	now := c.now()
+	for _, hc := range c.hosts {
+		for _, cb := range hc.open {
+			if _, ok := cb.waiters[key]; ok {
+				delete(cb.waiters, key)
+				if len(cb.waiters) == 0 {
+					cb.idleSince = now
+				}
+			}
+		}
+	}
+}
+
+// OpenCircuit describes an open circuit, for metrics and tests.
+type OpenCircuit struct {
+	Place   Place
+	Reason  string
+	Waiters int
+}
+
+// Open lists the open circuits.
+func (c *Circuits) Open() []OpenCircuit {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []OpenCircuit
+	for _, hc := range c.hosts {
+		for _, cb := range hc.open {
+			out = append(out, OpenCircuit{Place: cb.place, Reason: cb.err.Reason, Waiters: len(cb.waiters)})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Place.String() < out[j].Place.String() })
+	return out
+}
+
+// ProbeResults returns how many probes each registry answered and failed.
+func (c *Circuits) ProbeResults() map[ProbeResult]int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make(map[ProbeResult]int64, len(c.probes))
+	for k, v := range c.probes {
+		out[k] = v
+	}
+	return out
+}
+
+// host returns host's entry, creating it; c.mu must be held.
+func (c *Circuits) host(host string) *hostCircuits {
+	hc := c.hosts[host]
+	if hc == nil {
+		hc = &hostCircuits{open: map[string]*circuit{}, nudge: make(chan struct{}, 1)}
+		c.hosts[host] = hc
+	}
+	return hc
+}
+
+func (c *Circuits) nudge(hc *hostCircuits) {
+	select {
+	case hc.nudge <- struct{}{}:
+	default:
+	}
+}
+
+// startProber starts host's prober unless it runs; c.mu must be held.
+func (c *Circuits) startProber(host string, hc *hostCircuits) {
+	if hc.probing {
+		c.nudge(hc)
+		return
+	}
+	hc.probing = true
+	go c.runProber(host, hc)
+}
+
+// runProber probes host's open circuits until none is left or the lifetime
+// ends.
+func (c *Circuits) runProber(host string, hc *hostCircuits) {
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		next, ok := c.probeDue(host, hc)
+		if !ok {
+			return
+		}
+		timer.Reset(max(next.Sub(c.now()), time.Millisecond))
+		select {
+		case <-c.lifetime.Done():
+			c.mu.Lock()
+			hc.probing = false
+			c.mu.Unlock()
+			return
+		case <-timer.C:
+		case <-hc.nudge:
+			if !timer.Stop() {
+				select {
+				case <-timer.C:
+				default:
+				}
+			}
+		}
+	}
+}
+
+// probeDue drops the circuits nobody waits on, starts the probes that are
+// due, and returns when to look again; false when no circuit is left.
+func (c *Circuits) probeDue(host string, hc *hostCircuits) (time.Time, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := c.now()
+	for repo, cb := range hc.open {
+		if c.lapsed(cb) {
+			delete(hc.open, repo) // nobody cares; the next call finds out afresh
+		}
+	}
+	if len(hc.open) == 0 {
+		hc.probing, hc.sweeping = false, false
+		return time.Time{}, false
+	}
+	// Until the registry answers at all, its repositories cannot be told
+	// apart: probe only its own circuit.
+	candidates := hc.open
+	if own := hc.open[""]; own != nil {
+		candidates = map[string]*circuit{"": own}
+	}
+	next := now.Add(c.opts.ProbeInterval)
+	var due []*circuit
+	for _, cb := range candidates {
+		if cb.probing || len(cb.waiters) == 0 {
+			continue
+		}
+		at := cb.due
+		if hc.sweeping {
+			at = now
+		}
+		if left := c.holdLeft(cb.place); left > 0 {
+			at = later(at, now.Add(left)) // never before a Retry-After
+		}
+		if at.After(now) {
+			if at.Before(next) {
+				next = at
+			}
+			continue
+		}
+		due = append(due, cb)
+	}
+	sort.Slice(due, func(i, j int) bool { return due[i].due.Before(due[j].due) })
+	if hc.sweeping {
+		if len(due) == 0 && hc.inFlight == 0 {
+			hc.sweeping = false
+		}
+		for _, cb := range due {
+			if hc.inFlight >= sweepParallel {
+				break
+			}
+			c.startProbe(hc, cb)
+		}
+		return next, true
+	}
+	if len(due) > 0 {
+		if now.Before(hc.nextProbe) {
+			return later(now, hc.nextProbe), true
+		}
+		c.startProbe(hc, due[0])
+		hc.nextProbe = now.Add(c.jittered(time.Duration(float64(time.Second) / c.opts.ProbesPerSecond)))
+		if len(due) > 1 && hc.nextProbe.Before(next) {
+			next = hc.nextProbe
+		}
+	}
+	return next, true
+}
+
+// lapsed reports whether nobody has waited on cb for a probe interval;
+// c.mu must be held.
+func (c *Circuits) lapsed(cb *circuit) bool {
+	return len(cb.waiters) == 0 && !cb.probing && c.now().Sub(cb.idleSince) >= c.opts.ProbeInterval
+}
+
+func (c *Circuits) holdLeft(p Place) time.Duration {
+	left, _ := c.holds.left(p.Host, p.Repository)
+	return left
+}
+
+// startProbe sends cb's probe in the background; c.mu must be held.
+func (c *Circuits) startProbe(hc *hostCircuits, cb *circuit) {
+	cb.probing = true
+	hc.inFlight++
+	go func() {
+		ctx, cancel := context.WithTimeout(c.lifetime, c.opts.ProbeTimeout)
+		fail := c.sendProbe(ctx, cb.probe)
+		cancel()
+
+		c.mu.Lock()
+		cb.probing = false
+		hc.inFlight--
+		c.probes[ProbeResult{Host: cb.place.Host, Answered: fail == nil}]++
+		var wake []func()
+		if fail == nil {
+			if hc.open[cb.place.Repository] == cb {
+				wake = c.closeLocked(hc, cb.place.Repository)
+			}
+		} else {
+			cb.due = c.now().Add(c.jittered(c.opts.ProbeInterval))
+			if fail.Reason != cb.err.Reason {
+				cb.err = fail
+			}
+			hc.sweeping = false // this registry has not recovered as a whole
+		}
+		c.nudge(hc)
+		c.mu.Unlock()
+		for _, w := range wake {
+			w()
+		}
+	}()
+}
+
+// sendProbe sends req once and returns nil when the answer is not an
+// outage, else the failure.
+func (c *Circuits) sendProbe(ctx context.Context, req *http.Request) *Error {
+	resp, err := c.send(req.Clone(ctx))
+	if err == nil {
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+		_ = resp.Body.Close()
+	}
+	if !isOutage(ctx, resp, err) {
+		return nil
+	}
+	return outageError(req, resp, err)
+}
+
+func (c *Circuits) jittered(d time.Duration) time.Duration {
+	return time.Duration(float64(d) * (0.8 + 0.4*c.jitter()))
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// failing reports whether host has an open circuit.
+func (c *Circuits) failing(host string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	hc := c.hosts[host]
+	return hc != nil && len(hc.open) > 0
+}

@@ -1,0 +1,401 @@
+package registry
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/buildsmith/buildsmith/test/registrytest"
+)
+
+// noProbes keeps circuits open for the length of a test: no probe, no drop.
+var noProbes = CircuitOptions{FirstProbe: time.Hour, ProbeInterval: time.Hour}
+
+// TestOutagesOpenTheRightCircuit: each kind of failure of a read of
+// team/app opens the circuit of the right place, or none; a repository's
+// failure opens the registry's circuit too only when /v2/ fails as well.
+func TestOutagesOpenTheRightCircuit(t *testing.T) {
+	hang := func(f *registrytest.Registry) func(http.ResponseWriter, *http.Request) { return f.Hang }
+	answer := func(code int, headers map[string]string) func(*registrytest.Registry) func(http.ResponseWriter, *http.Request) {
+		return func(*registrytest.Registry) func(http.ResponseWriter, *http.Request) {
+			return registrytest.Answer(code, headers, registrytest.OCIError("X", "fault"))
+		}
+	}
+	tests := []struct {
+		name   string
+		down   bool   // connections refused
+		path   string // the requests the fault applies to
+		fault  func(*registrytest.Registry) func(http.ResponseWriter, *http.Request)
+		reason string
+		open   []string // places, "" for the registry
+	}{
+		{name: "refused", down: true, reason: ReasonRegistryUnavailable, open: []string{""}},
+		{name: "503 on the repository", path: "/team/app/", fault: answer(503, nil), reason: ReasonRegistryUnavailable, open: []string{"team/app"}},
+		{name: "500 on the repository", path: "/team/app/", fault: answer(500, nil), reason: ReasonRegistryUnavailable, open: []string{"team/app"}},
+		{name: "408 on the repository", path: "/team/app/", fault: answer(408, nil), reason: ReasonRegistryUnavailable, open: []string{"team/app"}},
+		{name: "429 with a long Retry-After", path: "/team/app/", fault: answer(429, map[string]string{"Retry-After": "60"}), reason: ReasonRateLimited, open: []string{"team/app"}},
+		{name: "reset", path: "/team/app/", fault: func(*registrytest.Registry) func(http.ResponseWriter, *http.Request) { return registrytest.Reset },
+			reason: ReasonRegistryUnavailable, open: []string{"team/app"}},
+		{name: "hang on the repository", path: "/team/app/", fault: hang, reason: ReasonRegistryUnavailable, open: []string{"team/app"}},
+		// The ping fails first: the call never reaches the repository.
+		{name: "503 everywhere", path: "/v2/", fault: answer(503, nil), reason: ReasonRegistryUnavailable, open: []string{""}},
+		{name: "hang everywhere", path: "/v2/", fault: hang, reason: ReasonRegistryUnavailable, open: []string{""}},
+		{name: "503 on the repository, then on /v2/", path: "/v2/", fault: func(f *registrytest.Registry) func(http.ResponseWriter, *http.Request) {
+			pinged := false
+			return func(w http.ResponseWriter, r *http.Request) {
+				if r.URL.Path == "/v2/" && !pinged {
+					pinged = true
+					f.Handler.ServeHTTP(w, r)
+					return
+				}
+				registrytest.Answer(503, nil, "")(w, r)
+			}
+		}, reason: ReasonRegistryUnavailable, open: []string{"", "team/app"}},
+		{name: "401", path: "/team/app/", fault: answer(401, nil), reason: ReasonUnauthorized},
+		{name: "403", path: "/team/app/", fault: answer(403, nil), reason: ReasonUnauthorized},
+		{name: "404", path: "/team/app/", fault: answer(404, nil), reason: ReasonImageNotFound},
+		{name: "400", path: "/team/app/", fault: answer(400, nil), reason: ReasonRegistryRejected},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			f := registrytest.New(t)
+			f.Push("team/app:1")
+			c := newTestClient(t, Options{Circuits: noProbes, AnswerTimeout: 300 * time.Millisecond})
+			if tc.down {
+				f.Down()
+			} else {
+				f.Inject("", tc.path, -1, tc.fault(f))
+			}
+			_, err := c.Resolve(context.Background(), f.Ref("team/app:1"), nil)
+			if Reason(err) != tc.reason {
+				t.Fatalf("reason %q, want %q: %v", Reason(err), tc.reason, err)
+			}
+			var want []string
+			for _, repo := range tc.open {
+				want = append(want, Place{Host: f.Addr, Repository: repo}.String())
+			}
+			// The registry's /v2/ is checked in the background.
+			got := eventuallyOpen(c, want, 2*time.Second)
+			if !slices.Equal(got, want) {
+				t.Errorf("open circuits %q, want %q", got, want)
+			}
+			if len(want) > 0 && Host(err) != f.Addr {
+				t.Errorf("error's host %q", Host(err))
+			}
+		})
+	}
+}
+
+// eventuallyOpen returns the open places once they are want, or after
+// timeout; then it waits a little more for extras.
+func eventuallyOpen(c *Client, want []string, timeout time.Duration) []string {
+	places := func() []string {
+		var out []string
+		for _, o := range c.Circuits().Open() {
+			out = append(out, o.Place.String())
+		}
+		return out
+	}
+	deadline := time.Now().Add(timeout)
+	for !slices.Equal(places(), want) && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	time.Sleep(400 * time.Millisecond) // a check still running would open one more
+	return places()
+}
+
+// TestOpenCircuitSendsNothing: while a repository's circuit is open, calls
+// to it fail at once, naming it, without a request; other repositories of
+// the registry are called as usual.
+func TestOpenCircuitSendsNothing(t *testing.T) {
+	f := registrytest.New(t)
+	f.Push("team/app:1")
+	f.Push("team/other:1")
+	f.Inject("", "/team/app/", -1, registrytest.Answer(503, nil, ""))
+	c := newTestClient(t, Options{Circuits: noProbes})
+	ctx := context.Background()
+	if _, err := c.Resolve(ctx, f.Ref("team/app:1"), nil); Reason(err) != ReasonRegistryUnavailable {
+		t.Fatalf("Resolve: %v", err)
+	}
+	eventuallyOpen(c, []string{f.Addr + "/team/app"}, time.Second)
+	before := f.Count("", "/team/app/")
+	for range 20 {
+		_, err := c.ReadImage(ctx, f.Ref("team/app:1"), nil, nil)
+		if Reason(err) != ReasonRegistryUnavailable || Host(err) != f.Addr || !strings.Contains(err.Error(), f.Addr+"/team/app is failing") {
+			t.Fatalf("while open: %v", err)
+		}
+	}
+	if n := f.Count("", "/team/app/") - before; n != 0 {
+		t.Errorf("%d requests to a repository whose circuit is open", n)
+	}
+	if _, err := c.Resolve(ctx, f.Ref("team/other:1"), nil); err != nil {
+		t.Errorf("another repository of the registry: %v", err)
+	}
+}
+
+// TestProbeResendsTheFailingRead: the probe of a repository is the read
+// that failed, sent about once a second and not before the first probe
+// delay; /v2/ answering does not close the repository's circuit; when the
+// read answers, the waiter is woken.
+func TestProbeResendsTheFailingRead(t *testing.T) {
+	f := registrytest.New(t)
+	f.Push("team/app:1")
+	f.Inject("", "/team/app/", -1, registrytest.Answer(503, nil, ""))
+	c := newTestClient(t, Options{})
+	ctx := context.Background()
+	if _, err := c.Resolve(ctx, f.Ref("team/app:1"), nil); Reason(err) != ReasonRegistryUnavailable {
+		t.Fatalf("Resolve: %v", err)
+	}
+	woken := make(chan time.Time, 1)
+	if !c.Circuits().Wait(f.Addr, "team/app", "ns/a", func() { woken <- time.Now() }) {
+		t.Fatal("no open circuit to wait on")
+	}
+	time.Sleep(100 * time.Millisecond) // the check of /v2/ (it answers)
+	f.ForgetRequests()
+	time.Sleep(2500 * time.Millisecond)
+	probes := f.Requests()
+	// First probe after ~200ms, then every 0.8–1.2s: 2 or 3 in 2.5s.
+	if len(probes) < 2 || len(probes) > 3 {
+		t.Errorf("%d probes in 2.5s: %q", len(probes), probes)
+	}
+	for _, p := range probes {
+		if p != "HEAD /v2/team/app/manifests/1" {
+			t.Errorf("probe %q, want the failed HEAD of the manifest", p)
+		}
+	}
+	select {
+	case <-woken:
+		t.Fatal("woken while the repository still fails")
+	default:
+	}
+	if got := eventuallyOpen(c, []string{f.Addr + "/team/app"}, 0); len(got) != 1 {
+		t.Fatalf("open circuits %q: /v2/ answering closed the repository's", got)
+	}
+
+	f.ClearFaults()
+	recovered := time.Now()
+	select {
+	case at := <-woken:
+		if d := at.Sub(recovered); d > 1500*time.Millisecond {
+			t.Errorf("woken %v after the repository answered", d)
+		}
+	case <-time.After(3 * time.Second):
+		t.Fatal("not woken 3s after the repository answered")
+	}
+	if open := c.Circuits().Open(); len(open) != 0 {
+		t.Errorf("still open: %v", open)
+	}
+}
+
+// TestProbeWaitsForRetryAfter: a repository that answered 429 with
+// Retry-After: 2 gets no request, probe included, for 2 seconds.
+func TestProbeWaitsForRetryAfter(t *testing.T) {
+	f := registrytest.New(t)
+	f.Push("team/app:1")
+	var mu sync.Mutex
+	var at []time.Time
+	f.Inject("", "/team/app/", -1, func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		at = append(at, time.Now())
+		limited := len(at) == 1
+		mu.Unlock()
+		if limited {
+			registrytest.Answer(429, map[string]string{"Retry-After": "2"}, "")(w, r)
+			return
+		}
+		f.Handler.ServeHTTP(w, r)
+	})
+	c := newTestClient(t, Options{MaxRetryAfterWait: -1})
+	if _, err := c.Resolve(context.Background(), f.Ref("team/app:1"), nil); Reason(err) != ReasonRateLimited || RetryAfter(err) < time.Second {
+		t.Fatalf("Resolve: %v (Retry-After %v)", err, RetryAfter(err))
+	}
+	woken := make(chan struct{})
+	if !c.Circuits().Wait(f.Addr, "team/app", "ns/a", func() { close(woken) }) {
+		t.Fatal("no open circuit to wait on")
+	}
+	select {
+	case <-woken:
+	case <-time.After(4 * time.Second):
+		t.Fatal("not woken 4s after a Retry-After of 2s")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(at) != 2 {
+		t.Fatalf("%d requests to the repository, want the 429 and one probe", len(at))
+	}
+	if gap := at[1].Sub(at[0]); gap < 2*time.Second {
+		t.Errorf("probe %v after a 429 with Retry-After: 2", gap.Round(time.Millisecond))
+	}
+}
+
+// TestProberStopsWhenNobodyWaits: a circuit nobody waits on costs no
+// request and is dropped; one whose last waiter left stops being probed.
+func TestProberStopsWhenNobodyWaits(t *testing.T) {
+	f := registrytest.New(t)
+	f.Push("team/app:1")
+	f.Inject("", "/team/app/", -1, registrytest.Answer(503, nil, ""))
+	c := newTestClient(t, Options{})
+	if _, err := c.Resolve(context.Background(), f.Ref("team/app:1"), nil); err == nil {
+		t.Fatal("no error")
+	}
+	time.Sleep(100 * time.Millisecond) // the check of /v2/ (it answers)
+	f.ForgetRequests()
+	time.Sleep(1500 * time.Millisecond)
+	if reqs := f.Requests(); len(reqs) != 0 {
+		t.Errorf("requests with nobody waiting: %q", reqs)
+	}
+	if open := c.Circuits().Open(); len(open) != 0 {
+		t.Errorf("a circuit nobody waits on is still open: %v", open)
+	}
+
+	if _, err := c.Resolve(context.Background(), f.Ref("team/app:1"), nil); err == nil {
+		t.Fatal("no error")
+	}
+	c.Circuits().Wait(f.Addr, "team/app", "ns/a", func() { t.Error("woken while failing") })
+	time.Sleep(1500 * time.Millisecond)
+	c.Circuits().Forget("ns/a")
+	time.Sleep(1500 * time.Millisecond) // a probe in flight, the drop
+	f.ForgetRequests()
+	time.Sleep(1500 * time.Millisecond)
+	if reqs := f.Requests(); len(reqs) != 0 {
+		t.Errorf("probes after the last waiter left: %q", reqs)
+	}
+}
+
+// TestManyPlacesBoundedProbes: 30 repositories of one registry fail (its
+// /v2/ answers) with 300 objects waiting on them: the probes stay within
+// the registry's budget, in turn; when the repositories answer again, one
+// probe's answer sweeps the rest and every waiter is woken once, within
+// seconds.
+func TestManyPlacesBoundedProbes(t *testing.T) {
+	f := registrytest.New(t)
+	const repos, perRepo = 30, 10
+	for i := range repos {
+		f.Push(fmt.Sprintf("team/app-%d:1", i))
+	}
+	f.Inject("", "/team/app-", -1, registrytest.Answer(503, nil, ""))
+	f.ForgetRequests()
+	c := newTestClient(t, Options{})
+	ctx := context.Background()
+	var mu sync.Mutex
+	woken := map[string]int{}
+	for i := range repos {
+		repo := fmt.Sprintf("team/app-%d", i)
+		if _, err := c.Resolve(ctx, f.Ref(repo+":1"), nil); Reason(err) != ReasonRegistryUnavailable {
+			t.Fatalf("%s: %v", repo, err)
+		}
+		for j := range perRepo {
+			key := fmt.Sprintf("%s/%d", repo, j)
+			if !c.Circuits().Wait(f.Addr, repo, key, func() { mu.Lock(); woken[key]++; mu.Unlock() }) {
+				t.Fatalf("%s: no circuit", repo)
+			}
+		}
+	}
+	// The first failure was retried in-call; the others were not (the
+	// registry was failing by then).
+	if n := f.Count("", "/team/app-"); n > repos+2 {
+		t.Errorf("%d requests to discover %d failing repositories", n, repos)
+	}
+	f.ForgetRequests()
+	const watch = 3 * time.Second
+	time.Sleep(watch)
+	probes := f.Requests()
+	// 2 probes a second, jittered: at most 8 in 3s.
+	if len(probes) < 3 || len(probes) > 8 {
+		t.Errorf("%d probes in %v for %d failing repositories: %q", len(probes), watch, repos, probes)
+	}
+	if len(probes) != len(slices.Compact(slices.Sorted(slices.Values(probes)))) {
+		t.Errorf("a repository was probed twice before the others: %q", probes)
+	}
+
+	f.ClearFaults()
+	recovered := time.Now()
+	for {
+		mu.Lock()
+		n := len(woken)
+		mu.Unlock()
+		if n == repos*perRepo {
+			break
+		}
+		if time.Since(recovered) > 5*time.Second {
+			t.Fatalf("%d of %d waiters woken 5s after recovery", n, repos*perRepo)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Logf("all %d waiters woken %v after recovery", repos*perRepo, time.Since(recovered).Round(time.Millisecond))
+	time.Sleep(200 * time.Millisecond)
+	mu.Lock()
+	defer mu.Unlock()
+	for key, n := range woken {
+		if n != 1 {
+			t.Errorf("%s woken %d times", key, n)
+		}
+	}
+}
+
+// TestRegistryCircuitHoldsEveryRepository: when the registry itself fails
+// (a repository's read and /v2/ both answer 503), calls to its other
+// repositories fail at once too, and only /v2/ is probed until it answers;
+// then the repositories' circuits are probed and their waiters woken.
+func TestRegistryCircuitHoldsEveryRepository(t *testing.T) {
+	f := registrytest.New(t)
+	f.Push("team/app:1")
+	f.Push("team/other:1")
+	f.Inject("", "/v2/", -1, registrytest.Answer(503, nil, ""))
+	c := newTestClient(t, Options{})
+	ctx := context.Background()
+	if _, err := c.Resolve(ctx, f.Ref("team/app:1"), nil); err == nil {
+		t.Fatal("no error")
+	}
+	woken := make(chan string, 2)
+	c.Circuits().Wait(f.Addr, "team/app", "app", func() { woken <- "app" })
+	eventuallyOpen(c, []string{f.Addr, f.Addr + "/team/app"}, 2*time.Second)
+	f.ForgetRequests()
+	_, err := c.Resolve(ctx, f.Ref("team/other:1"), nil)
+	if Reason(err) != ReasonRegistryUnavailable || !strings.Contains(err.Error(), f.Addr+" is failing") {
+		t.Fatalf("another repository while the registry fails: %v", err)
+	}
+	if !c.Circuits().Wait(f.Addr, "team/other", "other", func() { woken <- "other" }) {
+		t.Fatal("could not wait on the registry")
+	}
+	time.Sleep(2 * time.Second)
+	for _, r := range f.Requests() {
+		if r != "GET /v2/" {
+			t.Errorf("request %q while the registry's circuit is open, want only GET /v2/ probes", r)
+		}
+	}
+	f.ClearFaults()
+	got := map[string]bool{}
+	for range 2 {
+		select {
+		case w := <-woken:
+			got[w] = true
+		case <-time.After(3 * time.Second):
+			t.Fatalf("woken: %v", got)
+		}
+	}
+}
+
+// TestHangIsNoticedInSeconds: a registry that accepts connections and never
+// answers fails a read after AnswerTimeout, as RegistryUnavailable.
+func TestHangIsNoticedInSeconds(t *testing.T) {
+	f := registrytest.New(t)
+	f.Push("team/app:1")
+	f.Inject("", "", -1, f.Hang)
+	c := newTestClient(t, Options{AnswerTimeout: 500 * time.Millisecond})
+	start := time.Now()
+	_, err := c.Resolve(context.Background(), f.Ref("team/app:1"), nil)
+	took := time.Since(start)
+	if Reason(err) != ReasonRegistryUnavailable || !strings.Contains(err.Error(), "no answer for 500ms") {
+		t.Fatalf("Resolve on a hung registry: %v", err)
+	}
+	// The ping and the HEAD could each wait; nothing is retried in-call.
+	if took > 2*time.Second {
+		t.Errorf("took %v with an answer timeout of 500ms", took)
+	}
+}

@@ -1,0 +1,162 @@
+package registry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"sync"
+)
+
+// isOutage reports whether a request's outcome says its place is failing
+// rather than answering: it could not be reached, reset the connection or
+// did not answer in time, or it answered 408, 429 or 5xx. The caller's own
+// cancellation or deadline is not an outage, nor is a certificate it does
+// not trust (that needs a person), nor any other answer.
+func isOutage(ctx context.Context, resp *http.Response, err error) bool {
+	if err != nil {
+		if ctx.Err() != nil || isCertificateError(err) || isRefusal(err) {
+			return false
+		}
+		return isNetworkError(err)
+	}
+	code := resp.StatusCode
+	return code == http.StatusRequestTimeout || code == http.StatusTooManyRequests || code >= 500
+}
+
+// isRefusal reports errors this client made without a request: an open
+// circuit or a Retry-After hold.
+func isRefusal(err error) bool {
+	var open *circuitOpenError
+	var e *Error
+	return errors.As(err, &open) || errors.As(err, &e)
+}
+
+// placeOf returns the place a request is about: its repository, or the
+// registry when it is about none (/v2/, a token service) or when the
+// connection itself failed (err, when given, is a dial or DNS failure).
+func placeOf(req *http.Request, err error) Place {
+	place := Place{Host: req.URL.Host, Repository: repositoryOf(req.URL.Path)}
+	if err != nil {
+		var opErr *net.OpError
+		var dnsErr *net.DNSError
+		if errors.As(err, &opErr) && opErr.Op == "dial" || errors.As(err, &dnsErr) {
+			place.Repository = ""
+		}
+	}
+	return place
+}
+
+// outageError describes a failed request as a classified error.
+func outageError(req *http.Request, resp *http.Response, err error) *Error {
+	if err != nil {
+		return newError(req.URL.Host, 0, err)
+	}
+	reason := ReasonRegistryUnavailable
+	if resp.StatusCode == http.StatusTooManyRequests {
+		reason = ReasonRateLimited
+	}
+	return newError(req.URL.Host, 0, &Error{Class: Transient, Reason: reason,
+		Err: fmt.Errorf("%s %s: %s", req.Method, redactURL(req.URL), resp.Status)})
+}
+
+func redactURL(u *url.URL) string {
+	clean := *u
+	if clean.RawQuery != "" {
+		clean.RawQuery = "REDACTED"
+	}
+	return clean.String()
+}
+
+// probeFor returns the read that tells whether place answers again after
+// req failed there: req itself when it is a read (GET and HEAD, bodiless),
+// the repository's tag list for a failed write, /v2/ for the registry.
+func probeFor(req *http.Request, place Place) *http.Request {
+	if place.Repository == "" {
+		return registryProbe(req)
+	}
+	method, u := req.Method, *req.URL
+	if method != http.MethodGet && method != http.MethodHead {
+		method, u.Path, u.RawPath, u.RawQuery = http.MethodGet, "/v2/"+place.Repository+"/tags/list", "", ""
+	}
+	return newProbe(req, method, &u)
+}
+
+// registryProbe is GET /v2/ on req's registry: does it answer at all.
+func registryProbe(req *http.Request) *http.Request {
+	u := url.URL{Scheme: req.URL.Scheme, Host: req.URL.Host, Path: "/v2/"}
+	return newProbe(req, http.MethodGet, &u)
+}
+
+// newProbe is a bodiless request with req's credentials and manners.
+func newProbe(req *http.Request, method string, u *url.URL) *http.Request {
+	probe := (&http.Request{Method: method, URL: u, Header: http.Header{}, Host: u.Host}).WithContext(context.Background())
+	for _, h := range []string{"Authorization", "Accept", "User-Agent"} {
+		if v := req.Header.Values(h); len(v) > 0 {
+			probe.Header[h] = v
+		}
+	}
+	return probe
+}
+
+// gateTransport keeps requests from places whose circuit is open, and tells
+// the circuits and the call what each request's outcome says about its
+// place.
+type gateTransport struct {
+	next     http.RoundTripper
+	circuits *Circuits
+}
+
+func (g *gateTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	place := placeOf(req, nil)
+	if refused := g.circuits.refuse(place); refused != nil {
+		return nil, refused
+	}
+	resp, err := g.next.RoundTrip(req)
+	if isOutage(req.Context(), resp, err) {
+		if call := callFrom(req.Context()); call != nil {
+			failed := placeOf(req, err)
+			call.noteOutage(failed, probeFor(req, failed))
+		}
+	} else if err == nil {
+		g.circuits.answered(place)
+		if call := callFrom(req.Context()); call != nil {
+			call.answered(place) // a retry got through: not this call's outage
+		}
+	}
+	return resp, err
+}
+
+// outage is the last failed request of a call that failed on an outage.
+type outage struct {
+	place Place
+	probe *http.Request
+}
+
+// callOutage is the part of a call's state about outages.
+type callOutage struct {
+	mu   sync.Mutex
+	last *outage
+}
+
+func (c *callOutage) noteOutage(place Place, probe *http.Request) {
+	c.mu.Lock()
+	c.last = &outage{place: place, probe: probe}
+	c.mu.Unlock()
+}
+
+func (c *callOutage) answered(place Place) {
+	c.mu.Lock()
+	if c.last != nil && c.last.place == place {
+		c.last = nil
+	}
+	c.mu.Unlock()
+}
+
+func (c *callOutage) outage() *outage {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.last
+}
