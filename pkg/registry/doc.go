@@ -1,6 +1,6 @@
 // Package registry is buildsmith's one way to talk to OCI registries. It wraps
 // go-containerregistry's remote package with short in-call retries, deadlines
-// on every operation, request accounting, per-registry health, credentials
+// on every operation, request accounting, a circuit per failing place, credentials
 // from Kubernetes ServiceAccounts, and — above all — one classification of
 // every failure, so that no other package inspects a ggcr or network error.
 //
@@ -12,10 +12,11 @@
 //   - Transient: the registry or the network failed and will likely recover
 //     without anyone doing anything — connection refused or reset, DNS
 //     failures, timeouts, EOF mid-response, HTTP 408, 429 and 5xx. Reasons
-//     RegistryUnavailable and RateLimited. The caller retries with a growing
-//     delay (never sooner than the registry's Retry-After, see RetryAfter),
-//     and for RegistryUnavailable also waits on the registry's Health, which
-//     wakes it the moment the registry answers again.
+//     RegistryUnavailable and RateLimited. The place that failed (a
+//     repository, or the registry) gets an open circuit (see Circuits): the
+//     caller waits on it, and is woken the moment a probe gets an answer;
+//     other transient errors are retried with a growing delay (never sooner
+//     than the registry's Retry-After, see RetryAfter).
 //   - Waiting: the request was fine but something it needs is not there yet —
 //     an image or tag that does not exist (404), credentials that are missing
 //     or refused (401, 403), a ServiceAccount or Secret that does not exist,
