@@ -40,7 +40,7 @@ RACE_PKGS = ./pkg/registry/... ./pkg/reconciler/...
 .PHONY: test
 test: tools verify-codegen vet fmt-check ## everything CI runs
 	$(GO) test -count=1 -race $(RACE_PKGS)
-	$(GO) test -count=1 $$($(GO) list ./... | grep -v -e /pkg/registry -e /pkg/reconciler)
+	$(GO) test -count=1 -timeout 30m $$($(GO) list ./... | grep -v -e /pkg/registry -e /pkg/reconciler)
 
 # The scenarios of test/bench (scale, steady state, outage, rate limit, big
 # layers) against the controller binary, a real API server and a counted

@@ -86,8 +86,11 @@ type Policy struct {
 	circuits *registry.Circuits
 	enqueue  func(types.NamespacedName)
 	backoff  workqueue.TypedRateLimiter[string]
-	jitter   func() float64 // in [0, 1)
-	refresh  func(context.Context, Object) error
+	// statusBackoff spaces the retries of status writes the API server
+	// refused (see StatusWrites).
+	statusBackoff workqueue.TypedRateLimiter[string]
+	jitter        func() float64 // in [0, 1)
+	refresh       func(context.Context, Object) error
 }
 
 // NewPolicy returns the Policy of the controller of kind. Enqueue must be
@@ -99,7 +102,9 @@ func NewPolicy(kind string, opts Options, circuits *registry.Circuits) *Policy {
 		opts:     opts,
 		circuits: circuits,
 		backoff:  workqueue.NewTypedItemExponentialFailureRateLimiter[string](opts.RetryBaseDelay, opts.RetryMaxDelay),
-		jitter:   rand.Float64,
+		statusBackoff: workqueue.NewTypedItemExponentialFailureRateLimiter[string](
+			min(250*time.Millisecond, opts.RetryBaseDelay), statusWriteRetryMax),
+		jitter: rand.Float64,
 	}
 }
 

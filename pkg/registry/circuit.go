@@ -64,6 +64,17 @@ func (o CircuitOptions) withDefaults() CircuitOptions {
 // answered one is swept.
 const sweepParallel = 8
 
+// A circuit that opens again within flapWindow of closing waits twice as
+// long for its first probe as the last time, up to maxFlapDelay: a place
+// whose probe answers while its waiters' work still fails there (a
+// registry in read-only maintenance answers the read that probes a failed
+// push) would otherwise wake its waiters into the same failure every few
+// hundred milliseconds.
+const (
+	flapWindow   = 10 * time.Second
+	maxFlapDelay = time.Minute
+)
+
 // Circuits keeps one circuit per place that failed, and wakes the callers
 // waiting on a place when it answers again.
 //
@@ -119,6 +130,16 @@ type hostCircuits struct {
 	checked  time.Time
 	sweeping bool
 	inFlight int
+	// closed remembers recently closed circuits, by repository, to damp
+	// flapping ones.
+	closed map[string]closure
+}
+
+// closure is when a circuit closed, and how many times in a row it had
+// opened again soon after closing.
+type closure struct {
+	at     time.Time
+	streak int
 }
 
 type circuit struct {
@@ -130,6 +151,7 @@ type circuit struct {
 	due, idleSince time.Time
 	probing        bool // half-open: a probe is in flight
 	waiters        map[string]func()
+	streak         int // quick reopenings in a row (see flapWindow)
 }
 
 // ProbeResult keys the probe counters.
@@ -195,8 +217,14 @@ func (c *Circuits) open(place Place, err *Error, probe *http.Request) {
 		}
 		return
 	}
-	hc.open[place.Repository] = &circuit{place: place, err: err, probe: probe,
-		due: now.Add(c.jittered(c.opts.FirstProbe)), idleSince: now, waiters: map[string]func(){}}
+	streak := 0
+	if last, ok := hc.closed[place.Repository]; ok && now.Sub(last.at) < flapWindow {
+		streak = last.streak + 1
+	}
+	delete(hc.closed, place.Repository)
+	first := min(c.opts.FirstProbe<<min(streak, 20), maxFlapDelay)
+	hc.open[place.Repository] = &circuit{place: place, err: err, probe: probe, streak: streak,
+		due: now.Add(c.jittered(first)), idleSince: now, waiters: map[string]func(){}}
 	if place.Repository != "" && hc.open[""] == nil && now.Sub(hc.checked) >= c.opts.ProbeInterval {
 		hc.checked = now
 		go c.checkRegistry(place.Host, probe)
@@ -244,6 +272,7 @@ func (c *Circuits) closeLocked(hc *hostCircuits, repo string) []func() {
 		return nil
 	}
 	delete(hc.open, repo)
+	hc.closed[repo] = closure{at: c.now(), streak: cb.streak}
 	wake := make([]func(), 0, len(cb.waiters))
 	for _, w := range cb.waiters {
 		wake = append(wake, w)
@@ -337,7 +366,7 @@ func (c *Circuits) ProbeResults() map[ProbeResult]int64 {
 func (c *Circuits) host(host string) *hostCircuits {
 	hc := c.hosts[host]
 	if hc == nil {
-		hc = &hostCircuits{open: map[string]*circuit{}, nudge: make(chan struct{}, 1)}
+		hc = &hostCircuits{open: map[string]*circuit{}, closed: map[string]closure{}, nudge: make(chan struct{}, 1)}
 		c.hosts[host] = hc
 	}
 	return hc
@@ -398,6 +427,11 @@ func (c *Circuits) probeDue(host string, hc *hostCircuits) (time.Time, bool) {
 	for repo, cb := range hc.open {
 		if c.lapsed(cb) {
 			delete(hc.open, repo) // nobody cares; the next call finds out afresh
+		}
+	}
+	for repo, cl := range hc.closed {
+		if now.Sub(cl.at) >= flapWindow {
+			delete(hc.closed, repo)
 		}
 	}
 	if len(hc.open) == 0 {

@@ -10,6 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/random"
+
 	"github.com/buildsmith/buildsmith/test/registrytest"
 )
 
@@ -398,4 +401,49 @@ func TestHangIsNoticedInSeconds(t *testing.T) {
 	if took > 2*time.Second {
 		t.Errorf("took %v with an answer timeout of 500ms", took)
 	}
+}
+
+// TestFlappingCircuitIsDamped: a push that fails while reads of its
+// repository answer (a registry in read-only maintenance) opens the
+// repository's circuit; its probe (a read) answers, and the waiter's retry
+// fails again. Each time the circuit opens again soon after closing, its
+// first probe waits twice as long: the waiter is not woken into the same
+// failure every few hundred milliseconds.
+func TestFlappingCircuitIsDamped(t *testing.T) {
+	f := registrytest.New(t)
+	f.Inject("PUT", "/team/app/manifests/", -1, registrytest.Answer(503, nil, ""))
+	c := newTestClient(t, Options{})
+	img, err := random.Image(64, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tag := f.Ref("team/app:1").(name.Tag)
+	woken := make(chan struct{}, 1)
+	start := time.Now()
+	pushes := 0
+	for time.Since(start) < 4*time.Second {
+		pushes++
+		if _, err := c.Write(context.Background(), tag, img, nil); Reason(err) != ReasonRegistryUnavailable {
+			t.Fatalf("push %d: %v", pushes, err)
+		}
+		if !c.Circuits().Wait(f.Addr, "team/app", "ns/a", func() { woken <- struct{}{} }) {
+			t.Fatalf("push %d: no circuit to wait on", pushes)
+		}
+		select {
+		case <-woken:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("not woken after push %d", pushes)
+		}
+	}
+	// Undamped: a push every ~0.2-0.3 s, 15 or more in 4 s. Damped: first
+	// probes after 0.2, 0.4, 0.8, 1.6, 3.2 s: at most 6.
+	if pushes > 6 {
+		t.Errorf("%d pushes in 4s into the same failure", pushes)
+	}
+	for _, p := range f.Requests() {
+		if strings.HasPrefix(p, "GET /v2/team/app/tags/list") {
+			return
+		}
+	}
+	t.Errorf("the failed push was not probed with a read of its repository: %q", f.Requests())
 }

@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"sync"
 
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
@@ -47,6 +48,20 @@ type Core struct {
 	Lifecycle   *LifecycleSource
 	// Version is buildsmith's version, recorded in the builder metadata.
 	Version string
+
+	// pushes remembers, by builder, what was last pushed until its status
+	// records it: when the status write after a push fails (the API server
+	// busy or electing a leader), the next reconcile starts from the old
+	// status again, and must find the pushed image (one HEAD) rather than
+	// push it again.
+	pushes sync.Map // types.NamespacedName → pushRecord
+}
+
+// pushRecord is a push of a builder: its inputs and what it made.
+type pushRecord struct {
+	fingerprint string
+	latestImage string
+	platforms   []v1alpha1.BuiltPlatform
 }
 
 // BuilderReconciler reconciles Builders.
@@ -64,9 +79,11 @@ func (r BuilderReconciler) ReconcileKind(ctx context.Context, b *v1alpha1.Builde
 	return r.Policy.Finish(ctx, b, r.reconcile(ctx, b, &b.Spec.BuilderSpec, &b.Status, keychain))
 }
 
-// ObserveDeletion drops the deleted builder's backoff and health waits.
+// ObserveDeletion drops the deleted builder's backoff, circuit waits and
+// push record.
 func (r BuilderReconciler) ObserveDeletion(_ context.Context, key types.NamespacedName) error {
 	r.Policy.Forget(key)
+	r.pushes.Delete(key)
 	return nil
 }
 
@@ -81,9 +98,11 @@ func (r ClusterBuilderReconciler) ReconcileKind(ctx context.Context, b *v1alpha1
 	return r.Policy.Finish(ctx, b, r.reconcile(ctx, b, &b.Spec.BuilderSpec, &b.Status, keychain))
 }
 
-// ObserveDeletion drops the deleted builder's backoff and health waits.
+// ObserveDeletion drops the deleted builder's backoff, circuit waits and
+// push record.
 func (r ClusterBuilderReconciler) ObserveDeletion(_ context.Context, key types.NamespacedName) error {
 	r.Policy.Forget(key)
+	r.pushes.Delete(key)
 	return nil
 }
 
@@ -145,12 +164,15 @@ func (r *Core) reconcile(ctx context.Context, obj object, spec *v1alpha1.Builder
 		next.BuilderMetadata = append(next.BuilderMetadata, v1alpha1.BuildpackMetadata{ID: bp.ID, Version: bp.Version, Homepage: bp.Homepage})
 	}
 
-	if status.Fingerprint == fingerprint && status.LatestImage != "" {
+	key := types.NamespacedName{Namespace: obj.GetNamespace(), Name: obj.GetName()}
+	last := r.lastPush(key, status)
+	if last.fingerprint == fingerprint && last.latestImage != "" {
 		// Nothing changed since the last push: one HEAD to check that the
 		// tag still points at it. The status is refreshed all the same (a
 		// new stack or store generation may resolve to the same inputs).
 		desc, err := r.Registry.Resolve(ctx, tag, kc)
-		if err == nil && desc.Ref.String() == status.LatestImage {
+		if err == nil && desc.Ref.String() == last.latestImage {
+			next.LatestImage, next.Platforms = last.latestImage, last.platforms
 			*status = next
 			return nil
 		}
@@ -190,8 +212,24 @@ func (r *Core) reconcile(ctx context.Context, obj object, spec *v1alpha1.Builder
 		next.Platforms = append(next.Platforms, v1alpha1.BuiltPlatform{
 			Platform: cnb.APIPlatforms([]cnb.Platform{img.Platform})[0], Image: tag.Context().Digest(digest.String()).String()})
 	}
+	r.pushes.Store(key, pushRecord{fingerprint: fingerprint, latestImage: next.LatestImage, platforms: next.Platforms})
 	*status = next
 	return nil
+}
+
+// lastPush returns the builder's last push: the one its status records,
+// unless a later one was made whose status write has not been seen yet.
+func (r *Core) lastPush(key types.NamespacedName, status *v1alpha1.BuilderStatus) pushRecord {
+	recorded := pushRecord{fingerprint: status.Fingerprint, latestImage: status.LatestImage, platforms: status.Platforms}
+	remembered, ok := r.pushes.Load(key)
+	if !ok {
+		return recorded
+	}
+	if p := remembered.(pushRecord); p.latestImage != recorded.latestImage || p.fingerprint != recorded.fingerprint {
+		return p
+	}
+	r.pushes.Delete(key) // the status has it now
+	return recorded
 }
 
 // platformBuild is one platform of a builder, its lifecycle, and its order

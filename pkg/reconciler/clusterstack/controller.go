@@ -20,6 +20,7 @@ func NewController(client *registry.Client, opts reconciler.Options) func(contex
 	return func(ctx context.Context, _ configmap.Watcher) *controller.Impl {
 		r := &Reconciler{Registry: client, Policy: reconciler.NewPolicy("ClusterStack", opts, client.Circuits())}
 		impl := clusterstackreconciler.NewImpl(ctx, r)
+		impl.Reconciler = r.Policy.StatusWrites(impl.Reconciler)
 		r.Policy.SetEnqueue(impl.EnqueueKey)
 		stacks := buildsmithclient.Get(ctx).BuildsmithV1alpha1().ClusterStacks()
 		r.Policy.SetRefresh(reconciler.RefreshStatus(

@@ -1,0 +1,71 @@
+package reconciler
+
+import (
+	"context"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"knative.dev/pkg/controller"
+	pkgreconciler "knative.dev/pkg/reconciler"
+
+	"github.com/buildsmith/buildsmith/pkg/failure"
+)
+
+// leaderAwareReconciler is what the generated reconcilers are.
+type leaderAwareReconciler interface {
+	controller.Reconciler
+	pkgreconciler.LeaderAware
+}
+
+// statusWriteRetryMax caps the delay before a status write that the API
+// server refused for a passing reason (5xx, 429, a conflict, a timeout) is
+// tried again: the work is done, only its record is missing, and a reconcile
+// that finds the work done costs one registry HEAD at most.
+const statusWriteRetryMax = 2 * time.Second
+
+// StatusWrites wraps a generated reconciler so that a failure of its own —
+// writing the status (or finalizers) after ReconcileKind — is retried on the
+// policy's terms. Unwrapped, such an error drops the requeue Finish decided
+// and leaves the key to the workqueue's global rate limiter, whose delay
+// grows with every failure of any key (5 ms to 1000 s): after 30 s of API
+// server errors a builder pushed long before was Ready 11 s after the API
+// server answered again. Now a passing API-server error is retried after a
+// per-object backoff capped at 2 s (never sooner than a 429's
+// Retry-After), and anything else after the policy's transient backoff.
+func (p *Policy) StatusWrites(r controller.Reconciler) controller.Reconciler {
+	return &statusWriteRetry{leaderAwareReconciler: r.(leaderAwareReconciler), policy: p}
+}
+
+type statusWriteRetry struct {
+	leaderAwareReconciler
+	policy *Policy
+}
+
+func (s *statusWriteRetry) Reconcile(ctx context.Context, key string) error {
+	err := s.leaderAwareReconciler.Reconcile(ctx, key)
+	if requeue, _ := controller.IsRequeueKey(err); err == nil || requeue ||
+		controller.IsPermanentError(err) || controller.IsSkipKey(err) {
+		s.policy.statusBackoff.Forget(key)
+		return err
+	}
+	return controller.NewRequeueAfter(s.policy.statusWriteDelay(key, err))
+}
+
+// statusWriteDelay is the wait before the object whose status write failed
+// with err is reconciled again.
+func (p *Policy) statusWriteDelay(key string, err error) time.Duration {
+	f := Classify(err)
+	if f.Class == failure.Transient && isAPIServerPassing(err) {
+		return max(p.jittered(p.statusBackoff.When(key)), f.RetryAfter)
+	}
+	return max(min(p.jittered(p.backoff.When(key)), p.opts.RetryMaxDelay), f.RetryAfter)
+}
+
+// isAPIServerPassing reports the API server's answers that pass by
+// themselves: it is busy, restarting or electing a leader, or the object
+// changed under us.
+func isAPIServerPassing(err error) bool {
+	return apierrors.IsTooManyRequests(err) || apierrors.IsConflict(err) || apierrors.IsServerTimeout(err) ||
+		apierrors.IsTimeout(err) || apierrors.IsServiceUnavailable(err) || apierrors.IsInternalError(err) ||
+		apierrors.IsUnexpectedServerError(err)
+}
