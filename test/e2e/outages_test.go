@@ -63,7 +63,10 @@ func TestOutagesRecoverWithinSeconds(t *testing.T) {
 				}
 				ready := b.Status.GetCondition(v1alpha1.ConditionReady)
 				reconciling := b.Status.GetCondition(v1alpha1.ConditionReconciling)
-				return ready != nil && ready.Reason == "RegistryUnavailable" && reconciling != nil && reconciling.IsTrue(),
+				// It meets the outage itself, or first sees its stack or
+				// store not Ready (they meet it at their 2 s resync).
+				knows := ready != nil && (ready.Reason == "RegistryUnavailable" || ready.Reason == "StackNotReady" || ready.Reason == "StoreNotReady")
+				return knows && reconciling != nil && reconciling.IsTrue(),
 					fmt.Sprintf("%+v", b.Status.Conditions)
 			})
 			t.Logf("the builder created during the outage reported it after %v", took.Round(100*time.Millisecond))
