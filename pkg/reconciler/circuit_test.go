@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/buildsmith/buildsmith/pkg/apis/build/v1alpha1"
+	"github.com/buildsmith/buildsmith/pkg/failure"
 	"github.com/buildsmith/buildsmith/pkg/registry"
 	"github.com/buildsmith/buildsmith/test/registrytest"
 )
@@ -45,5 +46,28 @@ func TestCircuitWaitsOfKindsSharingAName(t *testing.T) {
 		case <-time.After(3 * time.Second):
 			t.Fatalf("woken: %v", got)
 		}
+	}
+}
+
+// TestObjectThatMovesOnStopsWaiting: an object that waited on a failing
+// place and then fails for another reason no longer waits there, so the
+// place is not probed on its behalf.
+func TestObjectThatMovesOnStopsWaiting(t *testing.T) {
+	f := registrytest.New(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	client := registry.New(ctx, registry.Options{})
+	f.Down()
+	_, err := client.Resolve(ctx, f.Ref("team/app:1"), nil)
+	policy := NewPolicy("ClusterStore", DefaultOptions(), client.Circuits())
+	policy.SetEnqueue(func(types.NamespacedName) {})
+	store := &v1alpha1.ClusterStore{ObjectMeta: metav1.ObjectMeta{Name: "demo"}}
+	policy.Finish(ctx, store, err)
+	if open := client.Circuits().Open(); len(open) != 1 || open[0].Waiters != 1 {
+		t.Fatalf("open circuits %+v, want one with the store waiting", open)
+	}
+	policy.Finish(ctx, store, failure.Waitingf(registry.ReasonSecretNotFound, "secret gone"))
+	if open := client.Circuits().Open(); len(open) == 1 && open[0].Waiters != 0 {
+		t.Errorf("open circuits %+v, want nobody waiting", open)
 	}
 }

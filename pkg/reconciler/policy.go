@@ -193,6 +193,7 @@ func (p *Policy) Finish(ctx context.Context, obj Object, err error) pkgreconcile
 		return controller.NewPermanentError(pkgreconciler.NewEvent(corev1.EventTypeWarning, f.Reason, "%s", message))
 	case failure.Waiting:
 		p.backoff.Forget(key.String())
+		p.forgetWaits(key) // it moved on from any failing place
 		conditions.MarkRetrying(f.Reason, message,
 			fmt.Sprintf("retrying in %s, or when a dependency changes", p.opts.PollInterval))
 		p.recordTransition(ctx, obj, before)
@@ -211,6 +212,7 @@ func (p *Policy) Finish(ctx context.Context, obj Object, err error) pkgreconcile
 			recordOutcome(ctx, p.kind, "transient", delay)
 			return controller.NewRequeueAfter(delay)
 		}
+		p.forgetWaits(key) // it moved on from any failing place
 		// Jitter first, then the cap, then the server's wish: the cap is a
 		// promise to the user, Retry-After a promise to the server.
 		delay := max(min(p.jittered(p.backoff.When(key.String())), p.opts.RetryMaxDelay), f.RetryAfter)
@@ -231,6 +233,13 @@ func WaitingMessage(place registry.Place, safetyNet time.Duration) string {
 // it is deleted).
 func (p *Policy) Forget(key types.NamespacedName) {
 	p.backoff.Forget(key.String())
+	p.statusBackoff.Forget(key.String())
+	p.forgetWaits(key)
+}
+
+// forgetWaits drops the object's circuit waits: a circuit nobody waits on
+// is no longer probed.
+func (p *Policy) forgetWaits(key types.NamespacedName) {
 	if p.circuits != nil {
 		p.circuits.Forget(p.waitKey(key))
 	}

@@ -5,6 +5,8 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/cache"
 	"knative.dev/pkg/controller"
 	pkgreconciler "knative.dev/pkg/reconciler"
 
@@ -43,12 +45,16 @@ type statusWriteRetry struct {
 
 func (s *statusWriteRetry) Reconcile(ctx context.Context, key string) error {
 	err := s.leaderAwareReconciler.Reconcile(ctx, key)
+	// The policy's keys are NamespacedName strings ("/name" for cluster
+	// kinds, whose queue keys are "name").
+	namespace, name, _ := cache.SplitMetaNamespaceKey(key)
+	policyKey := types.NamespacedName{Namespace: namespace, Name: name}.String()
 	if requeue, _ := controller.IsRequeueKey(err); err == nil || requeue ||
 		controller.IsPermanentError(err) || controller.IsSkipKey(err) {
-		s.policy.statusBackoff.Forget(key)
+		s.policy.statusBackoff.Forget(policyKey)
 		return err
 	}
-	return controller.NewRequeueAfter(s.policy.statusWriteDelay(key, err))
+	return controller.NewRequeueAfter(s.policy.statusWriteDelay(policyKey, err))
 }
 
 // statusWriteDelay is the wait before the object whose status write failed

@@ -152,7 +152,12 @@ type circuit struct {
 	probing        bool // half-open: a probe is in flight
 	waiters        map[string]func()
 	streak         int // quick reopenings in a row (see flapWindow)
+	failedProbes   int
 }
+
+// probesBeforeRepositoryRead is how many probes re-send a repository's
+// failing read before its tag list is read instead.
+const probesBeforeRepositoryRead = 5
 
 // ProbeResult keys the probe counters.
 type ProbeResult struct {
@@ -236,10 +241,17 @@ func (c *Circuits) open(place Place, err *Error, probe *http.Request) {
 // one of its repositories failed; when it does not, the registry's circuit
 // opens too.
 func (c *Circuits) checkRegistry(host string, failed *http.Request) {
+	if left, _ := c.holds.left(host, ""); left > 0 {
+		return // the registry asked to be left alone: that is an answer
+	}
 	req := registryProbe(failed)
 	ctx, cancel := context.WithTimeout(c.lifetime, c.opts.ProbeTimeout)
 	defer cancel()
-	if fail := c.sendProbe(ctx, req); fail != nil {
+	fail := c.sendProbe(ctx, req)
+	c.mu.Lock()
+	c.probes[ProbeResult{Host: host, Answered: fail == nil}]++
+	c.mu.Unlock()
+	if fail != nil {
 		c.open(Place{Host: host}, fail, req)
 	}
 }
@@ -436,6 +448,9 @@ func (c *Circuits) probeDue(host string, hc *hostCircuits) (time.Time, bool) {
 	}
 	if len(hc.open) == 0 {
 		hc.probing, hc.sweeping = false, false
+		if len(hc.closed) == 0 && now.Sub(hc.checked) >= c.opts.ProbeInterval {
+			delete(c.hosts, host) // nothing left to remember
+		}
 		return time.Time{}, false
 	}
 	// Until the registry answers at all, its repositories cannot be told
@@ -525,6 +540,11 @@ func (c *Circuits) startProbe(hc *hostCircuits, cb *circuit) {
 			if fail.Reason != cb.err.Reason {
 				cb.err = fail
 			}
+			if cb.failedProbes++; cb.failedProbes == probesBeforeRepositoryRead && cb.place.Repository != "" {
+				// One resource that keeps failing (a corrupt blob) must
+				// not hold the whole repository: ask the repository.
+				cb.probe = repositoryProbe(cb.probe, cb.place.Repository)
+			}
 			hc.sweeping = false // this registry has not recovered as a whole
 		}
 		c.nudge(hc)
@@ -543,7 +563,13 @@ func (c *Circuits) sendProbe(ctx context.Context, req *http.Request) *Error {
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 		_ = resp.Body.Close()
 	}
-	if !isOutage(ctx, resp, err) {
+	if c.lifetime.Err() != nil {
+		// Shutting down: an answer cut short says nothing; wake nobody.
+		return &Error{Class: Transient, Reason: ReasonRegistryUnavailable, Host: req.URL.Host, Err: c.lifetime.Err()}
+	}
+	// Judged against the lifetime, not ctx: the probe's own deadline
+	// passing is the place not answering (a hang), not a caller who gave up.
+	if !isOutage(c.lifetime, resp, err) {
 		return nil
 	}
 	return outageError(req, resp, err)

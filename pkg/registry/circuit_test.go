@@ -447,3 +447,35 @@ func TestFlappingCircuitIsDamped(t *testing.T) {
 	}
 	t.Errorf("the failed push was not probed with a read of its repository: %q", f.Requests())
 }
+
+// TestHungProbeKeepsTheCircuitOpen: a probe that gets no answer within its
+// timeout is a failure, not an answer: the waiter of a repository that
+// hangs is not woken into the hang.
+func TestHungProbeKeepsTheCircuitOpen(t *testing.T) {
+	f := registrytest.New(t)
+	f.Push("team/app:1")
+	f.Inject("", "/team/app/", -1, f.Hang)
+	c := newTestClient(t, Options{AnswerTimeout: 300 * time.Millisecond})
+	if _, err := c.Resolve(context.Background(), f.Ref("team/app:1"), nil); Reason(err) != ReasonRegistryUnavailable {
+		t.Fatalf("Resolve: %v", err)
+	}
+	woken := make(chan struct{})
+	if !c.Circuits().Wait(f.Addr, "team/app", "ns/a", func() { close(woken) }) {
+		t.Fatal("no circuit to wait on")
+	}
+	select {
+	case <-woken:
+		t.Fatal("woken while every probe hangs")
+	case <-time.After(3 * time.Second):
+	}
+	results := c.Circuits().ProbeResults()
+	if failed := results[ProbeResult{Host: f.Addr}]; failed < 2 {
+		t.Errorf("probe results %v, want hung probes counted as failed", results)
+	}
+	f.ClearFaults()
+	select {
+	case <-woken:
+	case <-time.After(4 * time.Second):
+		t.Fatal("not woken after the hang ended")
+	}
+}

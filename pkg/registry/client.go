@@ -110,7 +110,9 @@ func (o Options) withDefaults() Options {
 		o.CachedImages = 1024
 	}
 	if o.Circuits.ProbeTimeout <= 0 {
-		o.Circuits.ProbeTimeout = o.AnswerTimeout
+		// A little over the answer timeout, so that a hang is reported by
+		// the stall watchdog, with its message.
+		o.Circuits.ProbeTimeout = o.AnswerTimeout + time.Second
 	}
 	o.Circuits = o.Circuits.withDefaults()
 	return o
@@ -506,11 +508,13 @@ func (c *Client) Write(ctx context.Context, tag name.Tag, img Artifact, kc authn
 // outage.
 func (c *Client) do(ctx context.Context, ref name.Reference, timeout time.Duration, op func(context.Context, *session) error, kc authn.Keychain) error {
 	target := Place{Host: ref.Context().RegistryStr(), Repository: ref.Context().RepositoryStr()}
-	if wait := c.waits.check(target.Host, target.Repository); wait != nil {
-		return wait
-	}
+	// The circuit first: its error names the place to wait on (and carries
+	// the hold's Retry-After, before which it is not probed).
 	if refused := c.circuits.refuse(target); refused != nil {
 		return refused
+	}
+	if wait := c.waits.check(target.Host, target.Repository); wait != nil {
+		return wait
 	}
 	s, err := c.session(kc)
 	if err != nil {

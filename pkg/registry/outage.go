@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -70,6 +71,12 @@ func redactURL(u *url.URL) string {
 	return clean.String()
 }
 
+// repositoryProbe is a read of repo's tag list with req's credentials.
+func repositoryProbe(req *http.Request, repo string) *http.Request {
+	u := url.URL{Scheme: req.URL.Scheme, Host: req.URL.Host, Path: "/v2/" + repo + "/tags/list"}
+	return newProbe(req, http.MethodGet, &u)
+}
+
 // probeFor returns the read that tells whether place answers again after
 // req failed there: req itself when it is a read (GET and HEAD, bodiless),
 // the repository's tag list for a failed write, /v2/ for the registry.
@@ -77,11 +84,11 @@ func probeFor(req *http.Request, place Place) *http.Request {
 	if place.Repository == "" {
 		return registryProbe(req)
 	}
-	method, u := req.Method, *req.URL
-	if method != http.MethodGet && method != http.MethodHead {
-		method, u.Path, u.RawPath, u.RawQuery = http.MethodGet, "/v2/"+place.Repository+"/tags/list", "", ""
+	if req.Method != http.MethodGet && req.Method != http.MethodHead {
+		return repositoryProbe(req, place.Repository)
 	}
-	return newProbe(req, method, &u)
+	u := *req.URL
+	return newProbe(req, req.Method, &u)
 }
 
 // registryProbe is GET /v2/ on req's registry: does it answer at all.
@@ -124,9 +131,27 @@ func (g *gateTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		g.circuits.answered(place)
 		if call := callFrom(req.Context()); call != nil {
 			call.answered(place) // a retry got through: not this call's outage
+			resp.Body = &outageBody{ReadCloser: resp.Body, req: req, call: call}
 		}
 	}
 	return resp, err
+}
+
+// outageBody notes on the call an answer whose body was cut short (a reset,
+// a stall): the place failed after all.
+type outageBody struct {
+	io.ReadCloser
+	req  *http.Request
+	call *call
+}
+
+func (b *outageBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil && err != io.EOF && isOutage(b.req.Context(), nil, err) {
+		failed := placeOf(b.req, err)
+		b.call.noteOutage(failed, probeFor(b.req, failed))
+	}
+	return n, err
 }
 
 // outage is the last failed request of a call that failed on an outage.

@@ -86,7 +86,9 @@ func (h *retryAfterHolds) left(host, repo string) (time.Duration, string) {
 // check fails a call that would have to wait longer than maxWait.
 func (h *retryAfterHolds) check(host, repo string) *Error {
 	if left, reason := h.left(host, repo); left > h.maxWait {
-		return h.heldError(host, left, reason)
+		held := h.heldError(host, left, reason)
+		held.Repository = repo
+		return held
 	}
 	return nil
 }

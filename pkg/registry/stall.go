@@ -38,12 +38,16 @@ func (e *stallError) Temporary() bool { return true }
 func (t *stallTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	ctx, cancel := context.WithCancelCause(req.Context())
 	w := &watchdog{cancel: cancel, method: req.Method, url: redactURL(req.URL)}
+	// A write waits longer for its answer once its body is sent (the
+	// registry may check a big upload first); bodiless ones (starting an
+	// upload, a mount) are answered as quickly as reads.
 	answer := t.answer
-	if req.Method != http.MethodGet && req.Method != http.MethodHead {
+	hasBody := req.Body != nil && req.Body != http.NoBody
+	if hasBody && req.Method != http.MethodGet && req.Method != http.MethodHead {
 		answer = t.writeAnswer
 	}
 	req = req.WithContext(ctx)
-	if req.Body != nil && req.Body != http.NoBody {
+	if hasBody {
 		w.expect("the registry took none of the request body", t.idle)
 		req.Body = &progressBody{ReadCloser: req.Body, w: w, done: func() { w.expect("no answer", answer) }}
 	} else {
