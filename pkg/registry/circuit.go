@@ -38,7 +38,8 @@ type CircuitOptions struct {
 	// so about how long a recovery goes unnoticed. Default 1s.
 	ProbeInterval time.Duration
 	// ProbesPerSecond caps the probes sent to one registry: when more of
-	// its places are open than that, they are probed in turn. Default 2.
+	// its places are open than that, they are probed in turn (and the
+	// first that answers sweeps the rest). Default 1.
 	ProbesPerSecond float64
 	// ProbeTimeout bounds one probe. Default 5s.
 	ProbeTimeout time.Duration
@@ -52,7 +53,7 @@ func (o CircuitOptions) withDefaults() CircuitOptions {
 		o.ProbeInterval = time.Second
 	}
 	if o.ProbesPerSecond <= 0 {
-		o.ProbesPerSecond = 2
+		o.ProbesPerSecond = 1
 	}
 	if o.ProbeTimeout <= 0 {
 		o.ProbeTimeout = 5 * time.Second
@@ -153,6 +154,19 @@ type circuit struct {
 	waiters        map[string]func()
 	streak         int // quick reopenings in a row (see flapWindow)
 	failedProbes   int
+	// check: the registry's circuit opened by a repository's failure,
+	// until its first probe says whether the registry fails as a whole;
+	// checked is closed then.
+	check   bool
+	checked chan struct{}
+}
+
+// endCheck ends a registry check: calls waiting for it look again.
+func (cb *circuit) endCheck() {
+	if cb.check {
+		cb.check = false
+		close(cb.checked)
+	}
 }
 
 // probesBeforeRepositoryRead is how many probes re-send a repository's
@@ -171,29 +185,54 @@ func newCircuits(lifetime context.Context, opts CircuitOptions, holds *retryAfte
 }
 
 // refuse returns the error of an open circuit covering place (the
-// registry's, or the repository's), nil when requests may go there.
-func (c *Circuits) refuse(place Place) *Error {
+// registry's, or the repository's), nil when requests may go there. While
+// the registry is being checked, it waits for the answer (or ctx): a
+// repository that answers must not be failed because another one did not.
+func (c *Circuits) refuse(ctx context.Context, place Place) *Error {
+	for {
+		open, checked := c.covering(place)
+		if open == nil {
+			return nil
+		}
+		if checked == nil {
+			left, _ := c.holds.left(open.place.Host, open.place.Repository)
+			return &Error{Class: Transient, Reason: open.err.Reason, Host: open.place.Host, Repository: open.place.Repository,
+				RetryAfter: left, Err: &circuitOpenError{place: open.place, cause: open.err}}
+		}
+		select {
+		case <-checked:
+		case <-ctx.Done():
+			return &Error{Class: Transient, Reason: open.err.Reason, Host: open.place.Host, Repository: open.place.Repository,
+				Err: fmt.Errorf("gave up waiting for %s to answer whether it answers at all: %w", open.place, ctx.Err())}
+		}
+	}
+}
+
+// covering returns the open circuit covering place, if any, and while it
+// is a registry check in flight, a channel closed when that is answered.
+func (c *Circuits) covering(place Place) (*circuit, <-chan struct{}) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	hc := c.hosts[place.Host]
 	if hc == nil {
-		return nil
+		return nil, nil
 	}
 	open := hc.open[""]
 	if open == nil && place.Repository != "" {
 		open = hc.open[place.Repository]
 	}
 	if open == nil {
-		return nil
+		return nil, nil
 	}
 	if c.lapsed(open) {
 		// Nobody waits on it: the next call finds out afresh.
 		delete(hc.open, open.place.Repository)
-		return nil
+		return nil, nil
 	}
-	left, _ := c.holds.left(open.place.Host, open.place.Repository)
-	return &Error{Class: Transient, Reason: open.err.Reason, Host: open.place.Host, Repository: open.place.Repository,
-		RetryAfter: left, Err: &circuitOpenError{place: open.place, cause: open.err}}
+	if open.check {
+		return open, open.checked
+	}
+	return open, nil
 }
 
 // circuitOpenError is what a call refused by an open circuit fails with.
@@ -230,30 +269,27 @@ func (c *Circuits) open(place Place, err *Error, probe *http.Request) {
 	first := min(c.opts.FirstProbe<<min(streak, 20), maxFlapDelay)
 	hc.open[place.Repository] = &circuit{place: place, err: err, probe: probe, streak: streak,
 		due: now.Add(c.jittered(first)), idleSince: now, waiters: map[string]func(){}}
-	if place.Repository != "" && hc.open[""] == nil && now.Sub(hc.checked) >= c.opts.ProbeInterval {
-		hc.checked = now
-		go c.checkRegistry(place.Host, probe)
+	if place.Repository != "" && hc.open[""] == nil && now.Sub(hc.checked) >= c.opts.ProbeInterval &&
+		c.holdLeft(place.hostPlace()) == 0 {
+		c.checkRegistry(hc, place, err, probe)
 	}
 	c.startProber(place.Host, hc)
 }
 
 // checkRegistry asks the registry's /v2/ whether it answers at all, after
-// one of its repositories failed; when it does not, the registry's circuit
-// opens too.
-func (c *Circuits) checkRegistry(host string, failed *http.Request) {
-	if left, _ := c.holds.left(host, ""); left > 0 {
-		return // the registry asked to be left alone: that is an answer
-	}
-	req := registryProbe(failed)
-	ctx, cancel := context.WithTimeout(c.lifetime, c.opts.ProbeTimeout)
-	defer cancel()
-	fail := c.sendProbe(ctx, req)
-	c.mu.Lock()
-	c.probes[ProbeResult{Host: host, Answered: fail == nil}]++
-	c.mu.Unlock()
-	if fail != nil {
-		c.open(Place{Host: host}, fail, req)
-	}
+// its repository failed at failed: the registry's circuit opens at once,
+// half-open, with that question as its probe. While it is asked, calls to
+// the registry's other repositories wait on it rather than discovering the
+// outage one by one (a hang costs each of them the answer timeout); an
+// answer closes it again within milliseconds, without a sweep; no answer
+// keeps it open. c.mu must be held.
+func (c *Circuits) checkRegistry(hc *hostCircuits, failed Place, err *Error, probe *http.Request) {
+	now := c.now()
+	hc.checked = now
+	registry := &circuit{place: failed.hostPlace(), err: err, probe: registryProbe(probe), check: true,
+		checked: make(chan struct{}), due: now, idleSince: now, waiters: map[string]func(){}}
+	hc.open[""] = registry
+	c.startProbe(hc, registry)
 }
 
 // answered records that place answered a request with something other than
@@ -267,9 +303,9 @@ func (c *Circuits) answered(place Place) {
 		return
 	}
 	var wake []func()
-	wake = append(wake, c.closeLocked(hc, place.Repository)...)
+	wake = append(wake, c.closeLocked(hc, place.Repository, true)...)
 	if place.Repository != "" {
-		wake = append(wake, c.closeLocked(hc, "")...)
+		wake = append(wake, c.closeLocked(hc, "", true)...)
 	}
 	c.mu.Unlock()
 	for _, w := range wake {
@@ -278,19 +314,22 @@ func (c *Circuits) answered(place Place) {
 }
 
 // closeLocked closes hc's circuit of repo, returning its waiters' wake-ups.
-func (c *Circuits) closeLocked(hc *hostCircuits, repo string) []func() {
+func (c *Circuits) closeLocked(hc *hostCircuits, repo string, sweep bool) []func() {
 	cb := hc.open[repo]
 	if cb == nil {
 		return nil
 	}
 	delete(hc.open, repo)
-	hc.closed[repo] = closure{at: c.now(), streak: cb.streak}
+	if !cb.check { // a check that answered is no flap
+		hc.closed[repo] = closure{at: c.now(), streak: cb.streak}
+	}
+	cb.endCheck()
 	wake := make([]func(), 0, len(cb.waiters))
 	for _, w := range cb.waiters {
 		wake = append(wake, w)
 	}
 	// The registry answers: its other places may well answer too.
-	hc.sweeping = len(hc.open) > 0
+	hc.sweeping = sweep && len(hc.open) > 0
 	c.nudge(hc)
 	return wake
 }
@@ -533,9 +572,12 @@ func (c *Circuits) startProbe(hc *hostCircuits, cb *circuit) {
 		var wake []func()
 		if fail == nil {
 			if hc.open[cb.place.Repository] == cb {
-				wake = c.closeLocked(hc, cb.place.Repository)
+				// A registry check that answers says only that the
+				// failure was its repository's: nothing to sweep.
+				wake = c.closeLocked(hc, cb.place.Repository, !cb.check)
 			}
 		} else {
+			cb.endCheck()
 			cb.due = c.now().Add(c.jittered(c.opts.ProbeInterval))
 			if fail.Reason != cb.err.Reason {
 				cb.err = fail

@@ -273,8 +273,8 @@ func TestProberStopsWhenNobodyWaits(t *testing.T) {
 // TestManyPlacesBoundedProbes: 30 repositories of one registry fail (its
 // /v2/ answers) with 300 objects waiting on them: the probes stay within
 // the registry's budget, in turn; when the repositories answer again, one
-// probe's answer sweeps the rest and every waiter is woken once, within
-// seconds.
+// probe's answer sweeps the rest and every object, reconciled again by one
+// worker as a controller would, succeeds once, within seconds.
 func TestManyPlacesBoundedProbes(t *testing.T) {
 	f := registrytest.New(t)
 	const repos, perRepo = 30, 10
@@ -284,32 +284,65 @@ func TestManyPlacesBoundedProbes(t *testing.T) {
 	f.Inject("", "/team/app-", -1, registrytest.Answer(503, nil, ""))
 	f.ForgetRequests()
 	c := newTestClient(t, Options{})
-	ctx := context.Background()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	// One worker reconciles the objects in turn: an object that fails waits
+	// on the circuit that refused it and is queued again when woken.
+	type object struct{ key, repo string }
+	queue := make(chan object, repos*perRepo)
 	var mu sync.Mutex
-	woken := map[string]int{}
-	for i := range repos {
-		repo := fmt.Sprintf("team/app-%d", i)
-		if _, err := c.Resolve(ctx, f.Ref(repo+":1"), nil); Reason(err) != ReasonRegistryUnavailable {
-			t.Fatalf("%s: %v", repo, err)
-		}
-		for j := range perRepo {
-			key := fmt.Sprintf("%s/%d", repo, j)
-			if !c.Circuits().Wait(f.Addr, repo, key, func() { mu.Lock(); woken[key]++; mu.Unlock() }) {
-				t.Fatalf("%s: no circuit", repo)
+	succeeded := map[string]int{}
+	go func() {
+		for {
+			var o object
+			select {
+			case o = <-queue:
+			case <-ctx.Done():
+				return
+			}
+			_, err := c.Resolve(ctx, f.Ref(o.repo+":1"), nil)
+			if err == nil {
+				mu.Lock()
+				succeeded[o.key]++
+				mu.Unlock()
+				continue
+			}
+			if Reason(err) != ReasonRegistryUnavailable {
+				t.Errorf("%s: %v", o.key, err)
+				continue
+			}
+			if !c.Circuits().Wait(f.Addr, o.repo, o.key, func() { queue <- o }) {
+				t.Errorf("%s: failed with no circuit to wait on: %v", o.key, err)
 			}
 		}
+	}()
+	for i := range repos {
+		for j := range perRepo {
+			repo := fmt.Sprintf("team/app-%d", i)
+			queue <- object{key: fmt.Sprintf("%s/%d", repo, j), repo: repo}
+		}
+	}
+	var want []string
+	for i := range repos {
+		want = append(want, fmt.Sprintf("%s/team/app-%d", f.Addr, i))
+	}
+	slices.Sort(want)
+	if open := eventuallyOpen(c, want, 5*time.Second); !slices.Equal(open, want) {
+		t.Fatalf("open circuits: %q", open)
 	}
 	// The first failure was retried in-call; the others were not (the
-	// registry was failing by then).
-	if n := f.Count("", "/team/app-"); n > repos+2 {
+	// registry was failing by then), and each repository was found
+	// failing by one request; a probe or two fell due meanwhile.
+	if n := f.Count("", "/team/app-"); n > repos+2+2 {
 		t.Errorf("%d requests to discover %d failing repositories", n, repos)
 	}
 	f.ForgetRequests()
 	const watch = 3 * time.Second
 	time.Sleep(watch)
 	probes := f.Requests()
-	// 2 probes a second, jittered: at most 8 in 3s.
-	if len(probes) < 3 || len(probes) > 8 {
+	// A probe a second, jittered: 2 to 4 in 3s.
+	if len(probes) < 2 || len(probes) > 4 {
 		t.Errorf("%d probes in %v for %d failing repositories: %q", len(probes), watch, repos, probes)
 	}
 	if len(probes) != len(slices.Compact(slices.Sorted(slices.Values(probes)))) {
@@ -320,23 +353,23 @@ func TestManyPlacesBoundedProbes(t *testing.T) {
 	recovered := time.Now()
 	for {
 		mu.Lock()
-		n := len(woken)
+		n := len(succeeded)
 		mu.Unlock()
 		if n == repos*perRepo {
 			break
 		}
 		if time.Since(recovered) > 5*time.Second {
-			t.Fatalf("%d of %d waiters woken 5s after recovery", n, repos*perRepo)
+			t.Fatalf("%d of %d objects succeeded 5s after recovery", n, repos*perRepo)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	t.Logf("all %d waiters woken %v after recovery", repos*perRepo, time.Since(recovered).Round(time.Millisecond))
+	t.Logf("all %d objects succeeded %v after recovery", repos*perRepo, time.Since(recovered).Round(time.Millisecond))
 	time.Sleep(200 * time.Millisecond)
 	mu.Lock()
 	defer mu.Unlock()
-	for key, n := range woken {
+	for key, n := range succeeded {
 		if n != 1 {
-			t.Errorf("%s woken %d times", key, n)
+			t.Errorf("%s reconciled to success %d times", key, n)
 		}
 	}
 }
@@ -477,5 +510,62 @@ func TestHungProbeKeepsTheCircuitOpen(t *testing.T) {
 	case <-woken:
 	case <-time.After(4 * time.Second):
 		t.Fatal("not woken after the hang ended")
+	}
+}
+
+// TestRegistryCheckHoldsCallsWhileAsked: when a repository of a registry
+// times out, the registry's /v2/ is asked at once whether it answers at
+// all, and calls to its other repositories wait for that answer instead of
+// each sending requests into a hang: when /v2/ answers they go ahead (a
+// repository that answers is not failed because another did not); when it
+// does not, they fail without a request, and the registry's circuit stays
+// open beside the repository's.
+func TestRegistryCheckHoldsCallsWhileAsked(t *testing.T) {
+	for _, tc := range []struct {
+		name         string
+		registryHang bool
+	}{
+		{"whole registry hangs", true},
+		{"one repository hangs", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := registrytest.New(t)
+			f.Push("team/app:1")
+			f.Push("team/other:1")
+			const answerTimeout = 300 * time.Millisecond
+			c := newTestClient(t, Options{AnswerTimeout: answerTimeout})
+			ctx := context.Background()
+			for _, ref := range []string{"team/app:1", "team/other:1"} {
+				if _, err := c.Resolve(ctx, f.Ref(ref), nil); err != nil { // before the fault: pinged, authorized
+					t.Fatal(err)
+				}
+			}
+			f.Inject("", "/team/app/", -1, f.Hang)
+			if tc.registryHang {
+				f.Inject("", "", -1, f.Hang)
+			}
+			if _, err := c.Resolve(ctx, f.Ref("team/app:1"), nil); Reason(err) != ReasonRegistryUnavailable {
+				t.Fatalf("Resolve team/app: %v", err)
+			}
+			c.Circuits().Wait(f.Addr, "team/app", "ns/app", func() {})
+			f.ForgetRequests()
+			_, err := c.Resolve(ctx, f.Ref("team/other:1"), nil)
+			sent := f.Count("", "/team/other/")
+			if tc.registryHang {
+				if Reason(err) != ReasonRegistryUnavailable || sent != 0 {
+					t.Errorf("team/other of a hung registry: %v after %q", err, f.Requests())
+				}
+			} else if err != nil || sent != 1 {
+				t.Errorf("team/other, which answers: %v after %q", err, f.Requests())
+			}
+			want := []string{f.Addr + "/team/app"}
+			if tc.registryHang {
+				c.Circuits().Wait(f.Addr, "team/other", "ns/other", func() {})
+				want = []string{f.Addr, f.Addr + "/team/app"}
+			}
+			if open := eventuallyOpen(c, want, time.Second); !slices.Equal(open, want) {
+				t.Errorf("open circuits %q, want %q", open, want)
+			}
+		})
 	}
 }

@@ -510,7 +510,7 @@ func (c *Client) do(ctx context.Context, ref name.Reference, timeout time.Durati
 	target := Place{Host: ref.Context().RegistryStr(), Repository: ref.Context().RepositoryStr()}
 	// The circuit first: its error names the place to wait on (and carries
 	// the hold's Retry-After, before which it is not probed).
-	if refused := c.circuits.refuse(target); refused != nil {
+	if refused := c.circuits.refuse(ctx, target); refused != nil {
 		return refused
 	}
 	if wait := c.waits.check(target.Host, target.Repository); wait != nil {

@@ -118,7 +118,7 @@ type gateTransport struct {
 
 func (g *gateTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	place := placeOf(req, nil)
-	if refused := g.circuits.refuse(place); refused != nil {
+	if refused := g.circuits.refuse(req.Context(), place); refused != nil {
 		return nil, refused
 	}
 	resp, err := g.next.RoundTrip(req)
