@@ -45,6 +45,7 @@ func counted(answered func(), act http.HandlerFunc) http.HandlerFunc {
 
 type faultResult struct {
 	fault     string
+	run       int
 	n         int
 	outage    time.Duration
 	requests  int           // reaching the registry during the fault
@@ -121,17 +122,23 @@ func TestFaults(t *testing.T) {
 		t.Skip("BENCH=1")
 	}
 	n := envInt("BENCH_FAULT_N", 200)
-	outages := []time.Duration{envDuration("BENCH_FAULT_OUTAGE", 90*time.Second)}
-	if long := envDuration("BENCH_FAULT_LONG_OUTAGE", 0); long > 0 {
-		outages = append(outages, long)
-	}
 	runs := envInt("BENCH_FAULT_RUNS", 3)
+	type outage struct {
+		length time.Duration
+		runs   int
+	}
+	outages := []outage{{envDuration("BENCH_FAULT_OUTAGE", 90*time.Second), runs}}
+	if long := envDuration("BENCH_FAULT_LONG_OUTAGE", 0); long > 0 {
+		outages = append(outages, outage{long, envInt("BENCH_FAULT_LONG_RUNS", runs)})
+	}
 	var rs []faultResult
 	for _, fault := range registryFaults {
-		for _, outage := range outages {
-			for i := range runs {
-				t.Run(fmt.Sprintf("%s/%v/run%d", fault.name, outage, i+1), func(t *testing.T) {
-					rs = append(rs, faultRun(t, fault, n, outage))
+		for _, o := range outages {
+			for i := range o.runs {
+				t.Run(fmt.Sprintf("%s/%v/run%d", fault.name, o.length, i+1), func(t *testing.T) {
+					r := faultRun(t, fault, n, o.length)
+					r.run = i + 1
+					rs = append(rs, r)
 				})
 			}
 		}
@@ -145,13 +152,13 @@ func TestFaults(t *testing.T) {
 		header: []string{"fault", "outage, run", "requests/s during", "reporting after", "Ready after recovery", "pushes"}}
 	okRecovery, okHang, okReport, okLoad, okPushes := true, true, true, true, true
 	var recovered, hangRecovered, reported []time.Duration
-	for i, r := range rs {
+	for _, r := range rs {
 		perSecond := float64(r.requests) / r.outage.Seconds()
 		ready := r.recovered.Round(100 * time.Millisecond).String()
 		if !r.ready {
 			ready = "not Ready in 2 min"
 		}
-		s.rows = append(s.rows, []string{r.fault, fmt.Sprintf("%v, %d", r.outage, i%runs+1), fmt.Sprintf("%.2f", perSecond),
+		s.rows = append(s.rows, []string{r.fault, fmt.Sprintf("%v, %d", r.outage, r.run), fmt.Sprintf("%.2f", perSecond),
 			r.reported.Round(100 * time.Millisecond).String(), ready, fmt.Sprint(r.maxPushes)})
 		if r.fault == "hang" {
 			hangRecovered = append(hangRecovered, r.recovered)
