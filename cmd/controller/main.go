@@ -51,9 +51,10 @@ func main() {
 	// --kube-api-qps, --kube-api-burst) included.
 	cfg := injection.ParseAndGetRESTConfigOrDie()
 	// knative's default is 5 queries/s and a burst of 10 per controller;
-	// every builder pushed costs a status update and an event, and make
-	// bench measured the cold start of 200 builders halving with more
-	// (10.0 s → 5.7 s). Flags and KUBE_API_QPS/KUBE_API_BURST still win.
+	// every builder pushed costs a status update and an event, and the
+	// cold start of many builders waited on that throttle (figures in
+	// bench/results.md and bench/README.md). Flags and
+	// KUBE_API_QPS/KUBE_API_BURST still win.
 	if cfg.QPS == 0 {
 		cfg.QPS = 50
 	}
