@@ -22,8 +22,10 @@ type leaderAwareReconciler interface {
 // statusWriteRetryMax caps the delay before a status write that the API
 // server refused for a passing reason (5xx, 429, a conflict, a timeout) is
 // tried again: the work is done, only its record is missing, and a reconcile
-// that finds the work done costs one registry HEAD at most.
-const statusWriteRetryMax = 2 * time.Second
+// that finds the work done costs one registry HEAD at most. 4 s (jittered,
+// at most 4.8 s) keeps Ready within 5 s of the API server answering again
+// while an outage of it costs each object a HEAD every 4 s, not every 2.
+const statusWriteRetryMax = 4 * time.Second
 
 // StatusWrites wraps a generated reconciler so that a failure of its own —
 // writing the status (or finalizers) after ReconcileKind — is retried on the
@@ -32,7 +34,7 @@ const statusWriteRetryMax = 2 * time.Second
 // grows with every failure of any key (5 ms to 1000 s): after 30 s of API
 // server errors a builder pushed long before was Ready 11 s after the API
 // server answered again. Now a passing API-server error is retried after a
-// per-object backoff capped at 2 s (never sooner than a 429's
+// per-object backoff capped at 4 s (never sooner than a 429's
 // Retry-After), and anything else after the policy's transient backoff.
 func (p *Policy) StatusWrites(r controller.Reconciler) controller.Reconciler {
 	return &statusWriteRetry{leaderAwareReconciler: r.(leaderAwareReconciler), policy: p}

@@ -128,9 +128,16 @@ type hostCircuits struct {
 	// nextProbe spaces probes to ProbesPerSecond.
 	nextProbe time.Time
 	// checked is when a repository's failure last checked /v2/.
-	checked  time.Time
-	sweeping bool
-	inFlight int
+	checked time.Time
+	// sweeping: a place answered, so the others are probed at once; it
+	// stops after sweepParallel probes sent since sweepStarted fail (the
+	// registry has not recovered as a whole), not at the first: a probe
+	// sent before the recovery, or one place still broken, must not leave
+	// hundreds of places to be probed one a second.
+	sweeping      bool
+	sweepStarted  time.Time
+	sweepFailures int
+	inFlight      int
 	// closed remembers recently closed circuits, by repository, to damp
 	// flapping ones.
 	closed map[string]closure
@@ -208,6 +215,12 @@ func (c *Circuits) refuse(ctx context.Context, place Place) *Error {
 	}
 }
 
+// isOpen reports whether a circuit covering place is open (or checking).
+func (c *Circuits) isOpen(place Place) bool {
+	open, _ := c.covering(place)
+	return open != nil
+}
+
 // covering returns the open circuit covering place, if any, and while it
 // is a registry check in flight, a channel closed when that is answered.
 func (c *Circuits) covering(place Place) (*circuit, <-chan struct{}) {
@@ -224,7 +237,7 @@ func (c *Circuits) covering(place Place) (*circuit, <-chan struct{}) {
 	if open == nil {
 		return nil, nil
 	}
-	if c.lapsed(open) {
+	if c.lapsed(hc, open) {
 		// Nobody waits on it: the next call finds out afresh.
 		delete(hc.open, open.place.Repository)
 		return nil, nil
@@ -269,8 +282,11 @@ func (c *Circuits) open(place Place, err *Error, probe *http.Request) {
 	first := min(c.opts.FirstProbe<<min(streak, 20), maxFlapDelay)
 	hc.open[place.Repository] = &circuit{place: place, err: err, probe: probe, streak: streak,
 		due: now.Add(c.jittered(first)), idleSince: now, waiters: map[string]func(){}}
+	// A failure with a Retry-After is the registry answering (and saying
+	// when to come back): nothing to check, and asking /v2/ now would be a
+	// request before it.
 	if place.Repository != "" && hc.open[""] == nil && now.Sub(hc.checked) >= c.opts.ProbeInterval &&
-		c.holdLeft(place.hostPlace()) == 0 {
+		err.RetryAfter == 0 && c.holdLeft(place) == 0 {
 		c.checkRegistry(hc, place, err, probe)
 	}
 	c.startProber(place.Host, hc)
@@ -329,7 +345,9 @@ func (c *Circuits) closeLocked(hc *hostCircuits, repo string, sweep bool) []func
 		wake = append(wake, w)
 	}
 	// The registry answers: its other places may well answer too.
-	hc.sweeping = sweep && len(hc.open) > 0
+	if sweep && len(hc.open) > 0 {
+		hc.sweeping, hc.sweepStarted, hc.sweepFailures = true, c.now(), 0
+	}
 	c.nudge(hc)
 	return wake
 }
@@ -476,7 +494,7 @@ func (c *Circuits) probeDue(host string, hc *hostCircuits) (time.Time, bool) {
 	defer c.mu.Unlock()
 	now := c.now()
 	for repo, cb := range hc.open {
-		if c.lapsed(cb) {
+		if c.lapsed(hc, cb) {
 			delete(hc.open, repo) // nobody cares; the next call finds out afresh
 		}
 	}
@@ -501,7 +519,7 @@ func (c *Circuits) probeDue(host string, hc *hostCircuits) (time.Time, bool) {
 	next := now.Add(c.opts.ProbeInterval)
 	var due []*circuit
 	for _, cb := range candidates {
-		if cb.probing || len(cb.waiters) == 0 {
+		if cb.probing || !waitedOn(hc, cb) {
 			continue
 		}
 		at := cb.due
@@ -546,9 +564,25 @@ func (c *Circuits) probeDue(host string, hc *hostCircuits) (time.Time, bool) {
 }
 
 // lapsed reports whether nobody has waited on cb for a probe interval;
-// c.mu must be held.
-func (c *Circuits) lapsed(cb *circuit) bool {
-	return len(cb.waiters) == 0 && !cb.probing && c.now().Sub(cb.idleSince) >= c.opts.ProbeInterval
+// c.mu must be held. Whoever waits on one of a registry's repositories
+// waits on the registry's own circuit too: while that is open, theirs are
+// not probed.
+func (c *Circuits) lapsed(hc *hostCircuits, cb *circuit) bool {
+	return !cb.probing && !waitedOn(hc, cb) && c.now().Sub(cb.idleSince) >= c.opts.ProbeInterval
+}
+
+// waitedOn reports whether anyone waits on cb: on it, or, for a registry's
+// own circuit, on any of its repositories.
+func waitedOn(hc *hostCircuits, cb *circuit) bool {
+	if len(cb.waiters) > 0 || cb.place.Repository != "" {
+		return len(cb.waiters) > 0
+	}
+	for _, other := range hc.open {
+		if len(other.waiters) > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 func (c *Circuits) holdLeft(p Place) time.Duration {
@@ -560,6 +594,7 @@ func (c *Circuits) holdLeft(p Place) time.Duration {
 func (c *Circuits) startProbe(hc *hostCircuits, cb *circuit) {
 	cb.probing = true
 	hc.inFlight++
+	sent := c.now()
 	go func() {
 		ctx, cancel := context.WithTimeout(c.lifetime, c.opts.ProbeTimeout)
 		fail := c.sendProbe(ctx, cb.probe)
@@ -587,7 +622,11 @@ func (c *Circuits) startProbe(hc *hostCircuits, cb *circuit) {
 				// not hold the whole repository: ask the repository.
 				cb.probe = repositoryProbe(cb.probe, cb.place.Repository)
 			}
-			hc.sweeping = false // this registry has not recovered as a whole
+			if hc.sweeping && !sent.Before(hc.sweepStarted) {
+				if hc.sweepFailures++; hc.sweepFailures >= sweepParallel {
+					hc.sweeping = false // this registry has not recovered as a whole
+				}
+			}
 		}
 		c.nudge(hc)
 		c.mu.Unlock()

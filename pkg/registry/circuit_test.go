@@ -217,6 +217,15 @@ func TestProbeWaitsForRetryAfter(t *testing.T) {
 	if _, err := c.Resolve(context.Background(), f.Ref("team/app:1"), nil); Reason(err) != ReasonRateLimited || RetryAfter(err) < time.Second {
 		t.Fatalf("Resolve: %v (Retry-After %v)", err, RetryAfter(err))
 	}
+	f.ForgetRequests()
+	defer func() {
+		// Nothing else either: no registry check during the hold.
+		for _, r := range f.Requests() {
+			if !strings.Contains(r, "/team/app/") {
+				t.Errorf("request %q after a 429 with Retry-After", r)
+			}
+		}
+	}()
 	woken := make(chan struct{})
 	if !c.Circuits().Wait(f.Addr, "team/app", "ns/a", func() { close(woken) }) {
 		t.Fatal("no open circuit to wait on")
@@ -382,15 +391,29 @@ func TestRegistryCircuitHoldsEveryRepository(t *testing.T) {
 	f := registrytest.New(t)
 	f.Push("team/app:1")
 	f.Push("team/other:1")
-	f.Inject("", "/v2/", -1, registrytest.Answer(503, nil, ""))
 	c := newTestClient(t, Options{})
 	ctx := context.Background()
+	for _, ref := range []string{"team/app:1", "team/other:1"} {
+		if _, err := c.Resolve(ctx, f.Ref(ref), nil); err != nil { // pinged before the fault
+			t.Fatal(err)
+		}
+	}
+	f.Inject("", "/v2/", -1, registrytest.Answer(503, nil, ""))
 	if _, err := c.Resolve(ctx, f.Ref("team/app:1"), nil); err == nil {
 		t.Fatal("no error")
 	}
 	woken := make(chan string, 2)
-	c.Circuits().Wait(f.Addr, "team/app", "app", func() { woken <- "app" })
-	eventuallyOpen(c, []string{f.Addr, f.Addr + "/team/app"}, 2*time.Second)
+	if !c.Circuits().Wait(f.Addr, "team/app", "app", func() { woken <- "app" }) {
+		t.Fatal("no circuit to wait on")
+	}
+	want := []string{f.Addr, f.Addr + "/team/app"}
+	if open := eventuallyOpen(c, want, 2*time.Second); !slices.Equal(open, want) {
+		t.Fatalf("open circuits %q, want %q", open, want)
+	}
+	// Nobody waits on the registry's own circuit, but app waits on its
+	// repository's, which is not probed while the registry's is open: it
+	// must not lapse.
+	time.Sleep(1500 * time.Millisecond)
 	f.ForgetRequests()
 	_, err := c.Resolve(ctx, f.Ref("team/other:1"), nil)
 	if Reason(err) != ReasonRegistryUnavailable || !strings.Contains(err.Error(), f.Addr+" is failing") {
@@ -400,20 +423,42 @@ func TestRegistryCircuitHoldsEveryRepository(t *testing.T) {
 		t.Fatal("could not wait on the registry")
 	}
 	time.Sleep(2 * time.Second)
-	for _, r := range f.Requests() {
+	probes := f.Requests()
+	for _, r := range probes {
 		if r != "GET /v2/" {
 			t.Errorf("request %q while the registry's circuit is open, want only GET /v2/ probes", r)
 		}
 	}
+	if len(probes) == 0 {
+		t.Error("the registry was not probed")
+	}
+
+	// /v2/ answers again, team/app still fails: the registry's waiter is
+	// woken, app's circuit stays open.
 	f.ClearFaults()
-	got := map[string]bool{}
-	for range 2 {
-		select {
-		case w := <-woken:
-			got[w] = true
-		case <-time.After(3 * time.Second):
-			t.Fatalf("woken: %v", got)
+	f.Inject("", "/team/app/", -1, registrytest.Answer(503, nil, ""))
+	select {
+	case w := <-woken:
+		if w != "other" {
+			t.Fatalf("%s woken while its repository fails", w)
 		}
+	case <-time.After(3 * time.Second):
+		t.Fatal("the registry's waiter was not woken when /v2/ answered")
+	}
+	want = []string{f.Addr + "/team/app"}
+	if open := eventuallyOpen(c, want, 2*time.Second); !slices.Equal(open, want) {
+		t.Fatalf("open circuits with /v2/ answering: %q, want %q", open, want)
+	}
+	select {
+	case w := <-woken:
+		t.Fatalf("%s woken while its repository fails", w)
+	case <-time.After(1500 * time.Millisecond):
+	}
+	f.ClearFaults()
+	select {
+	case <-woken:
+	case <-time.After(3 * time.Second):
+		t.Fatal("app not woken when its repository answered")
 	}
 }
 
@@ -567,5 +612,99 @@ func TestRegistryCheckHoldsCallsWhileAsked(t *testing.T) {
 				t.Errorf("open circuits %q, want %q", open, want)
 			}
 		})
+	}
+}
+
+// TestSweepOutlivesOneBrokenPlace: 20 repositories of a registry fail; when
+// all but one answer again, the first probe that gets an answer sweeps the
+// others, and the one still broken does not stop that sweep: every other
+// waiter is woken within seconds, not one repository a second.
+func TestSweepOutlivesOneBrokenPlace(t *testing.T) {
+	f := registrytest.New(t)
+	const repos = 20
+	for i := range repos {
+		f.Push(fmt.Sprintf("team/app-%d:1", i))
+	}
+	c := newTestClient(t, Options{})
+	ctx := context.Background()
+	if _, err := c.Resolve(ctx, f.Ref("team/app-0:1"), nil); err != nil { // pinged before the fault
+		t.Fatal(err)
+	}
+	f.Inject("", "/team/app-", -1, registrytest.Answer(503, nil, ""))
+	woken := make(chan int, repos)
+	for i := range repos {
+		repo := fmt.Sprintf("team/app-%d", i)
+		if _, err := c.Resolve(ctx, f.Ref(repo+":1"), nil); Reason(err) != ReasonRegistryUnavailable {
+			t.Fatalf("%s: %v", repo, err)
+		}
+		if !c.Circuits().Wait(f.Addr, repo, repo, func() { woken <- i }) {
+			t.Fatalf("%s: no circuit", repo)
+		}
+	}
+	time.Sleep(2 * time.Second) // the circuits are probed, in turn, and fail
+	f.ClearFaults()
+	f.Inject("", "/team/app-0/", -1, registrytest.Answer(503, nil, ""))
+	recovered := time.Now()
+	got := map[int]bool{}
+	for len(got) < repos-1 {
+		select {
+		case i := <-woken:
+			if i == 0 {
+				t.Fatal("team/app-0 woken while it fails")
+			}
+			got[i] = true
+		case <-time.After(6 * time.Second):
+			t.Fatalf("%d of %d answering repositories' waiters woken %v after they answered",
+				len(got), repos-1, time.Since(recovered).Round(time.Millisecond))
+		}
+	}
+	// One probe a second in turn would take about 19 s.
+	if took := time.Since(recovered); took > 5*time.Second {
+		t.Errorf("the answering repositories' waiters were woken %v after they answered", took.Round(time.Millisecond))
+	}
+}
+
+// TestNoResendIntoAnOpenCircuit: a call waiting out a short Retry-After
+// inside the call does not send again once another call has found the place
+// failing and opened its circuit.
+func TestNoResendIntoAnOpenCircuit(t *testing.T) {
+	f := registrytest.New(t)
+	f.Push("team/app:1")
+	c := newTestClient(t, Options{})
+	if _, err := c.Resolve(context.Background(), f.Ref("team/app:1"), nil); err != nil { // pinged before the fault
+		t.Fatal(err)
+	}
+	f.Inject("", "/team/app/", -1, registrytest.Answer(503, map[string]string{"Retry-After": "1"}, ""))
+	f.ForgetRequests()
+	patient := make(chan error)
+	go func() {
+		_, err := c.Resolve(context.Background(), f.Ref("team/app:1"), nil)
+		patient <- err
+	}()
+	// The hasty call waits out the patient call's hold too, is answered 503
+	// again, gives up (the next hold outlasts its deadline) and opens the
+	// circuit, while the patient call waits out its second hold.
+	time.Sleep(200 * time.Millisecond)
+	hasty, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
+	defer cancel()
+	if _, err := c.Resolve(hasty, f.Ref("team/app:1"), nil); Reason(err) != ReasonRegistryUnavailable {
+		t.Fatalf("the hasty call: %v", err)
+	}
+	if !c.Circuits().Wait(f.Addr, "team/app", "ns/hasty", func() {}) {
+		t.Fatal("the hasty call opened no circuit")
+	}
+	select {
+	case err := <-patient:
+		if Reason(err) != ReasonRegistryUnavailable {
+			t.Errorf("the patient call: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the patient call still resending 5 s later")
+	}
+	// The patient call's two requests, the hasty one's, and the circuit's
+	// probe once the hold ends (resending, the patient call alone would
+	// have sent one a second).
+	if n := f.Count("", "/team/app/"); n > 4 {
+		t.Errorf("%d requests into an open circuit: %q", n, f.Requests())
 	}
 }

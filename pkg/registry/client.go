@@ -162,6 +162,7 @@ func New(lifetime context.Context, opts Options) *Client {
 		writeAnswer: opts.WriteAnswerTimeout, idle: opts.StallTimeout}
 	accounting := newAccountingTransport(stalls, waits)
 	circuits := newCircuits(lifetime, opts.Circuits, waits, accounting.sendOnce)
+	accounting.failing = circuits.isOpen
 	return &Client{
 		opts:      opts,
 		lifetime:  lifetime,

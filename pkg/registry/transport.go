@@ -76,6 +76,10 @@ func (s Stats) Sub(before Stats) Stats {
 type accountingTransport struct {
 	inner http.RoundTripper
 	waits *retryAfterHolds
+	// failing reports whether a circuit covering place is open: a request
+	// waiting out a Retry-After is not sent again into a place that
+	// another call has found failing meanwhile (set once, before use).
+	failing func(Place) bool
 
 	mu        sync.Mutex
 	requests  map[RequestKey]int64
@@ -114,7 +118,8 @@ func (t *accountingTransport) RoundTrip(req *http.Request) (*http.Response, erro
 		t.waits.note(host, repo, resp.StatusCode, d)
 		replay, ok := rewound(req)
 		// (wait waits out the hold when it is short enough.)
-		if !ok || resends == maxRetryAfterResends || t.waits.wait(req.Context(), host, repo) != nil {
+		if !ok || resends == maxRetryAfterResends || t.waits.wait(req.Context(), host, repo) != nil ||
+			(t.failing != nil && t.failing(Place{Host: host, Repository: repo})) {
 			// Given up: the caller's error carries the Retry-After.
 			if call := callFrom(req.Context()); call != nil {
 				call.noteRetryAfter(d)
