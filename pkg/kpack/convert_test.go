@@ -1,0 +1,989 @@
+package kpack
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"knative.dev/pkg/apis"
+	"sigs.k8s.io/yaml"
+
+	"github.com/buildsmith/buildsmith/pkg/apis/build/v1alpha1"
+)
+
+// The inputs have the shapes of kpack's samples and docs: experimental
+// (kpack 0.0.x) and kpack.io/v1alpha2 (kpack 0.17).
+
+const experimentalStore = `apiVersion: experimental.kpack.pivotal.io/v1alpha1
+kind: Store
+metadata:
+  name: sample-store
+spec:
+  sources:
+  - image: gcr.io/paketo-buildpacks/java
+  - image: gcr.io/paketo-buildpacks/gradle
+`
+
+const experimentalStack = `apiVersion: experimental.kpack.pivotal.io/v1alpha1
+kind: Stack
+metadata:
+  name: bionic-stack
+spec:
+  id: "io.buildpacks.stacks.bionic"
+  buildImage:
+    image: "gcr.io/paketo-buildpacks/build:base-cnb"
+  runImage:
+    image: "gcr.io/paketo-buildpacks/run:base-cnb"
+`
+
+const experimentalBuilder = `apiVersion: experimental.kpack.pivotal.io/v1alpha1
+kind: CustomBuilder
+metadata:
+  name: my-custom-builder
+  namespace: default
+spec:
+  serviceAccount: default
+  tag: sample/custom-builder
+  stack: bionic-stack
+  store: sample-store
+  order:
+  - group:
+    - id: paketo-buildpacks/java
+    - id: paketo-buildpacks/gradle
+      optional: true
+`
+
+const experimentalClusterBuilder = `apiVersion: experimental.kpack.pivotal.io/v1alpha1
+kind: CustomClusterBuilder
+metadata:
+  name: my-cluster-builder
+spec:
+  tag: buildingbuilder/custom-builder
+  stack: bionic-stack
+  store: sample-store
+  serviceAccountRef:
+    name: default
+    namespace: default
+  order:
+  - group:
+    - id: paketo-buildpacks/java
+`
+
+const clusterStore = `apiVersion: kpack.io/v1alpha2
+kind: ClusterStore
+metadata:
+  name: sample-cluster-store
+spec:
+  serviceAccountRef:
+    name: sample-sa
+    namespace: sample-namespace
+  sources:
+  - image: gcr.io/cf-build-service-public/node-engine-buildpackage
+  - image: index.docker.io/paketobuildpacks/builder-jammy-base
+`
+
+const clusterStack = `apiVersion: kpack.io/v1alpha2
+kind: ClusterStack
+metadata:
+  name: base
+spec:
+  id: "io.buildpacks.stacks.jammy"
+  buildImage:
+    image: "paketobuildpacks/build-jammy-base"
+  runImage:
+    image: "paketobuildpacks/run-jammy-base"
+  serviceAccountRef:
+    name: private
+    namespace: private
+`
+
+// javaBuildpack is a Buildpack as kubectl get -o yaml shows it: its status
+// lists a meta-buildpack and its child.
+const javaBuildpack = `apiVersion: kpack.io/v1alpha2
+kind: Buildpack
+metadata:
+  name: java
+  namespace: apps
+  uid: 0b5e0c5e-1d7c-4c8e-9f1a-2a3b4c5d6e7f
+  resourceVersion: "4711"
+spec:
+  serviceAccountName: default
+  image: gcr.io/paketo-buildpacks/java:8.9.0
+status:
+  buildpacks:
+  - id: paketo-buildpacks/java
+    version: 8.9.0
+    order:
+    - group:
+      - id: paketo-buildpacks/jvm
+  - id: paketo-buildpacks/jvm
+    version: 1.0.0
+`
+
+const nodeClusterBuildpack = `apiVersion: kpack.io/v1alpha2
+kind: ClusterBuildpack
+metadata:
+  name: nodejs
+spec:
+  image: gcr.io/paketo-buildpacks/nodejs:1.2.3
+`
+
+// want* are the buildsmith objects of the inputs above.
+
+const wantExperimentalStore = `apiVersion: buildsmith.dev/v1alpha1
+kind: ClusterStore
+metadata: {name: sample-store}
+spec:
+  sources:
+  - image: gcr.io/paketo-buildpacks/java
+  - image: gcr.io/paketo-buildpacks/gradle
+`
+
+const wantExperimentalStack = `apiVersion: buildsmith.dev/v1alpha1
+kind: ClusterStack
+metadata: {name: bionic-stack}
+spec:
+  id: io.buildpacks.stacks.bionic
+  buildImage: {image: "gcr.io/paketo-buildpacks/build:base-cnb"}
+  runImage: {image: "gcr.io/paketo-buildpacks/run:base-cnb"}
+`
+
+const wantClusterStore = `apiVersion: buildsmith.dev/v1alpha1
+kind: ClusterStore
+metadata: {name: sample-cluster-store}
+spec:
+  serviceAccountRef: {name: sample-sa, namespace: sample-namespace}
+  sources:
+  - image: gcr.io/cf-build-service-public/node-engine-buildpackage
+  - image: index.docker.io/paketobuildpacks/builder-jammy-base
+`
+
+func TestConvert(t *testing.T) {
+	tests := []struct {
+		name string
+		in   string
+		want string
+		// warnings are Warning.String(), "omitted: " first when Omitted.
+		warnings []string
+	}{{
+		name: "experimental kinds",
+		in:   docs(experimentalStore, experimentalStack, experimentalBuilder, experimentalClusterBuilder),
+		want: docs(wantExperimentalStore, wantExperimentalStack, `
+apiVersion: buildsmith.dev/v1alpha1
+kind: Builder
+metadata: {name: my-custom-builder, namespace: default}
+spec:
+  tag: sample/custom-builder
+  serviceAccountName: default
+  stack: {kind: ClusterStack, name: bionic-stack}
+  store: {kind: ClusterStore, name: sample-store}
+  order:
+  - group:
+    - id: paketo-buildpacks/java
+    - {id: paketo-buildpacks/gradle, optional: true}
+`, `
+apiVersion: buildsmith.dev/v1alpha1
+kind: ClusterBuilder
+metadata: {name: my-cluster-builder}
+spec:
+  tag: buildingbuilder/custom-builder
+  serviceAccountRef: {name: default, namespace: default}
+  stack: {kind: ClusterStack, name: bionic-stack}
+  store: {kind: ClusterStore, name: sample-store}
+  order:
+  - group:
+    - id: paketo-buildpacks/java
+`),
+	}, {
+		name: "kpack.io/v1alpha2 store and stack",
+		in:   docs(clusterStore, clusterStack),
+		want: docs(wantClusterStore, `
+apiVersion: buildsmith.dev/v1alpha1
+kind: ClusterStack
+metadata: {name: base}
+spec:
+  id: io.buildpacks.stacks.jammy
+  buildImage: {image: paketobuildpacks/build-jammy-base}
+  runImage: {image: paketobuildpacks/run-jammy-base}
+  serviceAccountRef: {name: private, namespace: private}
+`),
+	}, {
+		name: "kpack.io/v1alpha1 builder with serviceAccount",
+		in: `apiVersion: kpack.io/v1alpha1
+kind: Builder
+metadata:
+  name: old
+  namespace: apps
+spec:
+  tag: registry.example.com/builders/old
+  serviceAccount: pusher
+  stack: {name: base, kind: ClusterStack}
+  store: {name: sample-cluster-store, kind: ClusterStore}
+  order:
+  - group:
+    - id: paketo-buildpacks/nodejs
+      version: 1.2.3
+`,
+		want: `apiVersion: buildsmith.dev/v1alpha1
+kind: Builder
+metadata: {name: old, namespace: apps}
+spec:
+  tag: registry.example.com/builders/old
+  serviceAccountName: pusher
+  stack: {kind: ClusterStack, name: base}
+  store: {kind: ClusterStore, name: sample-cluster-store}
+  order:
+  - group:
+    - {id: paketo-buildpacks/nodejs, version: 1.2.3}
+`,
+	}, {
+		name: "order entries naming a Buildpack and a ClusterBuildpack, store in the input",
+		in: docs(clusterStore, javaBuildpack, nodeClusterBuildpack, `
+apiVersion: kpack.io/v1alpha2
+kind: Builder
+metadata:
+  name: my-builder
+  namespace: apps
+spec:
+  tag: gcr.io/sample/builder
+  serviceAccountName: builder-sa
+  stack: {name: base, kind: ClusterStack}
+  store: {name: sample-cluster-store, kind: ClusterStore}
+  additionalLabels:
+    custom-label: custom-value
+  order:
+  - group:
+    - id: kpack/my-custom-buildpack
+      version: 1.2.3
+    - id: kpack/my-optional-custom-buildpack
+      optional: true
+  - group:
+    - name: java
+      kind: Buildpack
+    - name: nodejs
+      kind: ClusterBuildpack
+      id: paketo-buildpacks/nodejs
+      version: 1.2.3
+      optional: true
+`),
+		want: docs(`
+apiVersion: buildsmith.dev/v1alpha1
+kind: ClusterStore
+metadata: {name: sample-cluster-store}
+spec:
+  serviceAccountRef: {name: sample-sa, namespace: sample-namespace}
+  sources:
+  - image: gcr.io/cf-build-service-public/node-engine-buildpackage
+  - image: index.docker.io/paketobuildpacks/builder-jammy-base
+  - image: gcr.io/paketo-buildpacks/java:8.9.0
+  - image: gcr.io/paketo-buildpacks/nodejs:1.2.3
+`, `
+apiVersion: buildsmith.dev/v1alpha1
+kind: Builder
+metadata: {name: my-builder, namespace: apps}
+spec:
+  tag: gcr.io/sample/builder
+  serviceAccountName: builder-sa
+  stack: {kind: ClusterStack, name: base}
+  store: {kind: ClusterStore, name: sample-cluster-store}
+  additionalLabels: {custom-label: custom-value}
+  order:
+  - group:
+    - {id: kpack/my-custom-buildpack, version: 1.2.3}
+    - {id: kpack/my-optional-custom-buildpack, optional: true}
+  - group:
+    - id: paketo-buildpacks/java
+    - {id: paketo-buildpacks/nodejs, version: 1.2.3, optional: true}
+`),
+		warnings: []string{
+			"Buildpack/apps/java: consumed: its image gcr.io/paketo-buildpacks/java:8.9.0 is a source of ClusterStore sample-cluster-store",
+			"ClusterBuildpack/nodejs: consumed: its image gcr.io/paketo-buildpacks/nodejs:1.2.3 is a source of ClusterStore sample-cluster-store",
+			"Builder/apps/my-builder: spec.order[1].group[0]: Buildpack/apps/java replaced by buildpack id paketo-buildpacks/java (from its status); its image gcr.io/paketo-buildpacks/java:8.9.0 is a source of ClusterStore sample-cluster-store",
+			"Builder/apps/my-builder: spec.order[1].group[0]: Buildpack/apps/java reads its image with ServiceAccount apps/default; ClusterStore sample-cluster-store reads its sources with ServiceAccount sample-namespace/sample-sa: give it credentials for gcr.io/paketo-buildpacks/java:8.9.0 if it needs them",
+			"Builder/apps/my-builder: spec.order[1].group[1]: ClusterBuildpack/nodejs replaced by buildpack id paketo-buildpacks/nodejs; its image gcr.io/paketo-buildpacks/nodejs:1.2.3 is a source of ClusterStore sample-cluster-store",
+		},
+	}, {
+		name: "a builder without a store gets one, from the objects its order names or kpack would find its ids in",
+		in: docs(javaBuildpack, nodeClusterBuildpack, `
+apiVersion: kpack.io/v1alpha2
+kind: Builder
+metadata: {name: storeless, namespace: apps}
+spec:
+  tag: gcr.io/sample/storeless
+  stack: {name: base, kind: ClusterStack}
+  order:
+  - group:
+    - {name: nodejs, kind: ClusterBuildpack, id: paketo-buildpacks/nodejs}
+  - group:
+    - id: paketo-buildpacks/jvm
+    - id: paketo-buildpacks/procfile
+`),
+		want: `
+apiVersion: buildsmith.dev/v1alpha1
+kind: ClusterStore
+metadata: {name: apps-storeless-buildpacks}
+spec:
+  serviceAccountRef: {name: default, namespace: apps}
+  sources:
+  - image: gcr.io/paketo-buildpacks/nodejs:1.2.3
+  - image: gcr.io/paketo-buildpacks/java:8.9.0
+---
+apiVersion: buildsmith.dev/v1alpha1
+kind: Builder
+metadata: {name: storeless, namespace: apps}
+spec:
+  tag: gcr.io/sample/storeless
+  stack: {kind: ClusterStack, name: base}
+  store: {kind: ClusterStore, name: apps-storeless-buildpacks}
+  order:
+  - group:
+    - id: paketo-buildpacks/nodejs
+  - group:
+    - id: paketo-buildpacks/jvm
+    - id: paketo-buildpacks/procfile
+`,
+		warnings: []string{
+			"Buildpack/apps/java: consumed: its image gcr.io/paketo-buildpacks/java:8.9.0 is a source of ClusterStore apps-storeless-buildpacks",
+			"ClusterBuildpack/nodejs: consumed: its image gcr.io/paketo-buildpacks/nodejs:1.2.3 is a source of ClusterStore apps-storeless-buildpacks",
+			"Builder/apps/storeless: spec.store: missing (buildsmith needs a store): generated ClusterStore apps-storeless-buildpacks",
+			"Builder/apps/storeless: spec.order[0].group[0]: ClusterBuildpack/nodejs replaced by buildpack id paketo-buildpacks/nodejs; its image gcr.io/paketo-buildpacks/nodejs:1.2.3 is a source of ClusterStore apps-storeless-buildpacks",
+			"Builder/apps/storeless: spec.order[1].group[0]: buildpack paketo-buildpacks/jvm: kpack finds it in Buildpack/apps/java; its image gcr.io/paketo-buildpacks/java:8.9.0 is a source of ClusterStore apps-storeless-buildpacks",
+			"Builder/apps/storeless: spec.order[1].group[1]: buildpack paketo-buildpacks/procfile is in no Buildpack or ClusterBuildpack of the input, where kpack looks for it when a builder has no store; add its buildpackage to ClusterStore apps-storeless-buildpacks",
+		},
+	}, {
+		name: "a ClusterBuilder's generated store is named after it",
+		in: docs(nodeClusterBuildpack, `
+apiVersion: kpack.io/v1alpha2
+kind: ClusterBuilder
+metadata: {name: node}
+spec:
+  tag: gcr.io/sample/node
+  stack: {name: base, kind: ClusterStack}
+  order:
+  - group:
+    - {name: nodejs, kind: ClusterBuildpack, id: paketo-buildpacks/nodejs}
+`),
+		want: `
+apiVersion: buildsmith.dev/v1alpha1
+kind: ClusterStore
+metadata: {name: node-buildpacks}
+spec:
+  sources:
+  - image: gcr.io/paketo-buildpacks/nodejs:1.2.3
+---
+apiVersion: buildsmith.dev/v1alpha1
+kind: ClusterBuilder
+metadata: {name: node}
+spec:
+  tag: gcr.io/sample/node
+  stack: {kind: ClusterStack, name: base}
+  store: {kind: ClusterStore, name: node-buildpacks}
+  order:
+  - group:
+    - id: paketo-buildpacks/nodejs
+`,
+		warnings: []string{
+			"ClusterBuildpack/nodejs: consumed: its image gcr.io/paketo-buildpacks/nodejs:1.2.3 is a source of ClusterStore node-buildpacks",
+			"ClusterBuilder/node: spec.store: missing (buildsmith needs a store): generated ClusterStore node-buildpacks",
+			"ClusterBuilder/node: spec.order[0].group[0]: ClusterBuildpack/nodejs replaced by buildpack id paketo-buildpacks/nodejs; its image gcr.io/paketo-buildpacks/nodejs:1.2.3 is a source of ClusterStore node-buildpacks",
+		},
+	}, {
+		name: "a builder without a store and nothing to make one from is left out",
+		in: `apiVersion: kpack.io/v1alpha2
+kind: ClusterBuilder
+metadata: {name: lonely}
+spec:
+  tag: gcr.io/sample/lonely
+  stack: {name: base, kind: ClusterStack}
+  order:
+  - group:
+    - id: paketo-buildpacks/nodejs
+`,
+		warnings: []string{
+			"omitted: ClusterBuilder/lonely: spec.store: not converted: it has no store, and none of its buildpacks comes from a Buildpack or ClusterBuildpack of the input with a usable image; give it a store",
+		},
+	}, {
+		name: "an entry naming a Buildpack that is not in the input, without an id, cannot be converted",
+		in: docs(clusterStore, `
+apiVersion: kpack.io/v1alpha2
+kind: Builder
+metadata: {name: b, namespace: apps}
+spec:
+  tag: gcr.io/sample/b
+  stack: {name: base, kind: ClusterStack}
+  store: {name: sample-cluster-store, kind: ClusterStore}
+  order:
+  - group:
+    - {name: ruby, kind: Buildpack}
+`),
+		want: wantClusterStore,
+		warnings: []string{
+			"omitted: Builder/apps/b: spec.order[0].group[0]: not converted: the entry has no id and Buildpack/apps/ruby is not in the input, so its buildpack cannot be known offline; give the entry an id, or add the Buildpack with its status (kubectl get -o yaml) to the input",
+		},
+	}, {
+		name: "nor one naming a Buildpack whose status does not say",
+		in: docs(clusterStore, `
+apiVersion: kpack.io/v1alpha2
+kind: Buildpack
+metadata: {name: ruby, namespace: apps}
+spec:
+  image: gcr.io/paketo-buildpacks/ruby
+`, `
+apiVersion: kpack.io/v1alpha2
+kind: Builder
+metadata: {name: b, namespace: apps}
+spec:
+  tag: gcr.io/sample/b
+  stack: {name: base, kind: ClusterStack}
+  store: {name: sample-cluster-store, kind: ClusterStore}
+  order:
+  - group:
+    - {name: ruby, kind: Buildpack}
+`),
+		want: wantClusterStore,
+		warnings: []string{
+			"Buildpack/apps/ruby: consumed: no converted builder uses it, so its image gcr.io/paketo-buildpacks/ruby is in no ClusterStore",
+			"omitted: Builder/apps/b: spec.order[0].group[0]: not converted: the entry has no id and the status of Buildpack/apps/ruby lists no buildpacks, so its buildpack cannot be known offline; give the entry an id, or add the Buildpack with its status (kubectl get -o yaml) to the input",
+		},
+	}, {
+		name: "nor one naming a Buildpack with several root buildpacks; a Buildpack with a bad image gives none",
+		in: docs(`
+apiVersion: kpack.io/v1alpha2
+kind: ClusterBuildpack
+metadata: {name: builder-image}
+spec:
+  image: index.docker.io/paketobuildpacks/builder-jammy-base
+status:
+  buildpacks:
+  - {id: paketo-buildpacks/go, version: 4.1.0}
+  - {id: paketo-buildpacks/java, version: 8.9.0}
+`, `
+apiVersion: kpack.io/v1alpha2
+kind: ClusterBuildpack
+metadata: {name: broken}
+spec:
+  image: "gcr.io/UPPER/case"
+`, `
+apiVersion: kpack.io/v1alpha2
+kind: ClusterBuilder
+metadata: {name: several}
+spec:
+  tag: gcr.io/sample/several
+  stack: {name: base, kind: ClusterStack}
+  order:
+  - group:
+    - {name: builder-image, kind: ClusterBuildpack}
+`, `
+apiVersion: kpack.io/v1alpha2
+kind: ClusterBuilder
+metadata: {name: uses-broken}
+spec:
+  tag: gcr.io/sample/uses-broken
+  stack: {name: base, kind: ClusterStack}
+  order:
+  - group:
+    - {name: broken, kind: ClusterBuildpack, id: example/broken}
+`),
+		warnings: []string{
+			"ClusterBuildpack/builder-image: consumed: no converted builder uses it, so its image index.docker.io/paketobuildpacks/builder-jammy-base is in no ClusterStore",
+			"ClusterBuildpack/broken: spec.image: could not parse reference: gcr.io/UPPER/case: builders that name this object get no buildpackage from it",
+			"ClusterBuildpack/broken: consumed: without a usable image, it is in no ClusterStore",
+			"omitted: ClusterBuilder/several: spec.order[0].group[0]: not converted: the entry has no id and the status of ClusterBuildpack/builder-image lists several root buildpacks (paketo-buildpacks/go, paketo-buildpacks/java), so its buildpack cannot be known offline; give the entry an id, or add the ClusterBuildpack with its status (kubectl get -o yaml) to the input",
+			"omitted: ClusterBuilder/uses-broken: spec.store: not converted: it has no store, and none of its buildpacks comes from a Buildpack or ClusterBuildpack of the input with a usable image; give it a store",
+		},
+	}, {
+		name: "a generated store's name may not be taken",
+		in: docs(strings.Replace(clusterStore, "sample-cluster-store", "node-buildpacks", 1), nodeClusterBuildpack, `
+apiVersion: kpack.io/v1alpha2
+kind: ClusterBuilder
+metadata: {name: node}
+spec:
+  tag: gcr.io/sample/node
+  stack: {name: base, kind: ClusterStack}
+  order:
+  - group:
+    - {name: nodejs, kind: ClusterBuildpack, id: paketo-buildpacks/nodejs}
+`),
+		want: strings.Replace(wantClusterStore, "sample-cluster-store", "node-buildpacks", 1),
+		warnings: []string{
+			"ClusterBuildpack/nodejs: consumed: no converted builder uses it, so its image gcr.io/paketo-buildpacks/nodejs:1.2.3 is in no ClusterStore",
+			"omitted: ClusterBuilder/node: spec.store: not converted: it has no store, and the name of the one it would get, node-buildpacks, is taken",
+		},
+	}, {
+		name: "an entry with an id naming a Buildpack that is not in the input, store not in the input either",
+		in: `apiVersion: kpack.io/v1alpha2
+kind: Builder
+metadata: {name: b, namespace: apps}
+spec:
+  tag: gcr.io/sample/b
+  stack: {name: base, kind: ClusterStack}
+  store: {name: elsewhere, kind: ClusterStore}
+  order:
+  - group:
+    - {name: ruby, kind: Buildpack, id: paketo-buildpacks/ruby}
+    - {name: java, kind: ClusterBuildpack, id: paketo-buildpacks/java}
+`,
+		want: `apiVersion: buildsmith.dev/v1alpha1
+kind: Builder
+metadata: {name: b, namespace: apps}
+spec:
+  tag: gcr.io/sample/b
+  stack: {kind: ClusterStack, name: base}
+  store: {kind: ClusterStore, name: elsewhere}
+  order:
+  - group:
+    - id: paketo-buildpacks/ruby
+    - id: paketo-buildpacks/java
+`,
+		warnings: []string{
+			"Builder/apps/b: spec.order[0].group[0]: Buildpack/apps/ruby is not in the input, or has no image: replaced by buildpack id paketo-buildpacks/ruby; add its buildpackage to ClusterStore elsewhere",
+			"Builder/apps/b: spec.order[0].group[1]: ClusterBuildpack/java is not in the input, or has no image: replaced by buildpack id paketo-buildpacks/java; add its buildpackage to ClusterStore elsewhere",
+		},
+	}, {
+		name: "a Buildpack in the input whose builder's store is not",
+		in: docs(nodeClusterBuildpack, `
+apiVersion: kpack.io/v1alpha2
+kind: Builder
+metadata: {name: b, namespace: apps}
+spec:
+  tag: gcr.io/sample/b
+  stack: {name: base, kind: ClusterStack}
+  store: {name: elsewhere, kind: ClusterStore}
+  order:
+  - group:
+    - {name: nodejs, kind: ClusterBuildpack, id: paketo-buildpacks/nodejs}
+`),
+		want: `apiVersion: buildsmith.dev/v1alpha1
+kind: Builder
+metadata: {name: b, namespace: apps}
+spec:
+  tag: gcr.io/sample/b
+  stack: {kind: ClusterStack, name: base}
+  store: {kind: ClusterStore, name: elsewhere}
+  order:
+  - group:
+    - id: paketo-buildpacks/nodejs
+`,
+		warnings: []string{
+			"ClusterBuildpack/nodejs: consumed: its image gcr.io/paketo-buildpacks/nodejs:1.2.3 is a source of ClusterStore elsewhere (by hand: not converted here)",
+			"Builder/apps/b: spec.order[0].group[0]: ClusterBuildpack/nodejs replaced by buildpack id paketo-buildpacks/nodejs; add its image gcr.io/paketo-buildpacks/nodejs:1.2.3 to ClusterStore elsewhere, which is not among the converted objects",
+		},
+	}, {
+		name: "bad order entries",
+		in: `apiVersion: kpack.io/v1alpha2
+kind: Builder
+metadata: {name: b, namespace: apps}
+spec:
+  tag: gcr.io/sample/b
+  stack: {name: base, kind: ClusterStack}
+  store: {name: s, kind: ClusterStore}
+  order:
+  - group:
+    - {name: ruby, kind: Image}
+---
+apiVersion: kpack.io/v1alpha2
+kind: Builder
+metadata: {name: c, namespace: apps}
+spec:
+  tag: gcr.io/sample/c
+  stack: {name: base, kind: ClusterStack}
+  store: {name: s, kind: ClusterStore}
+  order:
+  - group:
+    - image: gcr.io/paketo-buildpacks/ruby
+`,
+		warnings: []string{
+			`omitted: Builder/apps/b: spec.order[0].group[0].kind: not converted: "Image": expected Buildpack or ClusterBuildpack`,
+			"omitted: Builder/apps/c: spec.order[0].group[0]: not converted: the entry has neither an id nor a Buildpack or ClusterBuildpack name",
+		},
+	}, {
+		name: "lifecycle, with the ClusterLifecycle passed through",
+		in: `apiVersion: kpack.io/v1alpha2
+kind: ClusterLifecycle
+metadata: {name: default-lifecycle}
+spec:
+  image: buildpacksio/lifecycle:0.21.0
+---
+apiVersion: kpack.io/v1alpha2
+kind: ClusterBuilder
+metadata: {name: cb}
+spec:
+  tag: gcr.io/sample/cb
+  lifecycle: {name: default-lifecycle, kind: ClusterLifecycle}
+  stack: {name: base, kind: ClusterStack}
+  store: {name: s, kind: ClusterStore}
+  serviceAccountRef: {name: default, namespace: default}
+  order:
+  - group:
+    - id: paketo-buildpacks/nodejs
+`,
+		want: `apiVersion: kpack.io/v1alpha2
+kind: ClusterLifecycle
+metadata: {name: default-lifecycle}
+spec:
+  image: buildpacksio/lifecycle:0.21.0
+---
+apiVersion: buildsmith.dev/v1alpha1
+kind: ClusterBuilder
+metadata: {name: cb}
+spec:
+  tag: gcr.io/sample/cb
+  stack: {kind: ClusterStack, name: base}
+  store: {kind: ClusterStore, name: s}
+  serviceAccountRef: {name: default, namespace: default}
+  order:
+  - group:
+    - id: paketo-buildpacks/nodejs
+`,
+		warnings: []string{
+			"ClusterLifecycle/default-lifecycle: kpack.io/v1alpha2 ClusterLifecycle is not converted (buildsmith's builders use the image named in the ConfigMap lifecycle-image, key image, in the controller's namespace; this one names buildpacksio/lifecycle:0.21.0); passed through unchanged",
+			"ClusterBuilder/cb: spec.lifecycle: dropped: buildsmith's builders all use the lifecycle image named in the ConfigMap lifecycle-image (key image) in the controller's namespace; ClusterLifecycle default-lifecycle is buildpacksio/lifecycle:0.21.0",
+		},
+	}, {
+		name: "fields without an equivalent, and server-set metadata",
+		in: `apiVersion: kpack.io/v1alpha2
+kind: Builder
+metadata:
+  name: b
+  namespace: apps
+  uid: 0b5e0c5e-1d7c-4c8e-9f1a-2a3b4c5d6e7f
+  resourceVersion: "12"
+  generation: 3
+  creationTimestamp: "2024-01-02T03:04:05Z"
+  labels: {team: web}
+  annotations:
+    kubectl.kubernetes.io/last-applied-configuration: '{"apiVersion":"kpack.io/v1alpha2"}'
+    note: kept
+  ownerReferences:
+  - {apiVersion: v1, kind: ConfigMap, name: owner, uid: 1234}
+spec:
+  tag: gcr.io/sample/b
+  serviceAccountName: pusher
+  serviceAccount: legacy
+  stack: {name: base, kind: ClusterStack, apiVersion: kpack.io/v1alpha2}
+  store: {name: s, kind: ClusterStore}
+  cosign: {}
+  order:
+  - group:
+    - {id: paketo-buildpacks/go, optional: "yes"}
+status:
+  latestImage: gcr.io/sample/b@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef
+`,
+		want: `apiVersion: buildsmith.dev/v1alpha1
+kind: Builder
+metadata:
+  name: b
+  namespace: apps
+  labels: {team: web}
+  annotations: {note: kept}
+spec:
+  tag: gcr.io/sample/b
+  serviceAccountName: pusher
+  stack: {kind: ClusterStack, name: base}
+  store: {kind: ClusterStore, name: s}
+  order:
+  - group:
+    - id: paketo-buildpacks/go
+`,
+		warnings: []string{
+			"Builder/apps/b: spec.serviceAccount: legacy: serviceAccountName pusher wins, as in kpack; dropped",
+			"Builder/apps/b: spec.order[0].group[0].optional: expected true or false, found yes; dropped",
+			"Builder/apps/b: metadata.ownerReferences: buildsmith has no such field; dropped",
+			"Builder/apps/b: spec.cosign: buildsmith has no such field; dropped",
+			"Builder/apps/b: spec.stack.apiVersion: buildsmith has no such field; dropped",
+		},
+	}, {
+		name: "cluster-scoped objects lose a namespace; duplicate sources and half service account refs are dropped",
+		in: `apiVersion: kpack.io/v1alpha2
+kind: ClusterStore
+metadata: {name: s, namespace: default}
+spec:
+  serviceAccountRef: {name: reader}
+  sources:
+  - image: busybox
+  - image: index.docker.io/library/busybox:latest
+  - "gcr.io/not/a/mapping"
+`,
+		want: `apiVersion: buildsmith.dev/v1alpha1
+kind: ClusterStore
+metadata: {name: s}
+spec:
+  sources:
+  - image: busybox
+`,
+		warnings: []string{
+			"ClusterStore/default/s: metadata.namespace: ClusterStore is cluster-scoped; dropped",
+			"ClusterStore/default/s: spec.serviceAccountRef: buildsmith needs both name and namespace; dropped, so the images are read anonymously",
+			"ClusterStore/default/s: spec.sources[2]: expected a mapping, found gcr.io/not/a/mapping; dropped",
+			"ClusterStore/default/s: spec.sources[1]: same image as an earlier source; dropped",
+		},
+	}, {
+		name: "objects buildsmith would not accept are left out",
+		in: `apiVersion: kpack.io/v1alpha2
+kind: ClusterStack
+metadata: {name: no-id}
+spec:
+  buildImage: {image: paketobuildpacks/build-jammy-base}
+  runImage: {image: paketobuildpacks/run-jammy-base}
+---
+apiVersion: kpack.io/v1alpha2
+kind: ClusterBuilder
+metadata: {name: bad-tag}
+spec:
+  tag: gcr.io/sample/b@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef
+  stack: {name: base, kind: ClusterStack}
+  store: {name: s, kind: ClusterStore}
+  order:
+  - group:
+    - id: paketo-buildpacks/go
+---
+apiVersion: kpack.io/v1alpha2
+kind: ClusterStore
+metadata: {name: empty}
+spec: {}
+`,
+		warnings: []string{
+			"omitted: ClusterStack/no-id: not converted: not a valid ClusterStack: missing field(s): spec.id",
+			"omitted: ClusterBuilder/bad-tag: not converted: not a valid ClusterBuilder: invalid value: gcr.io/sample/b@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef: spec.tag\nmust be a tag, not a digest",
+			"omitted: ClusterStore/empty: not converted: not a valid ClusterStore: missing field(s): spec.sources",
+		},
+	}, {
+		name: "other documents pass through unchanged; kpack's with a warning",
+		in: `# the app's namespace
+apiVersion: v1
+kind: Namespace
+metadata:
+  name: apps   # kept as written
+---
+apiVersion: kpack.io/v1alpha2
+kind: Image
+metadata: {name: app, namespace: apps}
+spec:
+  tag: gcr.io/sample/app
+  builder: {name: my-builder, kind: Builder}
+`,
+		want: `apiVersion: v1
+kind: Namespace
+metadata:
+  name: apps
+---
+apiVersion: kpack.io/v1alpha2
+kind: Image
+metadata: {name: app, namespace: apps}
+spec:
+  tag: gcr.io/sample/app
+  builder: {name: my-builder, kind: Builder}
+`,
+		warnings: []string{
+			"Image/apps/app: kpack.io/v1alpha2 Image is not converted; passed through unchanged",
+		},
+	}, {
+		name: "the items of a List, as kubectl get -o yaml prints them",
+		in: `apiVersion: v1
+kind: List
+metadata: {resourceVersion: ""}
+items:
+- ` + indent(experimentalStack) + `
+- apiVersion: v1
+  kind: ConfigMap
+  metadata: {name: lifecycle-image, namespace: buildsmith}
+  data: {image: "buildpacksio/lifecycle:0.21.0"}
+`,
+		want: docs(wantExperimentalStack, `
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: lifecycle-image, namespace: buildsmith}
+data: {image: "buildpacksio/lifecycle:0.21.0"}
+`),
+	}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			out, warnings, err := Convert(strings.NewReader(tt.in))
+			if err != nil {
+				t.Fatalf("Convert: %v", err)
+			}
+			if diff := cmp.Diff(decodeAll(t, tt.want), decodeAll(t, string(out))); diff != "" {
+				t.Errorf("output (-want +got):\n%s\noutput:\n%s", diff, out)
+			}
+			var got []string
+			for _, w := range warnings {
+				s := w.String()
+				if w.Omitted {
+					s = "omitted: " + s
+				}
+				got = append(got, s)
+			}
+			if diff := cmp.Diff(tt.warnings, got); diff != "" {
+				t.Errorf("warnings (-want +got):\n%s", diff)
+			}
+			checkValid(t, out)
+		})
+	}
+}
+
+// checkValid decodes each buildsmith document of out, strictly, into its
+// type, and runs its Validate, as the API server and the controller would.
+func checkValid(t *testing.T, out []byte) {
+	t.Helper()
+	chunks, err := splitDocuments(strings.NewReader(string(out)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, chunk := range chunks {
+		var head struct{ APIVersion, Kind string }
+		if err := yaml.Unmarshal(chunk.text, &head); err != nil {
+			t.Fatalf("output document %d: %v", i+1, err)
+		}
+		if head.APIVersion != v1alpha1.SchemeGroupVersion.String() {
+			continue
+		}
+		var obj interface {
+			Validate(context.Context) *apis.FieldError
+		}
+		switch head.Kind {
+		case "ClusterStore":
+			obj = &v1alpha1.ClusterStore{}
+		case "ClusterStack":
+			obj = &v1alpha1.ClusterStack{}
+		case "Builder":
+			obj = &v1alpha1.Builder{}
+		case "ClusterBuilder":
+			obj = &v1alpha1.ClusterBuilder{}
+		default:
+			t.Fatalf("output document %d: unknown kind %s", i+1, head.Kind)
+		}
+		if err := yaml.UnmarshalStrict(chunk.text, obj); err != nil {
+			t.Errorf("output document %d (%s) does not decode: %v", i+1, head.Kind, err)
+			continue
+		}
+		if err := obj.Validate(context.Background()); err != nil {
+			t.Errorf("output document %d (%s) is not valid: %v", i+1, head.Kind, err)
+		}
+	}
+}
+
+func TestConvertErrors(t *testing.T) {
+	tests := []struct {
+		name, in, wantErr string
+	}{{
+		name:    "malformed YAML names the document",
+		in:      experimentalStore + "---\n# second\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: [}\n",
+		wantErr: "document 2 (starting at line 10): ",
+	}, {
+		name:    "duplicate keys",
+		in:      "apiVersion: v1\nkind: ConfigMap\nkind: Secret\n",
+		wantErr: "document 1 (starting at line 1): ",
+	}, {
+		name:    "not a mapping",
+		in:      "---\n# nothing\n---\n- a\n- b\n",
+		wantErr: "document 1 (starting at line 4): not a Kubernetes object (a YAML mapping)",
+	}, {
+		name:    "a List item that is not a mapping",
+		in:      "apiVersion: v1\nkind: List\nitems:\n- just a string\n",
+		wantErr: "document 1 (starting at line 1), item 1: not a Kubernetes object (a YAML mapping)",
+	}, {
+		name: "two documents that become one object",
+		in:   docs(experimentalStore, strings.Replace(clusterStore, "sample-cluster-store", "sample-store", 1)),
+		wantErr: "document 1 (starting at line 1) (Store/sample-store) and document 2 (starting at line 10) (ClusterStore/sample-store) " +
+			"both become buildsmith.dev/v1alpha1 ClusterStore/sample-store",
+	}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			out, _, err := Convert(strings.NewReader(tt.in))
+			if err == nil {
+				t.Fatalf("Convert succeeded, want an error starting %q; output:\n%s", tt.wantErr, out)
+			}
+			if !strings.HasPrefix(err.Error(), tt.wantErr) {
+				t.Errorf("error %q, want one starting %q", err, tt.wantErr)
+			}
+		})
+	}
+}
+
+func TestSplitDocuments(t *testing.T) {
+	in := "\ufeff# leading comment only\n" +
+		"--- # first\r\n" +
+		"a: 1\r\n" +
+		"---\n" +
+		"---\n" +
+		"b: |\n" +
+		"  ---not a marker\n" +
+		"  --- nor this\n" +
+		"...\n" +
+		"--- {c: 3}\n" +
+		"----\n" + // not a marker: a plain scalar line
+		"d: 4" // no final newline
+	chunks, err := splitDocuments(strings.NewReader(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, c := range chunks {
+		got = append(got, fmt.Sprintf("%d:%s", c.line, c.text))
+	}
+	want := []string{
+		"1:# leading comment only\n",
+		"3:a: 1\n",
+		"6:b: |\n  ---not a marker\n  --- nor this\n",
+		"10:{c: 3}\n----\nd: 4\n",
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("chunks (-want +got):\n%s", diff)
+	}
+}
+
+func TestPassThroughIsVerbatim(t *testing.T) {
+	const configMap = "# comment kept\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: x  # and this\ndata: {k: 'v'}\n"
+	out, warnings, err := Convert(strings.NewReader("---\n" + configMap + "---\n" + experimentalStack))
+	if err != nil || len(warnings) > 0 {
+		t.Fatalf("Convert: %v, warnings %v", err, warnings)
+	}
+	if !strings.HasPrefix(string(out), configMap+"---\napiVersion: buildsmith.dev/v1alpha1\n") {
+		t.Errorf("output:\n%s\nwant it to start with the ConfigMap as written, then a separator", out)
+	}
+}
+
+// docs joins YAML documents into a stream.
+func docs(documents ...string) string {
+	for i, d := range documents {
+		documents[i] = strings.TrimPrefix(d, "\n")
+	}
+	return strings.Join(documents, "---\n")
+}
+
+// indent makes a document an item of a YAML list, after "- ".
+func indent(document string) string {
+	return strings.ReplaceAll(strings.TrimSuffix(document, "\n"), "\n", "\n  ")
+}
+
+// decodeAll decodes a YAML stream, so that streams compare by content.
+func decodeAll(t *testing.T, stream string) []map[string]any {
+	t.Helper()
+	documents, err := readDocuments(strings.NewReader(stream))
+	if err != nil {
+		t.Fatalf("decoding %q: %v", stream, err)
+	}
+	var result []map[string]any
+	for _, d := range documents {
+		result = append(result, d.obj)
+	}
+	return result
+}
+
+func TestTooManyLabels(t *testing.T) {
+	labels := ""
+	for i := range maxAdditionalLabels + 1 {
+		labels += fmt.Sprintf("    label-%d: x\n", i)
+	}
+	in := experimentalBuilder + "  additionalLabels:\n" + labels
+	out, warnings, err := Convert(strings.NewReader(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "CustomBuilder/default/my-custom-builder: spec.additionalLabels: not converted: 257 labels, more than buildsmith's 256"
+	if len(out) != 0 || len(warnings) != 1 || !warnings[0].Omitted || warnings[0].String() != want {
+		t.Errorf("output %q, warnings %v; want none and one omission: %s", out, warnings, want)
+	}
+}
