@@ -15,6 +15,7 @@ tools: ## build etcd, kube-apiserver, kubectl, controller-gen, the CNB lifecycle
 .PHONY: build
 build:
 	$(GO) build ./...
+	$(GO) build -o bin/kubectl-buildsmith ./cmd/kubectl-buildsmith
 
 .PHONY: codegen
 codegen: ## regenerate pkg/client, deepcopy and config/crd from the API types

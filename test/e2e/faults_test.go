@@ -127,7 +127,7 @@ func (w *faultWorld) status(t *testing.T) (worldStatus, [3]string) {
 		if c := s.GetCondition(v1alpha1.ConditionReady); c != nil && !c.IsTrue() {
 			reasons[i] = c.Reason
 		}
-		s.Conditions = nil
+		s.Conditions, s.LastHandledReconcileAt = nil, "" // how it is doing, not what it found
 	}
 	return worldStatus{store.Status, stack.Status, builder.Status}, reasons
 }
