@@ -3,7 +3,9 @@
 //
 // Commands:
 //
-//	convert -f FILE|-   convert kpack builder manifests to buildsmith manifests
+//	convert -f FILE|-             convert kpack builder manifests to buildsmith manifests
+//	reconcile KIND/NAME [--wait]  reconcile an object now, and wait until it is Ready
+//	status [-A]                   every buildsmith object, one line each
 package main
 
 import (
@@ -24,10 +26,11 @@ type command struct {
 	run     func(args []string, stdin io.Reader, stdout, stderr io.Writer) int
 }
 
-// commands are the subcommands, in the order the usage text lists them. A
-// new one (reconcile, status) is one more entry.
+// commands are the subcommands, in the order the usage text lists them.
 var commands = []command{
 	{name: "convert", summary: "convert kpack builder manifests (stores, stacks, builders, buildpacks) to buildsmith manifests", run: runConvert},
+	{name: "reconcile", summary: "reconcile an object now (KIND/NAME), and with --wait wait until it is Ready", run: runReconcile},
+	{name: "status", summary: "every buildsmith object, one line each: Ready, reason, since when, what it found last", run: runStatus},
 }
 
 func main() {

@@ -1,0 +1,418 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"knative.dev/pkg/apis"
+
+	"github.com/buildsmith/buildsmith/pkg/apis/build/v1alpha1"
+	"github.com/buildsmith/buildsmith/pkg/client/clientset/versioned"
+	buildsmith "github.com/buildsmith/buildsmith/pkg/client/clientset/versioned/typed/build/v1alpha1"
+)
+
+// object is what reconcile and status read of any of the four kinds.
+type object struct {
+	ref       string // kind/name, as kubectl prints it
+	namespace string
+	status    *v1alpha1.ConditionedStatus
+	image     string // what it found last: a builder's image, a stack's run image
+}
+
+// kind reads and annotates one of the four kinds.
+type kind struct {
+	name       string // singular, lower case: clusterstore, builder, …
+	namespaced bool
+	// get reads one object; list every object (in namespace, "" for all).
+	get   func(ctx context.Context, c buildsmith.BuildsmithV1alpha1Interface, namespace, name string) (object, error)
+	list  func(ctx context.Context, c buildsmith.BuildsmithV1alpha1Interface, namespace string) ([]object, error)
+	patch func(ctx context.Context, c buildsmith.BuildsmithV1alpha1Interface, namespace, name string, patch []byte) error
+}
+
+var kinds = []kind{
+	{
+		name: "clusterstore",
+		get: func(ctx context.Context, c buildsmith.BuildsmithV1alpha1Interface, _, name string) (object, error) {
+			s, err := c.ClusterStores().Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return object{}, err
+			}
+			return storeObject(s), nil
+		},
+		list: func(ctx context.Context, c buildsmith.BuildsmithV1alpha1Interface, _ string) ([]object, error) {
+			l, err := c.ClusterStores().List(ctx, metav1.ListOptions{})
+			if err != nil {
+				return nil, err
+			}
+			var out []object
+			for i := range l.Items {
+				out = append(out, storeObject(&l.Items[i]))
+			}
+			return out, nil
+		},
+		patch: func(ctx context.Context, c buildsmith.BuildsmithV1alpha1Interface, _, name string, p []byte) error {
+			_, err := c.ClusterStores().Patch(ctx, name, types.MergePatchType, p, metav1.PatchOptions{})
+			return err
+		},
+	},
+	{
+		name: "clusterstack",
+		get: func(ctx context.Context, c buildsmith.BuildsmithV1alpha1Interface, _, name string) (object, error) {
+			s, err := c.ClusterStacks().Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return object{}, err
+			}
+			return stackObject(s), nil
+		},
+		list: func(ctx context.Context, c buildsmith.BuildsmithV1alpha1Interface, _ string) ([]object, error) {
+			l, err := c.ClusterStacks().List(ctx, metav1.ListOptions{})
+			if err != nil {
+				return nil, err
+			}
+			var out []object
+			for i := range l.Items {
+				out = append(out, stackObject(&l.Items[i]))
+			}
+			return out, nil
+		},
+		patch: func(ctx context.Context, c buildsmith.BuildsmithV1alpha1Interface, _, name string, p []byte) error {
+			_, err := c.ClusterStacks().Patch(ctx, name, types.MergePatchType, p, metav1.PatchOptions{})
+			return err
+		},
+	},
+	{
+		name: "clusterbuilder",
+		get: func(ctx context.Context, c buildsmith.BuildsmithV1alpha1Interface, _, name string) (object, error) {
+			b, err := c.ClusterBuilders().Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return object{}, err
+			}
+			return builderObject("clusterbuilder", &b.ObjectMeta, &b.Status), nil
+		},
+		list: func(ctx context.Context, c buildsmith.BuildsmithV1alpha1Interface, _ string) ([]object, error) {
+			l, err := c.ClusterBuilders().List(ctx, metav1.ListOptions{})
+			if err != nil {
+				return nil, err
+			}
+			var out []object
+			for i := range l.Items {
+				out = append(out, builderObject("clusterbuilder", &l.Items[i].ObjectMeta, &l.Items[i].Status))
+			}
+			return out, nil
+		},
+		patch: func(ctx context.Context, c buildsmith.BuildsmithV1alpha1Interface, _, name string, p []byte) error {
+			_, err := c.ClusterBuilders().Patch(ctx, name, types.MergePatchType, p, metav1.PatchOptions{})
+			return err
+		},
+	},
+	{
+		name: "builder", namespaced: true,
+		get: func(ctx context.Context, c buildsmith.BuildsmithV1alpha1Interface, namespace, name string) (object, error) {
+			b, err := c.Builders(namespace).Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return object{}, err
+			}
+			return builderObject("builder", &b.ObjectMeta, &b.Status), nil
+		},
+		list: func(ctx context.Context, c buildsmith.BuildsmithV1alpha1Interface, namespace string) ([]object, error) {
+			l, err := c.Builders(namespace).List(ctx, metav1.ListOptions{})
+			if err != nil {
+				return nil, err
+			}
+			var out []object
+			for i := range l.Items {
+				out = append(out, builderObject("builder", &l.Items[i].ObjectMeta, &l.Items[i].Status))
+			}
+			return out, nil
+		},
+		patch: func(ctx context.Context, c buildsmith.BuildsmithV1alpha1Interface, namespace, name string, p []byte) error {
+			_, err := c.Builders(namespace).Patch(ctx, name, types.MergePatchType, p, metav1.PatchOptions{})
+			return err
+		},
+	},
+}
+
+func storeObject(s *v1alpha1.ClusterStore) object {
+	return object{ref: "clusterstore/" + s.Name, status: &s.Status.ConditionedStatus,
+		image: fmt.Sprintf("%d buildpacks", len(s.Status.Buildpacks))}
+}
+
+func stackObject(s *v1alpha1.ClusterStack) object {
+	return object{ref: "clusterstack/" + s.Name, status: &s.Status.ConditionedStatus, image: s.Status.RunImage.LatestImage}
+}
+
+func builderObject(kind string, meta *metav1.ObjectMeta, s *v1alpha1.BuilderStatus) object {
+	return object{ref: kind + "/" + meta.Name, namespace: meta.Namespace, status: &s.ConditionedStatus, image: s.LatestImage}
+}
+
+// kindOf finds a kind by the names kubectl users type: singular or plural,
+// any case (Builder, builders, clusterstores).
+func kindOf(s string) (kind, bool) {
+	s = strings.TrimSuffix(strings.ToLower(s), "s")
+	for _, k := range kinds {
+		if k.name == s {
+			return k, true
+		}
+	}
+	return kind{}, false
+}
+
+// objectArg reads the one KIND/NAME argument.
+func objectArg(args []string) (k kind, name string, ok bool) {
+	if len(args) != 1 {
+		return kind{}, "", false
+	}
+	kindName, name, found := strings.Cut(args[0], "/")
+	k, known := kindOf(kindName)
+	return k, name, found && known && name != ""
+}
+
+// clusterFlags are the flags of the commands that talk to a cluster, as
+// kubectl spells them.
+type clusterFlags struct {
+	kubeconfig, context, namespace string
+}
+
+func (f *clusterFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "the kubeconfig file (default: $KUBECONFIG, then ~/.kube/config)")
+	fs.StringVar(&f.context, "context", "", "the kubeconfig context to use")
+	fs.StringVar(&f.namespace, "n", "", "the namespace (default: the context's)")
+	fs.StringVar(&f.namespace, "namespace", "", "same as -n")
+}
+
+// client returns the buildsmith client and the namespace to use.
+func (f *clusterFlags) client() (buildsmith.BuildsmithV1alpha1Interface, string, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = f.kubeconfig
+	config := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules,
+		&clientcmd.ConfigOverrides{CurrentContext: f.context, Context: clientcmdapi.Context{Namespace: f.namespace}})
+	rest, err := config.ClientConfig()
+	if err != nil {
+		return nil, "", err
+	}
+	namespace, _, err := config.Namespace()
+	if err != nil {
+		return nil, "", err
+	}
+	cs, err := versioned.NewForConfig(rest)
+	if err != nil {
+		return nil, "", err
+	}
+	return cs.BuildsmithV1alpha1(), namespace, nil
+}
+
+const reconcileUsage = `Usage: kubectl buildsmith reconcile KIND/NAME [--wait] [flags]
+
+Asks the controller to reconcile the object now: sets the
+buildsmith.dev/reconcile-requested-at annotation, which also skips the wait
+of the object's backoff. With --wait, waits until the controller has acted
+on the request and the object is Ready, and prints why when it is not.
+KIND is clusterstore, clusterstack, builder or clusterbuilder.
+
+Exit status: 0 when requested (and Ready, with --wait), 1 otherwise.
+
+Flags:
+`
+
+func runReconcile(args []string, _ io.Reader, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("reconcile", flag.ContinueOnError)
+	var cf clusterFlags
+	cf.register(fs)
+	wait := fs.Bool("wait", false, "wait until the object is Ready")
+	timeout := fs.Duration("timeout", 5*time.Minute, "how long --wait waits")
+	positional, code, done := parse(fs, reconcileUsage, args, stdout, stderr)
+	if done {
+		return code
+	}
+	k, name, ok := objectArg(positional)
+	if !ok {
+		fmt.Fprintln(stderr, "kubectl-buildsmith reconcile: give one KIND/NAME, KIND one of clusterstore, clusterstack, builder, clusterbuilder")
+		return 1
+	}
+	c, namespace, err := cf.client()
+	if err != nil {
+		fmt.Fprintf(stderr, "kubectl-buildsmith reconcile: %v\n", err)
+		return 1
+	}
+	ctx := context.Background()
+	requested := time.Now().UTC().Format(time.RFC3339Nano)
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, v1alpha1.ReconcileRequestedAtAnnotation, requested)
+	if err := k.patch(ctx, c, namespace, name, []byte(patch)); err != nil {
+		fmt.Fprintf(stderr, "kubectl-buildsmith reconcile: %v\n", err)
+		return 1
+	}
+	ref := k.name + "/" + name
+	fmt.Fprintf(stdout, "%s: reconcile requested at %s\n", ref, requested)
+	if !*wait {
+		return 0
+	}
+	o, err := waitHandled(ctx, c, k, namespace, name, requested, *timeout)
+	if err != nil {
+		fmt.Fprintf(stderr, "kubectl-buildsmith reconcile: %s: %v\n", ref, err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "%s: Ready %s\n", ref, o.image)
+	return 0
+}
+
+// waitHandled polls until the controller has handled the request and the
+// object is Ready (nil error), says it cannot become Ready without a
+// change (Stalled), or timeout passes; the error then says why it is not
+// Ready.
+func waitHandled(ctx context.Context, c buildsmith.BuildsmithV1alpha1Interface, k kind, namespace, name, requested string, timeout time.Duration) (object, error) {
+	deadline := time.Now().Add(timeout)
+	for {
+		o, err := k.get(ctx, c, namespace, name)
+		if err != nil {
+			return o, err
+		}
+		handled := o.status.LastHandledReconcileAt == requested && o.status.ObservedGeneration > 0
+		ready := o.status.GetCondition(v1alpha1.ConditionReady)
+		switch {
+		case handled && ready != nil && ready.IsTrue():
+			return o, nil
+		case handled && isTrue(o.status.GetCondition(v1alpha1.ConditionStalled)):
+			return o, fmt.Errorf("not Ready, and will not be without a change: %s", describe(ready))
+		case time.Now().After(deadline):
+			if !handled {
+				return o, fmt.Errorf("the controller has not acted on the request after %v (is it running?); %s", timeout, describe(ready))
+			}
+			return o, fmt.Errorf("not Ready after %v: %s", timeout, describe(ready))
+		}
+		select {
+		case <-ctx.Done():
+			return o, ctx.Err()
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+func isTrue(c *apis.Condition) bool { return c != nil && c.IsTrue() }
+
+func describe(ready *apis.Condition) string {
+	if ready == nil {
+		return "no Ready condition yet"
+	}
+	if ready.Message == "" {
+		return fmt.Sprintf("Ready=%s %s", ready.Status, ready.Reason)
+	}
+	return fmt.Sprintf("Ready=%s %s: %s", ready.Status, ready.Reason, ready.Message)
+}
+
+const statusUsage = `Usage: kubectl buildsmith status [-A | -n NAMESPACE] [flags]
+
+Prints every buildsmith object, one line each: the cluster kinds, and the
+builders of the namespace (all namespaces with -A), with Ready, its reason,
+how long ago Ready last changed, and what the object found last (a builder's
+image, a stack's run image, a store's buildpack count).
+
+Flags:
+`
+
+func runStatus(args []string, _ io.Reader, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("status", flag.ContinueOnError)
+	var cf clusterFlags
+	cf.register(fs)
+	all := fs.Bool("A", false, "builders of all namespaces")
+	fs.BoolVar(all, "all-namespaces", false, "same as -A")
+	positional, code, done := parse(fs, statusUsage, args, stdout, stderr)
+	if done {
+		return code
+	}
+	if len(positional) > 0 {
+		fmt.Fprintln(stderr, "kubectl-buildsmith status: takes no arguments")
+		return 1
+	}
+	c, namespace, err := cf.client()
+	if err != nil {
+		fmt.Fprintf(stderr, "kubectl-buildsmith status: %v\n", err)
+		return 1
+	}
+	if *all {
+		namespace = ""
+	}
+	var objects []object
+	for _, k := range kinds {
+		found, err := k.list(context.Background(), c, namespace)
+		if err != nil {
+			fmt.Fprintf(stderr, "kubectl-buildsmith status: listing %ss: %v\n", k.name, err)
+			return 1
+		}
+		objects = append(objects, found...)
+	}
+	writeStatus(stdout, objects, time.Now())
+	return 0
+}
+
+// writeStatus prints objects as a table, cluster kinds first.
+func writeStatus(w io.Writer, objects []object, now time.Time) {
+	sort.SliceStable(objects, func(i, j int) bool {
+		if objects[i].namespace != objects[j].namespace {
+			return objects[i].namespace < objects[j].namespace
+		}
+		return objects[i].ref < objects[j].ref
+	})
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAMESPACE\tNAME\tREADY\tREASON\tSINCE\tLATEST")
+	for _, o := range objects {
+		ready, reason, since := "Unknown", "", "-"
+		if c := o.status.GetCondition(v1alpha1.ConditionReady); c != nil {
+			ready, reason = string(c.Status), c.Reason
+			if !c.LastTransitionTime.Inner.IsZero() {
+				since = now.Sub(c.LastTransitionTime.Inner.Time).Round(time.Second).String()
+			}
+		}
+		namespace := o.namespace
+		if namespace == "" {
+			namespace = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", namespace, o.ref, ready, orDash(reason), since, orDash(o.image))
+	}
+	_ = tw.Flush()
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// parse parses a command's flags, before and after its arguments (as
+// kubectl takes them), and returns the arguments: -h prints usage on stdout,
+// a mistake on stderr. done reports that the command should exit with code.
+func parse(fs *flag.FlagSet, usage string, args []string, stdout, stderr io.Writer) (positional []string, code int, done bool) {
+	fs.SetOutput(stderr)
+	fs.Usage = func() {}
+	printUsage := func(w io.Writer) {
+		fmt.Fprint(w, usage)
+		fs.SetOutput(w)
+		fs.PrintDefaults()
+	}
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				printUsage(stdout)
+				return nil, 0, true
+			}
+			printUsage(stderr)
+			return nil, 1, true
+		}
+		if fs.NArg() == 0 {
+			return positional, 0, false
+		}
+		positional = append(positional, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
+}

@@ -1,0 +1,118 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/buildsmith/buildsmith/pkg/apis/build/v1alpha1"
+	"github.com/buildsmith/buildsmith/pkg/client/clientset/versioned"
+	"github.com/buildsmith/buildsmith/test/envtest"
+)
+
+// TestReconcileAndStatus runs reconcile and status against a real API
+// server, with the test in the controller's place: it acts on the request
+// by writing status as the controller would.
+func TestReconcileAndStatus(t *testing.T) {
+	env, err := envtest.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Stop() })
+	ctx := context.Background()
+	const ns = "team"
+	if _, err := kubernetes.NewForConfigOrDie(env.Config).CoreV1().Namespaces().Create(ctx,
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	builders := versioned.NewForConfigOrDie(env.Config).BuildsmithV1alpha1().Builders(ns)
+	for _, name := range []string{"ready", "stalled", "ignored"} {
+		if _, err := builders.Create(ctx, &v1alpha1.Builder{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+			Spec: v1alpha1.NamespacedBuilderSpec{BuilderSpec: v1alpha1.BuilderSpec{
+				Tag: "registry.example.com/team/" + name, Stack: v1alpha1.StackRef{Name: "base"}, Store: v1alpha1.StoreRef{Name: "default"},
+				Order: []v1alpha1.OrderEntry{{Group: []v1alpha1.BuildpackRef{{ID: "example/hello"}}}}}},
+		}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// act plays the controller for one builder: once the request is set,
+	// it records it in status, with the outcome mark gives.
+	act := func(name string, mark func(*v1alpha1.BuilderStatus)) {
+		go func() {
+			for range 100 {
+				b, err := builders.Get(ctx, name, metav1.GetOptions{})
+				if err == nil && b.Annotations[v1alpha1.ReconcileRequestedAtAnnotation] != "" {
+					b.Status.LastHandledReconcileAt = b.Annotations[v1alpha1.ReconcileRequestedAtAnnotation]
+					b.Status.ObservedGeneration = b.Generation
+					mark(&b.Status)
+					if _, err := builders.UpdateStatus(ctx, b, metav1.UpdateOptions{}); err == nil {
+						return
+					}
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+		}()
+	}
+	act("ready", func(s *v1alpha1.BuilderStatus) {
+		s.LatestImage = "registry.example.com/team/ready@sha256:" + strings.Repeat("a", 64)
+		s.MarkReady()
+	})
+	act("stalled", func(s *v1alpha1.BuilderStatus) {
+		s.MarkStalled("BuildpackNotFound", "the store has no buildpack example/hello")
+	})
+
+	kubectl := func(args ...string) (int, string, string) {
+		var stdout, stderr bytes.Buffer
+		code := run(append(args, "--kubeconfig", env.Kubeconfig, "-n", ns), nil, &stdout, &stderr)
+		return code, stdout.String(), stderr.String()
+	}
+	for _, tc := range []struct {
+		args       []string
+		code       int
+		out, error string
+	}{
+		{[]string{"reconcile", "builders/ready", "--wait", "--timeout", "10s"}, 0, "builder/ready: Ready registry.example.com/team/ready@sha256:", ""},
+		{[]string{"reconcile", "Builder/stalled", "--wait", "--timeout", "10s"}, 1, "reconcile requested",
+			"builder/stalled: not Ready, and will not be without a change: Ready=False BuildpackNotFound: the store has no buildpack example/hello"},
+		{[]string{"reconcile", "builder/ignored", "--wait", "--timeout", "1s"}, 1, "reconcile requested",
+			"the controller has not acted on the request after 1s (is it running?)"},
+		{[]string{"reconcile", "builder/ignored"}, 0, "builder/ignored: reconcile requested at", ""},
+		{[]string{"reconcile", "builder/missing"}, 1, "", `"missing" not found`},
+		{[]string{"reconcile", "image/ready"}, 1, "", "KIND one of"},
+	} {
+		code, out, errOut := kubectl(tc.args...)
+		if code != tc.code || !strings.Contains(out, tc.out) || (tc.error != "" && !strings.Contains(errOut, tc.error)) {
+			t.Errorf("%q: exit %d, stdout %q, stderr %q; want exit %d, stdout with %q, stderr with %q",
+				tc.args, code, out, errOut, tc.code, tc.out, tc.error)
+		}
+	}
+
+	code, out, errOut := kubectl("status")
+	if code != 0 {
+		t.Fatalf("status: exit %d: %s", code, errOut)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	want := [][]string{
+		{"NAMESPACE", "NAME", "READY", "REASON", "SINCE", "LATEST"},
+		{"team", "builder/ignored", "Unknown", "-", "-", "-"},
+		{"team", "builder/ready", "True", "-"},
+		{"team", "builder/stalled", "False", "BuildpackNotFound"},
+	}
+	if len(lines) != len(want) {
+		t.Fatalf("status printed %d lines, want %d:\n%s", len(lines), len(want), out)
+	}
+	for i, fields := range want {
+		got := strings.Fields(lines[i])
+		if len(got) < len(fields) || !slices.Equal(got[:len(fields)], fields) {
+			t.Errorf("status line %d: %q, want it to start with %q", i, lines[i], fields)
+		}
+	}
+}
