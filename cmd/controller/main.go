@@ -38,7 +38,7 @@ func main() {
 	flag.DurationVar(&regOpts.Timeout, "registry-timeout", 0, "deadline of one registry read, retries included (default 30s)")
 	flag.DurationVar(&regOpts.WriteTimeout, "registry-write-timeout", 0, "deadline of one image push (default none: a push that moves is never cut)")
 	flag.DurationVar(&regOpts.AnswerTimeout, "registry-answer-timeout", 0, "how long a registry read waits for an answer before the registry counts as hanging (default 5s; writes wait 60s after their upload)")
-	flag.DurationVar(&regOpts.StallTimeout, "registry-stall-timeout", 0, "an upload or download that moves no byte for this long is cut (default 30s)")
+	flag.DurationVar(&regOpts.StallTimeout, "registry-stall-timeout", 0, "an upload the registry takes no byte of for this long is cut (default 30s; a download is cut after the answer timeout without a byte)")
 	disableHA := flag.Bool("disable-ha", false, "run without leader election (for local runs)")
 	healthProbes := flag.Bool("health-probes", true, "serve readiness and liveness probes on :8080")
 	profilingPort := flag.Int("profiling-port", 8008, "port of the profiling server when profiling is enabled in config-observability; 0 picks a free one")

@@ -39,8 +39,9 @@ type Options struct {
 	// sent: a registry may check a big upload before it answers.
 	// Default 60s.
 	WriteAnswerTimeout time.Duration
-	// StallTimeout cuts a request or answer body that moved no byte for
-	// this long. Default 30s.
+	// StallTimeout cuts an upload the registry took no byte of for this
+	// long (an answer's body is cut after AnswerTimeout without a byte).
+	// Default 30s.
 	StallTimeout time.Duration
 	// Retry is the in-call retry of one request. Keep it short: long
 	// outages are the caller's requeue's job. Steps must be ≥ 1 (ggcr fails

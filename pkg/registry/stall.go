@@ -14,9 +14,11 @@ import (
 // registry that accepts connections and never answers (a hang) is noticed
 // in seconds rather than at a call's deadline: no answer to a read within
 // answer, no answer to a write within writeAnswer after its body was sent
-// (a registry may check a big upload before answering), or a body, in
-// either direction, that moved no byte for idle. A transfer that moves is
-// never cut, however long it takes.
+// (a registry may check a big upload before answering), an answer's body
+// that moved no byte for answer (a registry that has begun to answer sends
+// as fast as the network takes it), or an upload that the registry took no
+// byte of for idle (registries and proxies may buffer, throttle or pause
+// big uploads). A transfer that moves is never cut, however long it takes.
 type stallTransport struct {
 	next                      http.RoundTripper
 	answer, writeAnswer, idle time.Duration
@@ -62,7 +64,7 @@ func (t *stallTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		cancel(nil)
 		return nil, err
 	}
-	w.expect("the answer's body stopped", t.idle)
+	w.expect("the answer's body stopped", t.answer)
 	resp.Body = &progressBody{ReadCloser: resp.Body, w: w, ctx: ctx, done: func() { w.stop(); cancel(nil) }}
 	return resp, nil
 }

@@ -15,6 +15,7 @@ import (
 // long they take.
 func TestStallTransport(t *testing.T) {
 	const limit = 300 * time.Millisecond
+	const pausedUpload = 2 // KiB, with a pause between them
 	trickle := func(w io.Writer, n int) {
 		for range n {
 			_, _ = w.Write(make([]byte, 1024))
@@ -42,6 +43,10 @@ func TestStallTransport(t *testing.T) {
 			_, _ = io.Copy(io.Discard, r.Body)
 			w.WriteHeader(http.StatusCreated)
 		}, ""},
+		{"an upload that pauses for twice the answer timeout", "PUT", -pausedUpload, func(w http.ResponseWriter, r *http.Request) {
+			_, _ = io.Copy(io.Discard, r.Body)
+			w.WriteHeader(http.StatusCreated)
+		}, ""},
 		{"a write never answered", "PUT", 1, func(w http.ResponseWriter, r *http.Request) {
 			_, _ = io.Copy(io.Discard, r.Body)
 			<-r.Context().Done()
@@ -56,14 +61,22 @@ func TestStallTransport(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			srv := httptest.NewServer(tc.handler)
 			defer srv.Close()
-			rt := &stallTransport{next: http.DefaultTransport, answer: limit, writeAnswer: 4 * limit, idle: limit}
+			// Uploads may pause far longer than downloads.
+			rt := &stallTransport{next: http.DefaultTransport, answer: limit, writeAnswer: 4 * limit, idle: 10 * limit}
 			var body io.Reader
 			if tc.body > 0 {
 				// A reader without Len: streamed, like a layer upload.
 				body = io.MultiReader(bytes.NewReader(make([]byte, tc.body<<10)))
 			} else if tc.body < 0 {
 				pr, pw := io.Pipe()
-				go func() { trickle(pw, -tc.body); _ = pw.Close() }()
+				go func() {
+					if tc.body == -pausedUpload {
+						trickle(pw, 1)
+						time.Sleep(2 * limit)
+					}
+					trickle(pw, -tc.body)
+					_ = pw.Close()
+				}()
 				body = pr
 			}
 			req, err := http.NewRequest(tc.method, srv.URL+"/v2/team/app/blobs/x", body)
