@@ -67,7 +67,7 @@ func TestObjectThatMovesOnStopsWaiting(t *testing.T) {
 		t.Fatalf("open circuits %+v, want one with the store waiting", open)
 	}
 	policy.Finish(ctx, store, failure.Waitingf(registry.ReasonSecretNotFound, "secret gone"))
-	if open := client.Circuits().Open(); len(open) == 1 && open[0].Waiters != 0 {
-		t.Errorf("open circuits %+v, want nobody waiting", open)
+	if open := client.Circuits().Open(); len(open) != 1 || open[0].Waiters != 0 {
+		t.Errorf("open circuits %+v, want the one circuit, nobody waiting", open)
 	}
 }

@@ -268,7 +268,9 @@ func TestProberStopsWhenNobodyWaits(t *testing.T) {
 	if _, err := c.Resolve(context.Background(), f.Ref("team/app:1"), nil); err == nil {
 		t.Fatal("no error")
 	}
-	c.Circuits().Wait(f.Addr, "team/app", "ns/a", func() { t.Error("woken while failing") })
+	if !c.Circuits().Wait(f.Addr, "team/app", "ns/a", func() { t.Error("woken while failing") }) {
+		t.Fatal("no circuit to wait on")
+	}
 	time.Sleep(1500 * time.Millisecond)
 	c.Circuits().Forget("ns/a")
 	time.Sleep(1500 * time.Millisecond) // a probe in flight, the drop
