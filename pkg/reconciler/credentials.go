@@ -3,11 +3,14 @@ package reconciler
 import (
 	"context"
 	"maps"
+	"slices"
+	"strings"
 
 	"github.com/google/go-containerregistry/pkg/authn"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	corev1listers "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	secretinformer "knative.dev/pkg/client/injection/kube/informers/core/v1/secret"
 	serviceaccountinformer "knative.dev/pkg/client/injection/kube/informers/core/v1/serviceaccount"
@@ -16,6 +19,7 @@ import (
 	"knative.dev/pkg/tracker"
 
 	"github.com/buildsmith/buildsmith/pkg/apis/build/v1alpha1"
+	"github.com/buildsmith/buildsmith/pkg/failure"
 	"github.com/buildsmith/buildsmith/pkg/registry"
 )
 
@@ -25,11 +29,18 @@ import (
 type Credentials struct {
 	Keychains registry.Keychains
 	Tracker   tracker.Interface
+	// ClusterNamespaces, when set, are the only namespaces whose
+	// ServiceAccounts cluster-scoped objects may use (Options.CredentialNamespaces).
+	ClusterNamespaces []string
 }
+
+// ReasonServiceAccountNotAllowed: a cluster kind names a ServiceAccount in
+// a namespace the operator did not open to cluster kinds.
+const ReasonServiceAccountNotAllowed = "ServiceAccountNotAllowed"
 
 // NewCredentials wires Credentials to the ServiceAccount and Secret
 // informers of ctx; enqueue is the controller's EnqueueKey.
-func NewCredentials(ctx context.Context, enqueue func(types.NamespacedName)) Credentials {
+func NewCredentials(ctx context.Context, enqueue func(types.NamespacedName), opts Options) Credentials {
 	saInformer := serviceaccountinformer.Get(ctx)
 	secretInformer := secretinformer.Get(ctx)
 	t := tracker.New(enqueue, controller.GetTrackerLease(ctx))
@@ -37,9 +48,16 @@ func NewCredentials(ctx context.Context, enqueue func(types.NamespacedName)) Cre
 		controller.EnsureTypeMeta(t.OnChanged, corev1.SchemeGroupVersion.WithKind("ServiceAccount"))))
 	secretInformer.Informer().AddEventHandler(controller.HandleAll(
 		controller.EnsureTypeMeta(t.OnChanged, corev1.SchemeGroupVersion.WithKind("Secret"))))
+	return NewCredentialsFrom(saInformer.Lister(), secretInformer.Lister(), t, opts)
+}
+
+// NewCredentialsFrom is Credentials over the given listers and tracker.
+func NewCredentialsFrom(accounts corev1listers.ServiceAccountLister, secrets corev1listers.SecretLister,
+	t tracker.Interface, opts Options) Credentials {
 	return Credentials{
-		Keychains: registry.Keychains{ServiceAccounts: saInformer.Lister(), Secrets: secretInformer.Lister()},
-		Tracker:   t,
+		Keychains:         registry.Keychains{ServiceAccounts: accounts, Secrets: secrets},
+		Tracker:           t,
+		ClusterNamespaces: opts.CredentialNamespaces,
 	}
 }
 
@@ -48,6 +66,11 @@ func NewCredentials(ctx context.Context, enqueue func(types.NamespacedName)) Cre
 func (c Credentials) ForServiceAccount(ctx context.Context, obj kmeta.Accessor, ref *v1alpha1.ServiceAccountRef) (authn.Keychain, error) {
 	if ref == nil {
 		return registry.Anonymous, nil
+	}
+	if obj.GetNamespace() == "" && len(c.ClusterNamespaces) > 0 && !slices.Contains(c.ClusterNamespaces, ref.Namespace) {
+		return nil, failure.Permanentf(ReasonServiceAccountNotAllowed,
+			"serviceAccountRef %s/%s: cluster kinds may use ServiceAccounts of the namespaces %s only (--cluster-credential-namespaces)",
+			ref.Namespace, ref.Name, strings.Join(c.ClusterNamespaces, ", "))
 	}
 	return c.Keychains.ForServiceAccount(ctx, ref.Namespace, ref.Name, func(kind, namespace, name string) {
 		// A failed track only costs the immediate retry; the poll remains.

@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -46,6 +47,11 @@ type Options struct {
 	// ResyncInterval is how often a Ready object is reconciled again, to
 	// notice tags that moved. 0 disables it.
 	ResyncInterval time.Duration
+	// CredentialNamespaces, when set, are the only namespaces whose
+	// ServiceAccounts the cluster kinds may name: whoever may create a
+	// ClusterStore must not get to push with kube-system's credentials.
+	// Empty: any namespace (kpack's behaviour).
+	CredentialNamespaces []string
 }
 
 // DefaultOptions are the defaults of the flags.
@@ -60,6 +66,15 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.RetryMaxDelay, "retry-max-delay", o.RetryMaxDelay, "cap of the retry delay after transient errors")
 	fs.DurationVar(&o.PollInterval, "poll-interval", o.PollInterval, "how often an object waiting for an image, credentials or a dependency looks again")
 	fs.DurationVar(&o.ResyncInterval, "resync-interval", o.ResyncInterval, "how often Ready stores and stacks are checked for moved tags (0: never)")
+	fs.Func("cluster-credential-namespaces", "comma-separated namespaces whose ServiceAccounts ClusterStores, ClusterStacks and ClusterBuilders may use (default: any)", func(v string) error {
+		o.CredentialNamespaces = nil
+		for _, ns := range strings.Split(v, ",") {
+			if ns = strings.TrimSpace(ns); ns != "" {
+				o.CredentialNamespaces = append(o.CredentialNamespaces, ns)
+			}
+		}
+		return nil
+	})
 }
 
 // Policy turns the outcome of a reconcile into conditions, an event on a

@@ -38,10 +38,37 @@ func TestChartLintAndSchema(t *testing.T) {
 		{"retry.baseDelay=soon", "baseDelay"},
 		{"image.pullPolicy=Sometimes", "pullPolicy"},
 		{"unknownKnob=1", "unknownKnob"},
+		{"clusterCredentialNamespaces={Not_A_Namespace}", "clusterCredentialNamespaces"},
 	} {
 		out, err := helm("lint", "charts/buildsmith", "--set", bad.set).CombinedOutput()
 		if err == nil || !strings.Contains(string(out), bad.mentions) {
 			t.Errorf("helm lint --set %s: %v, want a schema error naming %s:\n%s", bad.set, err, bad.mentions, out)
+		}
+	}
+}
+
+// TestChartCredentialNamespaces: the chart passes clusterCredentialNamespaces
+// to the controller, and nothing when it is empty.
+func TestChartCredentialNamespaces(t *testing.T) {
+	for _, tc := range []struct {
+		set  []string
+		want string
+	}{
+		{nil, ""},
+		{[]string{"--set", "clusterCredentialNamespaces={builds,platform}"}, "--cluster-credential-namespaces=builds,platform"},
+	} {
+		out, err := helm(append([]string{"template", "charts/buildsmith"}, tc.set...)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("helm template %q: %v\n%s", tc.set, err, out)
+		}
+		got := ""
+		for _, line := range strings.Split(string(out), "\n") {
+			if arg := strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(line), "- ")); strings.HasPrefix(arg, "--cluster-credential-namespaces") {
+				got = arg
+			}
+		}
+		if got != tc.want {
+			t.Errorf("helm template %q: argument %q, want %q", tc.set, got, tc.want)
 		}
 	}
 }

@@ -114,7 +114,7 @@ func (x *fixture) core(ctx context.Context, kind string, source *LifecycleSource
 	core := &Core{
 		Registry:    x.client,
 		Policy:      reconciler.NewPolicy(kind, reconciler.DefaultOptions(), x.client.Circuits()),
-		Credentials: reconciler.NewCredentials(ctx, func(types.NamespacedName) {}),
+		Credentials: reconciler.NewCredentials(ctx, func(types.NamespacedName) {}, reconciler.DefaultOptions()),
 		Stacks:      clusterstackinformer.Get(ctx).Lister(),
 		Stores:      clusterstoreinformer.Get(ctx).Lister(),
 		Tracker:     tracker.New(func(types.NamespacedName) {}, time.Hour),

@@ -75,7 +75,7 @@ func (c *Controllers) core(ctx context.Context, cmw configmap.Watcher, kind stri
 	}
 	core.Policy.SetEnqueue(impl.EnqueueKey)
 	impl.Reconciler = core.Policy.StatusWrites(impl.Reconciler)
-	core.Credentials = reconciler.NewCredentials(ctx, impl.EnqueueKey)
+	core.Credentials = reconciler.NewCredentials(ctx, impl.EnqueueKey, c.Options)
 	// Stacks and stores: the builders that use them are reconciled when they
 	// change (a stack becoming Ready wakes the builders waiting on it).
 	clusterstackinformer.Get(ctx).Informer().AddEventHandler(controller.HandleAll(

@@ -290,7 +290,7 @@ func newReconciler(ctx context.Context, clients *reconcilertest.Clients, client 
 	r := &Reconciler{
 		Registry:    client,
 		Policy:      reconciler.NewPolicy("ClusterStack", opts, client.Circuits()),
-		Credentials: reconciler.NewCredentials(ctx, func(types.NamespacedName) {}),
+		Credentials: reconciler.NewCredentials(ctx, func(types.NamespacedName) {}, reconciler.DefaultOptions()),
 	}
 	r.Policy.SetEnqueue(func(types.NamespacedName) {})
 	rec := clusterstackreconciler.NewReconciler(ctx, logging.FromContext(ctx), clients.Buildsmith,

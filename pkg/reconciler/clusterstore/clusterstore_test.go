@@ -158,7 +158,7 @@ func newReconciler(ctx context.Context, clients *rt.Clients, client *registry.Cl
 	r := &Reconciler{
 		Registry:    client,
 		Policy:      reconciler.NewPolicy("ClusterStore", reconciler.DefaultOptions(), client.Circuits()),
-		Credentials: reconciler.NewCredentials(ctx, func(types.NamespacedName) {}),
+		Credentials: reconciler.NewCredentials(ctx, func(types.NamespacedName) {}, reconciler.DefaultOptions()),
 	}
 	r.Policy.SetEnqueue(func(types.NamespacedName) {})
 	rec := clusterstorereconciler.NewReconciler(ctx, logging.FromContext(ctx), clients.Buildsmith,

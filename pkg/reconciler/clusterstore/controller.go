@@ -28,7 +28,7 @@ func NewController(client *registry.Client, opts reconciler.Options) func(contex
 				return stores.Get(ctx, name, metav1.GetOptions{})
 			},
 			func(dst, src *v1alpha1.ClusterStore) { dst.Status = src.Status }))
-		r.Credentials = reconciler.NewCredentials(ctx, impl.EnqueueKey)
+		r.Credentials = reconciler.NewCredentials(ctx, impl.EnqueueKey, opts)
 		clusterstoreinformer.Get(ctx).Informer().AddEventHandler(reconciler.EnqueueOnChange(impl.Enqueue))
 		return impl
 	}
