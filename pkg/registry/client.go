@@ -157,11 +157,12 @@ type session struct {
 func New(lifetime context.Context, opts Options) *Client {
 	opts = opts.withDefaults()
 	// From ggcr down: the ping cache, the circuits' gate, the accounting
-	// (and Retry-After holds), the stall timeouts, the wire.
+	// (and Retry-After holds), the manifest size limit, the stall timeouts,
+	// the wire.
 	waits := newRetryAfterHolds(time.Now, max(opts.MaxRetryAfterWait, 0))
 	stalls := &stallTransport{next: opts.Transport, answer: opts.AnswerTimeout,
 		writeAnswer: opts.WriteAnswerTimeout, idle: opts.StallTimeout}
-	accounting := newAccountingTransport(stalls, waits)
+	accounting := newAccountingTransport(&limitTransport{next: stalls}, waits)
 	circuits := newCircuits(lifetime, opts.Circuits, waits, accounting.sendOnce)
 	accounting.failing = circuits.isOpen
 	return &Client{
@@ -215,9 +216,6 @@ func (c *Client) Resolve(ctx context.Context, ref name.Reference, kc authn.Keych
 	}, kc)
 	return out, err
 }
-
-// maxConfigSize bounds the image config read into memory.
-const maxConfigSize = 16 << 20
 
 var errBlobTooLarge = errors.New("blob larger than allowed")
 
@@ -422,6 +420,10 @@ func (c *Client) readManifests(ctx context.Context, s *session, ref name.Referen
 	configLayer, err := s.puller.Layer(ctx, ref.Context().Digest(img.Manifest.Config.Digest.String()))
 	if err != nil {
 		return nil, err
+	}
+	if size := img.Manifest.Config.Size; size > maxConfigSize {
+		return nil, permanentError(ReasonInvalidImage, host, fmt.Errorf("the config of %s is %s, more than the %s allowed",
+			img.Ref, byteSize(size), byteSize(maxConfigSize)))
 	}
 	rawConfig, err := readAll(configLayer, maxConfigSize)
 	if errors.Is(err, errBlobTooLarge) {

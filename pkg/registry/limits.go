@@ -1,0 +1,80 @@
+package registry
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+)
+
+// Bounds on what a registry may make the controller hold in memory. Real
+// manifests are a few KiB (an index of many platforms, tens of KiB) and
+// configs rarely more than a few hundred KiB; ggcr alone would read a
+// manifest of up to 100 MiB, and a hostile or broken registry could make
+// every reconcile do so.
+const (
+	maxManifestSize = 4 << 20
+	maxConfigSize   = 8 << 20
+)
+
+// limitTransport fails a manifest answer larger than maxManifestSize: at
+// once when its Content-Length says so, else once its body passes the
+// limit. The error is permanent (the same manifest will be as large next
+// time) and names the manifest and the size.
+type limitTransport struct {
+	next http.RoundTripper
+}
+
+func (t *limitTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := t.next.RoundTrip(req)
+	if err != nil || req.Method != http.MethodGet || !strings.Contains(req.URL.Path, "/manifests/") {
+		return resp, err
+	}
+	if resp.ContentLength > maxManifestSize {
+		_ = resp.Body.Close()
+		return nil, tooLarge(req, "manifest", resp.ContentLength, maxManifestSize)
+	}
+	resp.Body = &limitedBody{ReadCloser: resp.Body, left: maxManifestSize, tooLarge: func() error {
+		return tooLarge(req, "manifest", -1, maxManifestSize)
+	}}
+	return resp, nil
+}
+
+// limitedBody fails a read past left bytes.
+type limitedBody struct {
+	io.ReadCloser
+	left     int64
+	read     int64
+	tooLarge func() error
+}
+
+func (b *limitedBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	b.read += int64(n)
+	if b.read > b.left {
+		return n, b.tooLarge()
+	}
+	return n, err
+}
+
+// tooLarge is the permanent error of a thing of size bytes (-1: unknown,
+// a body read up to the limit) where limit are allowed.
+func tooLarge(req *http.Request, what string, size, limit int64) *Error {
+	is := "is larger than"
+	if size >= 0 {
+		is = fmt.Sprintf("is %s, more than", byteSize(size))
+	}
+	return permanentError(ReasonInvalidImage, req.URL.Host, fmt.Errorf("the %s at %s %s the %s allowed",
+		what, redactURL(req.URL), is, byteSize(limit)))
+}
+
+// byteSize prints n bytes in the largest binary unit it has a whole of.
+func byteSize(n int64) string {
+	switch {
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%d B", n)
+}

@@ -1,0 +1,62 @@
+package registry
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/buildsmith/buildsmith/test/registrytest"
+)
+
+// TestSizeLimits: a manifest over 4 MiB (with or without a Content-Length)
+// and a config declared over 8 MiB fail as permanent InvalidImage errors
+// naming what and how large, after one request each: nothing is retried,
+// nothing that large is read.
+func TestSizeLimits(t *testing.T) {
+	big := strings.Repeat(" ", 5<<20)
+	tests := []struct {
+		name    string
+		serve   func(w http.ResponseWriter, r *http.Request)
+		message string
+	}{
+		{"a manifest whose Content-Length is too large", func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/vnd.oci.image.manifest.v1+json")
+			w.Header().Set("Content-Length", fmt.Sprint(len(big)))
+			_, _ = w.Write([]byte(big))
+		}, "is 5.0 MiB, more than the 4.0 MiB allowed"},
+		{"a manifest streamed without a length", func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/vnd.oci.image.manifest.v1+json")
+			for i := 0; i < len(big); i += 64 << 10 {
+				_, _ = w.Write([]byte(big[i : i+64<<10]))
+				w.(http.Flusher).Flush()
+			}
+		}, "is larger than the 4.0 MiB allowed"},
+		{"a config declared too large", func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/vnd.oci.image.manifest.v1+json")
+			_, _ = fmt.Fprintf(w, `{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json",
+				"config":{"mediaType":"application/vnd.oci.image.config.v1+json","size":%d,"digest":"sha256:%s"},"layers":[]}`,
+				9<<20, strings.Repeat("a", 64))
+		}, "config of"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			f := registrytest.New(t)
+			f.Inject("GET", "/team/app/manifests/", -1, tc.serve)
+			c := newTestClient(t, Options{})
+			_, err := c.ReadImage(context.Background(), f.Ref("team/app:1"), nil, nil)
+			e, ok := err.(*Error)
+			if !ok || e.Class != Permanent || e.Reason != ReasonInvalidImage || !strings.Contains(err.Error(), tc.message) {
+				t.Fatalf("error %v, want a permanent %s saying %q", err, ReasonInvalidImage, tc.message)
+			}
+			if n := f.Count("GET", "/team/app/manifests/"); n != 1 {
+				t.Errorf("%d manifest GETs, want 1", n)
+			}
+			if n := f.Count("GET", "/blobs/"); n != 0 {
+				t.Errorf("%d blob GETs, want none", n)
+			}
+			t.Log(err)
+		})
+	}
+}
