@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -189,7 +190,7 @@ func (p *Policy) Finish(ctx context.Context, obj Object, err error) pkgreconcile
 	}
 
 	f := Classify(err)
-	message := f.Error()
+	message := capMessage(f.Error())
 	switch f.Class {
 	case failure.Permanent:
 		conditions.MarkStalled(f.Reason, message)
@@ -236,6 +237,24 @@ func (p *Policy) Finish(ctx context.Context, obj Object, err error) pkgreconcile
 		recordOutcome(ctx, p.kind, "transient", delay)
 		return controller.NewRequeueAfter(delay)
 	}
+}
+
+// maxMessage bounds a condition's (and event's) message: errors may quote
+// a registry's answer, which can be any size, and a status the API server
+// refuses as too large would never be written.
+const maxMessage = 1024
+
+// capMessage cuts m to maxMessage bytes, on a rune boundary, saying so.
+func capMessage(m string) string {
+	if len(m) <= maxMessage {
+		return m
+	}
+	const cut = " … (cut)"
+	end := maxMessage - len(cut)
+	for end > 0 && !utf8.RuneStart(m[end]) {
+		end--
+	}
+	return m[:end] + cut
 }
 
 // WaitingMessage is the Reconciling message of an object waiting on the

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -262,5 +264,33 @@ func TestFailureKeepsTheNewestStatus(t *testing.T) {
 	p.Finish(context.Background(), fresh, nil)
 	if fresh.Status.BuildImage.LatestImage != "" {
 		t.Errorf("a success took the API server's status: %+v", fresh.Status.BuildImage)
+	}
+}
+
+// TestLongMessagesAreCut: an error quoting a registry's answer of any size
+// gives a condition message of at most maxMessage bytes, still valid UTF-8,
+// and saying it was cut; short messages are kept whole.
+func TestLongMessagesAreCut(t *testing.T) {
+	p := NewPolicy("ClusterStack", DefaultOptions(), nil)
+	for _, tc := range []struct {
+		name, message string
+		cut           bool
+	}{
+		{"short", "registry said no", false},
+		{"a 100 KiB answer", strings.Repeat("é", 50<<10), true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newStack()
+			_ = p.Finish(context.Background(), s, failure.Permanentf(ReasonInvalidSpec, "%s", tc.message))
+			got := s.Status.GetCondition(v1alpha1.ConditionReady).Message
+			switch {
+			case len(got) > maxMessage || !utf8.ValidString(got):
+				t.Errorf("message of %d bytes (valid UTF-8: %v)", len(got), utf8.ValidString(got))
+			case tc.cut && !strings.HasSuffix(got, "(cut)"):
+				t.Errorf("a cut message that does not say so: …%q", got[len(got)-20:])
+			case !tc.cut && got != tc.message:
+				t.Errorf("message %q, want %q", got, tc.message)
+			}
+		})
 	}
 }
