@@ -39,6 +39,10 @@ func main() {
 	flag.DurationVar(&regOpts.WriteTimeout, "registry-write-timeout", 0, "deadline of one image push (default none: a push that moves is never cut)")
 	flag.DurationVar(&regOpts.AnswerTimeout, "registry-answer-timeout", 0, "how long a registry read waits for an answer before the registry counts as hanging (default 5s; writes wait 60s after their upload)")
 	flag.DurationVar(&regOpts.StallTimeout, "registry-stall-timeout", 0, "an upload the registry takes no byte of for this long is cut (default 30s; a download is cut after the answer timeout without a byte)")
+	flag.Func("insecure-registry", "a registry (HOST[:PORT], as in image references) that may be spoken to over plain HTTP; repeatable. Loopback registries always may, no other may", func(v string) error {
+		regOpts.InsecureRegistries = append(regOpts.InsecureRegistries, v)
+		return nil
+	})
 	disableHA := flag.Bool("disable-ha", false, "run without leader election (for local runs)")
 	healthProbes := flag.Bool("health-probes", true, "serve readiness and liveness probes on :8080")
 	profilingPort := flag.Int("profiling-port", 8008, "port of the profiling server when profiling is enabled in config-observability; 0 picks a free one")

@@ -71,6 +71,9 @@ type Options struct {
 	// (manifest and config, a few KiB each), by digest and platform.
 	// Default 1024.
 	CachedImages int
+	// InsecureRegistries (host[:port]) may be spoken to over plain HTTP
+	// (after HTTPS fails). Loopback registries always may; no other may.
+	InsecureRegistries []string
 }
 
 func (o Options) withDefaults() Options {
@@ -134,7 +137,8 @@ type Client struct {
 	// call that made them returned (when a builder image is written).
 	lifetime  context.Context
 	transport *accountingTransport
-	pings     *pingCache // in front of the circuits' gate and transport, for everything but probes
+	pings     http.RoundTripper // the ping cache in front of the circuits' gate and transport, for everything but probes
+	cleartext cleartext
 	circuits  *Circuits
 	waits     *retryAfterHolds
 
@@ -169,7 +173,9 @@ func New(lifetime context.Context, opts Options) *Client {
 		opts:      opts,
 		lifetime:  lifetime,
 		transport: accounting,
-		pings:     newPingCache(&gateTransport{next: accounting, circuits: circuits}, time.Now),
+		pings: &cleartextTransport{policy: cleartext{allowed: opts.InsecureRegistries},
+			next: newPingCache(&gateTransport{next: accounting, circuits: circuits}, time.Now)},
+		cleartext: cleartext{allowed: opts.InsecureRegistries},
 		circuits:  circuits,
 		sessions:  lru.New(opts.Sessions),
 		images:    lru.New(opts.CachedImages),
@@ -198,6 +204,7 @@ type Descriptor struct {
 // answers carry no diagnostics (a missing tag and a missing repository look
 // the same), and some registries answer HEAD badly (no digest header).
 func (c *Client) Resolve(ctx context.Context, ref name.Reference, kc authn.Keychain) (Descriptor, error) {
+	ref = c.cleartext.reference(ref)
 	var out Descriptor
 	err := c.do(ctx, ref, c.opts.Timeout, func(ctx context.Context, s *session) error {
 		desc, err := s.puller.Head(ctx, ref)
@@ -248,6 +255,7 @@ type Image struct {
 // request (a thousand builders on one stack read its build image once), by
 // tag for the one request that says the tag still names it.
 func (c *Client) ReadImage(ctx context.Context, ref name.Reference, platform *v1.Platform, kc authn.Keychain) (*Image, error) {
+	ref = c.cleartext.reference(ref)
 	keyer, cacheable := orAnonymous(kc).(cacheKeyer)
 	if !cacheable {
 		return c.readImage(ctx, ref, platform, kc, nil)
@@ -488,6 +496,7 @@ type Artifact interface {
 // and skips it without asking, which outlives a registry's garbage
 // collection, and accumulates the scopes of every repository it mounted from.
 func (c *Client) Write(ctx context.Context, tag name.Tag, img Artifact, kc authn.Keychain) (name.Digest, error) {
+	tag = c.cleartext.tag(tag)
 	var out name.Digest
 	err := c.do(ctx, tag, c.opts.WriteTimeout, func(ctx context.Context, s *session) error {
 		digest, err := img.Digest()

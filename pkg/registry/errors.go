@@ -45,6 +45,9 @@ const (
 	ReasonPlatformNotFound       = "PlatformNotFound"
 	ReasonInvalidSecret          = "InvalidSecret"
 	ReasonRegistryRejected       = "RegistryRejected"
+	// ReasonInsecureRegistry: the registry could be reached over plain
+	// HTTP only, and it is not one allowed that (Options.InsecureRegistries).
+	ReasonInsecureRegistry = "InsecureRegistry"
 )
 
 // Error is a classified error. Every error a Client returns is one.
@@ -115,6 +118,14 @@ func classify(err error) (Class, string) {
 	}
 	if isNetworkError(err) {
 		return Transient, ReasonRegistryUnavailable
+	}
+	// A registry that speaks plain HTTP only, not allowed to (ours), or
+	// met over HTTPS (net/http's error has no type of its own). Waiting,
+	// like a bad certificate: the registry or the controller's flags must
+	// change, not the object.
+	var cleartext *cleartextRefusedError
+	if errors.As(err, &cleartext) || strings.Contains(err.Error(), "server gave HTTP response to HTTPS client") {
+		return Waiting, ReasonInsecureRegistry
 	}
 	return Transient, ReasonRegistryError
 }

@@ -39,6 +39,7 @@ func TestChartLintAndSchema(t *testing.T) {
 		{"image.pullPolicy=Sometimes", "pullPolicy"},
 		{"unknownKnob=1", "unknownKnob"},
 		{"clusterCredentialNamespaces={Not_A_Namespace}", "clusterCredentialNamespaces"},
+		{"insecureRegistries={http://registry:5000}", "insecureRegistries"},
 	} {
 		out, err := helm("lint", "charts/buildsmith", "--set", bad.set).CombinedOutput()
 		if err == nil || !strings.Contains(string(out), bad.mentions) {
@@ -47,26 +48,30 @@ func TestChartLintAndSchema(t *testing.T) {
 	}
 }
 
-// TestChartCredentialNamespaces: the chart passes clusterCredentialNamespaces
-// to the controller, and nothing when it is empty.
-func TestChartCredentialNamespaces(t *testing.T) {
+// TestChartTenancyValues: the chart passes clusterCredentialNamespaces and
+// insecureRegistries to the controller, and nothing when they are empty.
+func TestChartTenancyValues(t *testing.T) {
 	for _, tc := range []struct {
 		set  []string
 		want string
 	}{
 		{nil, ""},
 		{[]string{"--set", "clusterCredentialNamespaces={builds,platform}"}, "--cluster-credential-namespaces=builds,platform"},
+		{[]string{"--set", "insecureRegistries={registry.build-system.svc:5000,10.0.0.9}"},
+			"--insecure-registry=registry.build-system.svc:5000 --insecure-registry=10.0.0.9"},
 	} {
 		out, err := helm(append([]string{"template", "charts/buildsmith"}, tc.set...)...).CombinedOutput()
 		if err != nil {
 			t.Fatalf("helm template %q: %v\n%s", tc.set, err, out)
 		}
-		got := ""
+		var args []string
 		for _, line := range strings.Split(string(out), "\n") {
-			if arg := strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(line), "- ")); strings.HasPrefix(arg, "--cluster-credential-namespaces") {
-				got = arg
+			arg := strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(line), "- "))
+			if strings.HasPrefix(arg, "--cluster-credential-namespaces") || strings.HasPrefix(arg, "--insecure-registry") {
+				args = append(args, arg)
 			}
 		}
+		got := strings.Join(args, " ")
 		if got != tc.want {
 			t.Errorf("helm template %q: argument %q, want %q", tc.set, got, tc.want)
 		}

@@ -1,0 +1,123 @@
+package registry
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
+	"syscall"
+	"testing"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	ggcrregistry "github.com/google/go-containerregistry/pkg/registry"
+	"github.com/google/go-containerregistry/pkg/v1/random"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+)
+
+// TestCleartextPolicy: plain HTTP goes to loopback registries and to those
+// named, never to private or .local ones (which ggcr alone would allow).
+func TestCleartextPolicy(t *testing.T) {
+	policy := cleartext{allowed: []string{"registry.internal:5000", "10.0.0.9"}}
+	for host, want := range map[string]bool{
+		"127.0.0.1:5000":         true,
+		"[::1]:5000":             true,
+		"localhost:5000":         true,
+		"registry.internal:5000": true,
+		"10.0.0.9":               true,
+		"10.0.0.9:5000":          false, // named without the port: another registry
+		"10.0.0.5:5000":          false,
+		"192.168.1.20":           false,
+		"harbor.local":           false,
+		"registry.internal":      false,
+		"ghcr.io":                false,
+	} {
+		if got := policy.allows(host); got != want {
+			t.Errorf("allows(%q) = %v, want %v", host, got, want)
+		}
+	}
+}
+
+// TestCleartextRefusedBeforeSending: a plain-HTTP request to a private
+// address is refused before anything is sent. Refused alone it is
+// InsecureRegistry (Waiting: the registry or the flags must change); joined with the HTTPS side's failure (ggcr
+// pings both at once), the HTTPS side's failure decides.
+func TestCleartextRefusedBeforeSending(t *testing.T) {
+	sent := false
+	rt := &cleartextTransport{policy: cleartext{}, next: roundTripFunc(func(*http.Request) (*http.Response, error) {
+		sent = true
+		return nil, errors.New("sent")
+	})}
+	req, _ := http.NewRequest(http.MethodGet, "http://10.1.2.3:5000/v2/", nil)
+	req.Header.Set("Authorization", "Basic c2VjcmV0")
+	_, err := rt.RoundTrip(req)
+	if sent {
+		t.Fatal("a plain-HTTP request went out to a private address")
+	}
+	if c := asError(err); c.Class != Waiting || c.Reason != ReasonInsecureRegistry {
+		t.Errorf("refused alone: %v %s, want a waiting %s", c.Class, c.Reason, ReasonInsecureRegistry)
+	}
+	httpsDown := &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
+	if c := asError(errors.Join(httpsDown, err)); c.Class != Transient || c.Reason != ReasonRegistryUnavailable {
+		t.Errorf("HTTPS refused, HTTP refused by us: %v %s, want a transient %s", c.Class, c.Reason, ReasonRegistryUnavailable)
+	}
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// TestInsecureRegistryNamed: a plain-HTTP registry on a non-loopback
+// address is read only once it is named in InsecureRegistries; unnamed,
+// no plain-HTTP request reaches it.
+func TestInsecureRegistryNamed(t *testing.T) {
+	ip := nonLoopbackIPv4(t)
+	l, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
+	if err != nil {
+		t.Skipf("cannot listen on %s: %v", ip, err)
+	}
+	var requests atomic.Int64
+	inner := ggcrregistry.New(ggcrregistry.Logger(log.New(io.Discard, "", 0)))
+	srv := &httptest.Server{Listener: l, Config: &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		requests.Add(1)
+		inner.ServeHTTP(w, r)
+	}), ErrorLog: log.New(io.Discard, "", 0)}}
+	srv.Start()
+	defer srv.Close()
+	host := l.Addr().String()
+	img, _ := random.Image(64, 1)
+	insecureRef, _ := name.ParseReference(host+"/team/app:1", name.Insecure)
+	if err := remote.Write(insecureRef, img); err != nil {
+		t.Fatal(err)
+	}
+	requests.Store(0)
+	ref, _ := name.ParseReference(host + "/team/app:1")
+
+	c := newTestClient(t, Options{})
+	_, err = c.Resolve(context.Background(), ref, nil)
+	if Reason(err) != ReasonInsecureRegistry || requests.Load() != 0 {
+		t.Errorf("unnamed plain-HTTP registry: %s %v after %d plain-HTTP requests, want %s and none",
+			Reason(err), err, requests.Load(), ReasonInsecureRegistry)
+	}
+	c = newTestClient(t, Options{InsecureRegistries: []string{host}})
+	if _, err := c.Resolve(context.Background(), ref, nil); err != nil {
+		t.Errorf("named plain-HTTP registry: %v", err)
+	}
+}
+
+func nonLoopbackIPv4(t *testing.T) string {
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok && !n.IP.IsLoopback() && n.IP.To4() != nil {
+			return n.IP.String()
+		}
+	}
+	t.Skip("this machine has no non-loopback IPv4 address")
+	return ""
+}
