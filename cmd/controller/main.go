@@ -9,6 +9,7 @@ package main
 
 import (
 	"flag"
+	"fmt"
 	"log"
 	"os"
 	"strconv"
@@ -41,6 +42,17 @@ func main() {
 	flag.DurationVar(&regOpts.StallTimeout, "registry-stall-timeout", 0, "an upload the registry takes no byte of for this long is cut (default 30s; a download is cut after the answer timeout without a byte)")
 	flag.Func("insecure-registry", "a registry (HOST[:PORT], as in image references) that may be spoken to over plain HTTP; repeatable. Loopback registries always may, no other may", func(v string) error {
 		regOpts.InsecureRegistries = append(regOpts.InsecureRegistries, v)
+		return nil
+	})
+	flag.Func("registry-ca-file", "a PEM file of CA certificates to trust beside the system's, for registries a private CA signed; repeatable", func(path string) error {
+		pem, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		if err := registry.CheckCACertificates(pem); err != nil {
+			return fmt.Errorf("%s: %w", path, err)
+		}
+		regOpts.CACertificates = append(append(regOpts.CACertificates, pem...), '\n')
 		return nil
 	})
 	disableHA := flag.Bool("disable-ha", false, "run without leader election (for local runs)")

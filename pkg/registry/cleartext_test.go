@@ -2,12 +2,14 @@ package registry
 
 import (
 	"context"
+	"encoding/pem"
 	"errors"
 	"io"
 	"log"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -120,4 +122,32 @@ func nonLoopbackIPv4(t *testing.T) string {
 	}
 	t.Skip("this machine has no non-loopback IPv4 address")
 	return ""
+}
+
+// TestPrivateCA: a registry whose certificate a private CA signed is
+// CertificateInvalid until the CA is given (CACertificates), then read.
+func TestPrivateCA(t *testing.T) {
+	srv := httptest.NewTLSServer(ggcrregistry.New(ggcrregistry.Logger(log.New(io.Discard, "", 0))))
+	defer srv.Close()
+	srv.Config.ErrorLog = log.New(io.Discard, "", 0)
+	host := strings.TrimPrefix(srv.URL, "https://")
+	img, _ := random.Image(64, 1)
+	ref, _ := name.ParseReference(host + "/team/app:1")
+	if err := remote.Write(ref, img, remote.WithTransport(srv.Client().Transport)); err != nil {
+		t.Fatal(err)
+	}
+	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
+
+	if _, err := newTestClient(t, Options{}).Resolve(context.Background(), ref, nil); Reason(err) != ReasonCertificateInvalid {
+		t.Errorf("without the CA: %s %v, want %s", Reason(err), err, ReasonCertificateInvalid)
+	}
+	if err := CheckCACertificates(ca); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := newTestClient(t, Options{CACertificates: ca}).Resolve(context.Background(), ref, nil); err != nil {
+		t.Errorf("with the CA: %v", err)
+	}
+	if err := CheckCACertificates([]byte("not a certificate")); err == nil {
+		t.Error("CheckCACertificates accepted no certificate")
+	}
 }

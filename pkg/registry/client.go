@@ -3,6 +3,8 @@ package registry
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -74,6 +76,10 @@ type Options struct {
 	// InsecureRegistries (host[:port]) may be spoken to over plain HTTP
 	// (after HTTPS fails). Loopback registries always may; no other may.
 	InsecureRegistries []string
+	// CACertificates are PEM certificates trusted beside the system's, for
+	// registries whose certificates a private CA signed. Used only by the
+	// default Transport.
+	CACertificates []byte
 }
 
 func (o Options) withDefaults() Options {
@@ -102,7 +108,7 @@ func (o Options) withDefaults() Options {
 		o.MaxRetryAfterWait = 10 * time.Second
 	}
 	if o.Transport == nil {
-		o.Transport = defaultTransport()
+		o.Transport = defaultTransport(o.CACertificates)
 	}
 	if o.UserAgent == "" {
 		o.UserAgent = "buildsmith"
@@ -122,12 +128,35 @@ func (o Options) withDefaults() Options {
 	return o
 }
 
-func defaultTransport() http.RoundTripper {
+func defaultTransport(caCertificates []byte) http.RoundTripper {
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.DialContext = (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext
 	t.TLSHandshakeTimeout = 10 * time.Second
 	t.MaxIdleConnsPerHost = 16
+	if len(caCertificates) > 0 {
+		t.TLSClientConfig = &tls.Config{RootCAs: certPool(caCertificates), MinVersion: tls.VersionTLS12}
+	}
 	return t
+}
+
+// certPool is the system's pool with pem's certificates added (checked by
+// CheckCACertificates first).
+func certPool(pem []byte) *x509.CertPool {
+	pool, err := x509.SystemCertPool()
+	if err != nil || pool == nil {
+		pool = x509.NewCertPool()
+	}
+	pool.AppendCertsFromPEM(pem)
+	return pool
+}
+
+// CheckCACertificates says whether pem holds at least one certificate, for
+// flags to fail at start rather than at the first TLS handshake.
+func CheckCACertificates(pem []byte) error {
+	if !x509.NewCertPool().AppendCertsFromPEM(pem) {
+		return errors.New("no PEM certificate found")
+	}
+	return nil
 }
 
 // Client reads and writes images. It is safe for concurrent use; share one.

@@ -48,8 +48,9 @@ func TestChartLintAndSchema(t *testing.T) {
 	}
 }
 
-// TestChartTenancyValues: the chart passes clusterCredentialNamespaces and
-// insecureRegistries to the controller, and nothing when they are empty.
+// TestChartTenancyValues: the chart passes clusterCredentialNamespaces,
+// insecureRegistries and registryCA to the controller, and nothing when they
+// are empty.
 func TestChartTenancyValues(t *testing.T) {
 	for _, tc := range []struct {
 		set  []string
@@ -59,6 +60,7 @@ func TestChartTenancyValues(t *testing.T) {
 		{[]string{"--set", "clusterCredentialNamespaces={builds,platform}"}, "--cluster-credential-namespaces=builds,platform"},
 		{[]string{"--set", "insecureRegistries={registry.build-system.svc:5000,10.0.0.9}"},
 			"--insecure-registry=registry.build-system.svc:5000 --insecure-registry=10.0.0.9"},
+		{[]string{"--set", "registryCA.configMap=harbor-ca"}, "--registry-ca-file=/etc/buildsmith/registry-ca/ca.crt"},
 	} {
 		out, err := helm(append([]string{"template", "charts/buildsmith"}, tc.set...)...).CombinedOutput()
 		if err != nil {
@@ -67,7 +69,8 @@ func TestChartTenancyValues(t *testing.T) {
 		var args []string
 		for _, line := range strings.Split(string(out), "\n") {
 			arg := strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(line), "- "))
-			if strings.HasPrefix(arg, "--cluster-credential-namespaces") || strings.HasPrefix(arg, "--insecure-registry") {
+			if strings.HasPrefix(arg, "--cluster-credential-namespaces") || strings.HasPrefix(arg, "--insecure-registry") ||
+				strings.HasPrefix(arg, "--registry-ca-file") {
 				args = append(args, arg)
 			}
 		}
