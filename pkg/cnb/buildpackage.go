@@ -24,6 +24,7 @@ const maxLabelSize = 1 << 20
 const (
 	ReasonInvalidBuildpackage = "InvalidBuildpackage"
 	ReasonDuplicateBuildpack  = "DuplicateBuildpack"
+	ReasonTooManyBuildpacks   = "TooManyBuildpacks"
 )
 
 // layerInfo is one id@version entry of io.buildpacks.buildpack.layers, as
@@ -108,9 +109,19 @@ func MergeBuildpacks(sources ...[]v1alpha1.StoreBuildpack) ([]v1alpha1.StoreBuil
 			out = append(out, bp)
 		}
 	}
+	if len(out) > MaxStoreBuildpacks {
+		return nil, failure.Permanentf(ReasonTooManyBuildpacks,
+			"the sources hold %d buildpacks, more than the %d a store lists: split them over several stores", len(out), MaxStoreBuildpacks)
+	}
 	SortBuildpacks(out)
 	return out, nil
 }
+
+// MaxStoreBuildpacks bounds a store's status.buildpacks. An entry is about
+// 1 KiB with its platforms and targets, and the API server refuses objects
+// over about 1.5 MiB: a store listing more would fail to save its status
+// forever, so it is a clear error instead.
+const MaxStoreBuildpacks = 1000
 
 // SortBuildpacks sorts by id, then version (as strings: a stable order for
 // status, not a semver order).

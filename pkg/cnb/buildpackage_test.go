@@ -1,6 +1,7 @@
 package cnb
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -113,5 +114,19 @@ func TestMergeBuildpacks(t *testing.T) {
 	_, err = MergeBuildpacks(first, []v1alpha1.StoreBuildpack{bp("b", "1", "other", "two")})
 	if f, ok := failure.As(err); !ok || f.Reason != ReasonDuplicateBuildpack || !strings.Contains(err.Error(), "b@1") {
 		t.Errorf("same id@version, different layers: %v", err)
+	}
+
+	// As many as a store may list, and one more: a permanent error rather
+	// than a status the API server would refuse.
+	var many []v1alpha1.StoreBuildpack
+	for i := range MaxStoreBuildpacks {
+		many = append(many, bp(fmt.Sprintf("bp-%d", i), "1", fmt.Sprint(i), "big"))
+	}
+	if got, err := MergeBuildpacks(many); err != nil || len(got) != MaxStoreBuildpacks {
+		t.Errorf("%d buildpacks: %d, %v", MaxStoreBuildpacks, len(got), err)
+	}
+	_, err = MergeBuildpacks(many, []v1alpha1.StoreBuildpack{bp("one-more", "1", "x", "other")})
+	if f, ok := failure.As(err); !ok || f.Class != failure.Permanent || f.Reason != ReasonTooManyBuildpacks {
+		t.Errorf("%d buildpacks: %v, want a permanent %s", MaxStoreBuildpacks+1, err, ReasonTooManyBuildpacks)
 	}
 }

@@ -133,6 +133,10 @@ func idFromEnv(c *v1.ConfigFile, key string) (int, error) {
 
 // mixins reads the mixins label; "build:" mixins may not be on the run image
 // and "run:" mixins may not be on the build image.
+// MaxMixins bounds the mixins a stack image may list (real stacks list a
+// few dozen packages at most).
+const MaxMixins = 1000
+
 func mixins(c *v1.ConfigFile, role, reason string) ([]string, error) {
 	raw, ok := c.Config.Labels[LabelStackMixins]
 	if !ok || raw == "" {
@@ -141,6 +145,10 @@ func mixins(c *v1.ConfigFile, role, reason string) ([]string, error) {
 	var list []string
 	if err := json.Unmarshal([]byte(raw), &list); err != nil {
 		return nil, failure.Permanentf(reason, "%s image label %s is not a JSON list of strings", role, LabelStackMixins)
+	}
+	if len(list) > MaxMixins {
+		// Status lists them; the API server refuses objects over ~1.5 MiB.
+		return nil, failure.Permanentf(reason, "%s image label %s lists %d mixins, more than the %d allowed", role, LabelStackMixins, len(list), MaxMixins)
 	}
 	wrong := "run:"
 	if role == "run" {

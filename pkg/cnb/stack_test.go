@@ -1,6 +1,8 @@
 package cnb
 
 import (
+	"encoding/json"
+	"fmt"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -33,6 +35,11 @@ func TestReadStack(t *testing.T) {
 		build: stackImage("linux", "arm64", nil, ids...),
 		run:   stackImage("linux", "arm64", nil),
 		want:  &Stack{ID: id, UserID: 1000, GroupID: 1001, OS: "linux", Arch: "arm64"},
+	}, {
+		name:   "more mixins than a status may list",
+		build:  stackImage("linux", "amd64", with(jammy, LabelStackMixins, manyMixins(MaxMixins+1)), ids...),
+		run:    stackImage("linux", "amd64", jammy),
+		reason: ReasonInvalidBuildImage,
 	}, {
 		name:   "build image of another stack",
 		build:  stackImage("linux", "amd64", map[string]string{LabelStackID: "other"}, ids...),
@@ -118,4 +125,14 @@ func with(labels map[string]string, kv ...string) map[string]string {
 		out[kv[i]] = kv[i+1]
 	}
 	return out
+}
+
+// manyMixins is a mixins label listing n mixins.
+func manyMixins(n int) string {
+	list := make([]string, n)
+	for i := range list {
+		list[i] = fmt.Sprintf("package-%d", i)
+	}
+	b, _ := json.Marshal(list)
+	return string(b)
 }
