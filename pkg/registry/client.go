@@ -69,10 +69,10 @@ type Options struct {
 	// Sessions bounds how many credential sets keep their authenticated
 	// transports (tokens) cached. Default 512.
 	Sessions int
-	// CachedImages bounds how many images read are kept in memory
-	// (manifest and config, a few KiB each), by digest and platform.
-	// Default 1024.
-	CachedImages int
+	// CachedImageBytes bounds the memory of the images read and kept (their
+	// manifests and configs, by digest and platform): usually a few KiB
+	// each, but a registry decides. Default 64 MiB.
+	CachedImageBytes int64
 	// InsecureRegistries (host[:port]) may be spoken to over plain HTTP
 	// (after HTTPS fails). Loopback registries always may; no other may.
 	InsecureRegistries []string
@@ -116,8 +116,8 @@ func (o Options) withDefaults() Options {
 	if o.Sessions <= 0 {
 		o.Sessions = 512
 	}
-	if o.CachedImages <= 0 {
-		o.CachedImages = 1024
+	if o.CachedImageBytes <= 0 {
+		o.CachedImageBytes = 64 << 20
 	}
 	if o.Circuits.ProbeTimeout <= 0 {
 		// A little over the answer timeout, so that a hang is reported by
@@ -173,7 +173,7 @@ type Client struct {
 
 	mu       sync.Mutex
 	sessions *lru.Cache         // keychain cache key → *session
-	images   *lru.Cache         // see imageCache
+	images   *boundedCache      // see imageCache
 	reads    singleflight.Group // one read per reference, credentials and platform at a time
 }
 
@@ -207,7 +207,7 @@ func New(lifetime context.Context, opts Options) *Client {
 		cleartext: cleartext{allowed: opts.InsecureRegistries},
 		circuits:  circuits,
 		sessions:  lru.New(opts.Sessions),
-		images:    lru.New(opts.CachedImages),
+		images:    newBoundedCache(opts.CachedImageBytes),
 		waits:     waits,
 	}
 }
@@ -275,6 +275,8 @@ type Image struct {
 	Platforms []v1.Platform
 	// Image is the lazy image itself, for building on.
 	Image v1.Image
+
+	memory int64 // about what it holds in memory, for the cache's bound
 }
 
 // ReadImage reads the manifest and config of the image ref names. When ref
@@ -321,7 +323,7 @@ func (c *Client) ReadImage(ctx context.Context, ref name.Reference, platform *v1
 // the same image whatever platform was asked for; an index's digest is kept
 // per platform asked for.
 type imageCache struct {
-	images   *lru.Cache // key → *Image
+	images   *boundedCache // key → *Image
 	creds    string
 	platform *v1.Platform // asked for
 }
@@ -357,17 +359,17 @@ func (c *imageCache) get(digest name.Digest) (*Image, bool) {
 // its own digest.
 func (c *imageCache) add(img *Image) {
 	if img.Platform == nil {
-		c.images.Add(c.key(img.Ref, anyPlatform), img)
+		c.images.Add(c.key(img.Ref, anyPlatform), img, img.memory)
 		return
 	}
-	c.images.Add(c.key(img.Ref, c.askedFor()), img)
+	c.images.Add(c.key(img.Ref, c.askedFor()), img, img.memory)
 	// And for the platform chosen, which is what asking for it chooses
 	// (the lifecycle image is read for any platform first, then for each).
-	c.images.Add(c.key(img.Ref, platformString(*img.Platform)), img)
+	c.images.Add(c.key(img.Ref, platformString(*img.Platform)), img, img.memory)
 	plain := *img
 	plain.Ref = img.Ref.Context().Digest(img.Digest.String())
 	plain.Platform, plain.Platforms = nil, []v1.Platform{configPlatform(img.Config)}
-	c.images.Add(c.key(plain.Ref, anyPlatform), &plain)
+	c.images.Add(c.key(plain.Ref, anyPlatform), &plain, plain.memory)
 }
 
 func configPlatform(config *v1.ConfigFile) v1.Platform {
@@ -496,6 +498,8 @@ func (c *Client) readManifests(ctx context.Context, s *session, ref name.Referen
 		repo: ref.Context(), rawManifest: raw, mediaType: mediaType, manifest: img.Manifest,
 		rawConfig: rawConfig, config: img.Config, layers: layers,
 	}
+	// Raw and parsed, about twice the raw bytes.
+	img.memory = 2 * int64(len(raw)+len(rawConfig))
 	return img, nil
 }
 
