@@ -81,6 +81,35 @@ func TestChartTenancyValues(t *testing.T) {
 	}
 }
 
+// TestChartReplicas: replicas get a leader-election bucket each (unless
+// leaderElection.buckets says otherwise), and more than one a
+// PodDisruptionBudget and spreading over nodes.
+func TestChartReplicas(t *testing.T) {
+	for _, tc := range []struct {
+		set     []string
+		buckets string
+		spread  bool
+	}{
+		{nil, `buckets: "1"`, false},
+		{[]string{"--set", "replicas=3"}, `buckets: "3"`, true},
+		{[]string{"--set", "replicas=2", "--set", "leaderElection.buckets=4"}, `buckets: "4"`, true},
+	} {
+		out, err := helm(append([]string{"template", "charts/buildsmith"}, tc.set...)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("helm template %q: %v\n%s", tc.set, err, out)
+		}
+		rendered := string(out)
+		if !strings.Contains(rendered, tc.buckets) {
+			t.Errorf("helm template %q: no %s in config-leader-election", tc.set, tc.buckets)
+		}
+		for _, part := range []string{"kind: PodDisruptionBudget", "topologySpreadConstraints:"} {
+			if strings.Contains(rendered, part) != tc.spread {
+				t.Errorf("helm template %q: %q rendered: %v, want %v", tc.set, part, !tc.spread, tc.spread)
+			}
+		}
+	}
+}
+
 // TestChartInstallAndRBAC installs the chart with helm, then runs the
 // controller out of cluster as the chart's ServiceAccount (impersonated),
 // with leader election on: if the chart's RBAC lacks anything the
