@@ -2,6 +2,7 @@ package registry
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"slices"
@@ -667,8 +668,8 @@ func TestSweepOutlivesOneBrokenPlace(t *testing.T) {
 }
 
 // TestNoResendIntoAnOpenCircuit: a call waiting out a short Retry-After
-// inside the call does not send again once another call has found the place
-// failing and opened its circuit.
+// inside the call does not send again once the place's circuit has opened
+// meanwhile (another call found it failing).
 func TestNoResendIntoAnOpenCircuit(t *testing.T) {
 	f := registrytest.New(t)
 	f.Push("team/app:1")
@@ -683,17 +684,18 @@ func TestNoResendIntoAnOpenCircuit(t *testing.T) {
 		_, err := c.Resolve(context.Background(), f.Ref("team/app:1"), nil)
 		patient <- err
 	}()
-	// The hasty call waits out the patient call's hold too, is answered 503
-	// again, gives up (the next hold outlasts its deadline) and opens the
-	// circuit, while the patient call waits out its second hold.
-	time.Sleep(200 * time.Millisecond)
-	hasty, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
-	defer cancel()
-	if _, err := c.Resolve(hasty, f.Ref("team/app:1"), nil); Reason(err) != ReasonRegistryUnavailable {
-		t.Fatalf("the hasty call: %v", err)
+	// While the patient call waits out its Retry-After, another call (played
+	// here) finds the place failing: its circuit opens, and it waits on it.
+	time.Sleep(300 * time.Millisecond)
+	probe, err := http.NewRequest(http.MethodHead, "http://"+f.Addr+"/v2/team/app/manifests/1", nil)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if !c.Circuits().Wait(f.Addr, "team/app", "ns/hasty", func() {}) {
-		t.Fatal("the hasty call opened no circuit")
+	place := Place{Host: f.Addr, Repository: "team/app"}
+	c.circuits.open(place, &Error{Class: Transient, Reason: ReasonRegistryUnavailable, Host: f.Addr, Repository: "team/app",
+		Err: errors.New("503")}, probe)
+	if !c.Circuits().Wait(f.Addr, "team/app", "ns/other", func() {}) {
+		t.Fatal("no circuit")
 	}
 	select {
 	case err := <-patient:
@@ -703,10 +705,9 @@ func TestNoResendIntoAnOpenCircuit(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("the patient call still resending 5 s later")
 	}
-	// The patient call's two requests, the hasty one's, and the circuit's
-	// probe once the hold ends (resending, the patient call alone would
-	// have sent one a second).
-	if n := f.Count("", "/team/app/"); n > 4 {
+	// The patient call's one request, and the circuit's probe once the
+	// hold ends (resending, the patient call would send one a second).
+	if n := f.Count("", "/team/app/"); n > 2 {
 		t.Errorf("%d requests into an open circuit: %q", n, f.Requests())
 	}
 }
