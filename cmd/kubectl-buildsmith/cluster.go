@@ -12,14 +12,15 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"knative.dev/pkg/apis"
 
 	"github.com/buildsmith/buildsmith/pkg/apis/build/v1alpha1"
-	"github.com/buildsmith/buildsmith/pkg/client/clientset/versioned"
-	buildsmith "github.com/buildsmith/buildsmith/pkg/client/clientset/versioned/typed/build/v1alpha1"
 )
 
 // object is what reconcile and status read of any of the four kinds.
@@ -30,130 +31,84 @@ type object struct {
 	image     string // what it found last: a builder's image, a stack's run image
 }
 
-// kind reads and annotates one of the four kinds.
+// kind is one of the four kinds, read and annotated through the dynamic
+// client: the commands need only what every kind's status shares.
 type kind struct {
 	name       string // singular, lower case: clusterstore, builder, …
+	resource   string
 	namespaced bool
-	// get reads one object; list every object (in namespace, "" for all).
-	get   func(ctx context.Context, c buildsmith.BuildsmithV1alpha1Interface, namespace, name string) (object, error)
-	list  func(ctx context.Context, c buildsmith.BuildsmithV1alpha1Interface, namespace string) ([]object, error)
-	patch func(ctx context.Context, c buildsmith.BuildsmithV1alpha1Interface, namespace, name string, patch []byte) error
 }
 
 var kinds = []kind{
-	{
-		name: "clusterstore",
-		get: func(ctx context.Context, c buildsmith.BuildsmithV1alpha1Interface, _, name string) (object, error) {
-			s, err := c.ClusterStores().Get(ctx, name, metav1.GetOptions{})
-			if err != nil {
-				return object{}, err
-			}
-			return storeObject(s), nil
-		},
-		list: func(ctx context.Context, c buildsmith.BuildsmithV1alpha1Interface, _ string) ([]object, error) {
-			l, err := c.ClusterStores().List(ctx, metav1.ListOptions{})
-			if err != nil {
-				return nil, err
-			}
-			var out []object
-			for i := range l.Items {
-				out = append(out, storeObject(&l.Items[i]))
-			}
-			return out, nil
-		},
-		patch: func(ctx context.Context, c buildsmith.BuildsmithV1alpha1Interface, _, name string, p []byte) error {
-			_, err := c.ClusterStores().Patch(ctx, name, types.MergePatchType, p, metav1.PatchOptions{})
-			return err
-		},
-	},
-	{
-		name: "clusterstack",
-		get: func(ctx context.Context, c buildsmith.BuildsmithV1alpha1Interface, _, name string) (object, error) {
-			s, err := c.ClusterStacks().Get(ctx, name, metav1.GetOptions{})
-			if err != nil {
-				return object{}, err
-			}
-			return stackObject(s), nil
-		},
-		list: func(ctx context.Context, c buildsmith.BuildsmithV1alpha1Interface, _ string) ([]object, error) {
-			l, err := c.ClusterStacks().List(ctx, metav1.ListOptions{})
-			if err != nil {
-				return nil, err
-			}
-			var out []object
-			for i := range l.Items {
-				out = append(out, stackObject(&l.Items[i]))
-			}
-			return out, nil
-		},
-		patch: func(ctx context.Context, c buildsmith.BuildsmithV1alpha1Interface, _, name string, p []byte) error {
-			_, err := c.ClusterStacks().Patch(ctx, name, types.MergePatchType, p, metav1.PatchOptions{})
-			return err
-		},
-	},
-	{
-		name: "clusterbuilder",
-		get: func(ctx context.Context, c buildsmith.BuildsmithV1alpha1Interface, _, name string) (object, error) {
-			b, err := c.ClusterBuilders().Get(ctx, name, metav1.GetOptions{})
-			if err != nil {
-				return object{}, err
-			}
-			return builderObject("clusterbuilder", &b.ObjectMeta, &b.Status), nil
-		},
-		list: func(ctx context.Context, c buildsmith.BuildsmithV1alpha1Interface, _ string) ([]object, error) {
-			l, err := c.ClusterBuilders().List(ctx, metav1.ListOptions{})
-			if err != nil {
-				return nil, err
-			}
-			var out []object
-			for i := range l.Items {
-				out = append(out, builderObject("clusterbuilder", &l.Items[i].ObjectMeta, &l.Items[i].Status))
-			}
-			return out, nil
-		},
-		patch: func(ctx context.Context, c buildsmith.BuildsmithV1alpha1Interface, _, name string, p []byte) error {
-			_, err := c.ClusterBuilders().Patch(ctx, name, types.MergePatchType, p, metav1.PatchOptions{})
-			return err
-		},
-	},
-	{
-		name: "builder", namespaced: true,
-		get: func(ctx context.Context, c buildsmith.BuildsmithV1alpha1Interface, namespace, name string) (object, error) {
-			b, err := c.Builders(namespace).Get(ctx, name, metav1.GetOptions{})
-			if err != nil {
-				return object{}, err
-			}
-			return builderObject("builder", &b.ObjectMeta, &b.Status), nil
-		},
-		list: func(ctx context.Context, c buildsmith.BuildsmithV1alpha1Interface, namespace string) ([]object, error) {
-			l, err := c.Builders(namespace).List(ctx, metav1.ListOptions{})
-			if err != nil {
-				return nil, err
-			}
-			var out []object
-			for i := range l.Items {
-				out = append(out, builderObject("builder", &l.Items[i].ObjectMeta, &l.Items[i].Status))
-			}
-			return out, nil
-		},
-		patch: func(ctx context.Context, c buildsmith.BuildsmithV1alpha1Interface, namespace, name string, p []byte) error {
-			_, err := c.Builders(namespace).Patch(ctx, name, types.MergePatchType, p, metav1.PatchOptions{})
-			return err
-		},
-	},
+	{name: "clusterstore", resource: "clusterstores"},
+	{name: "clusterstack", resource: "clusterstacks"},
+	{name: "clusterbuilder", resource: "clusterbuilders"},
+	{name: "builder", resource: "builders", namespaced: true},
 }
 
-func storeObject(s *v1alpha1.ClusterStore) object {
-	return object{ref: "clusterstore/" + s.Name, status: &s.Status.ConditionedStatus,
-		image: fmt.Sprintf("%d buildpacks", len(s.Status.Buildpacks))}
+func (k kind) client(c dynamic.Interface, namespace string) dynamic.ResourceInterface {
+	r := c.Resource(v1alpha1.SchemeGroupVersion.WithResource(k.resource))
+	if k.namespaced {
+		return r.Namespace(namespace)
+	}
+	return r
 }
 
-func stackObject(s *v1alpha1.ClusterStack) object {
-	return object{ref: "clusterstack/" + s.Name, status: &s.Status.ConditionedStatus, image: s.Status.RunImage.LatestImage}
+func (k kind) get(ctx context.Context, c dynamic.Interface, namespace, name string) (object, error) {
+	u, err := k.client(c, namespace).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return object{}, err
+	}
+	return k.object(u)
 }
 
-func builderObject(kind string, meta *metav1.ObjectMeta, s *v1alpha1.BuilderStatus) object {
-	return object{ref: kind + "/" + meta.Name, namespace: meta.Namespace, status: &s.ConditionedStatus, image: s.LatestImage}
+// list lists the kind's objects (of namespace, or all namespaces when "").
+func (k kind) list(ctx context.Context, c dynamic.Interface, namespace string) ([]object, error) {
+	l, err := k.client(c, namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]object, 0, len(l.Items))
+	for i := range l.Items {
+		o, err := k.object(&l.Items[i])
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, o)
+	}
+	return out, nil
+}
+
+func (k kind) patch(ctx context.Context, c dynamic.Interface, namespace, name string, patch []byte) error {
+	_, err := k.client(c, namespace).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
+	return err
+}
+
+// statusView is the part of any kind's status the commands show.
+type statusView struct {
+	Status struct {
+		v1alpha1.ConditionedStatus `json:",inline"`
+		LatestImage                string                    `json:"latestImage"` // builders
+		RunImage                   v1alpha1.ResolvedRunImage `json:"runImage"`    // stacks
+		Buildpacks                 []v1alpha1.StoreBuildpack `json:"buildpacks"`  // stores
+	} `json:"status"`
+}
+
+func (k kind) object(u *unstructured.Unstructured) (object, error) {
+	var view statusView
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &view); err != nil {
+		return object{}, fmt.Errorf("%s/%s: %w", k.name, u.GetName(), err)
+	}
+	o := object{ref: k.name + "/" + u.GetName(), namespace: u.GetNamespace(), status: &view.Status.ConditionedStatus}
+	switch k.name {
+	case "clusterstore":
+		o.image = fmt.Sprintf("%d buildpacks", len(view.Status.Buildpacks))
+	case "clusterstack":
+		o.image = view.Status.RunImage.LatestImage
+	default:
+		o.image = view.Status.LatestImage
+	}
+	return o, nil
 }
 
 // kindOf finds a kind by the names kubectl users type: singular or plural,
@@ -191,8 +146,8 @@ func (f *clusterFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.namespace, "namespace", "", "same as -n")
 }
 
-// client returns the buildsmith client and the namespace to use.
-func (f *clusterFlags) client() (buildsmith.BuildsmithV1alpha1Interface, string, error) {
+// client returns the client and the namespace to use.
+func (f *clusterFlags) client() (dynamic.Interface, string, error) {
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
 	rules.ExplicitPath = f.kubeconfig
 	config := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules,
@@ -205,11 +160,11 @@ func (f *clusterFlags) client() (buildsmith.BuildsmithV1alpha1Interface, string,
 	if err != nil {
 		return nil, "", err
 	}
-	cs, err := versioned.NewForConfig(rest)
+	c, err := dynamic.NewForConfig(rest)
 	if err != nil {
 		return nil, "", err
 	}
-	return cs.BuildsmithV1alpha1(), namespace, nil
+	return c, namespace, nil
 }
 
 const reconcileUsage = `Usage: kubectl buildsmith reconcile KIND/NAME [--wait] [flags]
@@ -270,7 +225,7 @@ func runReconcile(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 // object is Ready (nil error), says it cannot become Ready without a
 // change (Stalled), or timeout passes; the error then says why it is not
 // Ready.
-func waitHandled(ctx context.Context, c buildsmith.BuildsmithV1alpha1Interface, k kind, namespace, name, requested string, timeout time.Duration) (object, error) {
+func waitHandled(ctx context.Context, c dynamic.Interface, k kind, namespace, name, requested string, timeout time.Duration) (object, error) {
 	deadline := time.Now().Add(timeout)
 	for {
 		o, err := k.get(ctx, c, namespace, name)

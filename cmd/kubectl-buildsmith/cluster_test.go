@@ -95,6 +95,21 @@ func TestReconcileAndStatus(t *testing.T) {
 		}
 	}
 
+	// A cluster kind: status shows what it found (a stack's run image).
+	stacks := versioned.NewForConfigOrDie(env.Config).BuildsmithV1alpha1().ClusterStacks()
+	stack, err := stacks.Create(ctx, &v1alpha1.ClusterStack{ObjectMeta: metav1.ObjectMeta{Name: "base"},
+		Spec: v1alpha1.ClusterStackSpec{ID: "io.buildpacks.stacks.test", BuildImage: v1alpha1.ImageSource{Image: "registry.example.com/build"},
+			RunImage: v1alpha1.RunImageSource{Image: "registry.example.com/run"}}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runImage := "registry.example.com/run@sha256:" + strings.Repeat("b", 64)
+	stack.Status.RunImage.LatestImage = runImage
+	stack.Status.MarkReady()
+	if _, err := stacks.UpdateStatus(ctx, stack, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
 	code, out, errOut := kubectl("status")
 	if code != 0 {
 		t.Fatalf("status: exit %d: %s", code, errOut)
@@ -102,6 +117,7 @@ func TestReconcileAndStatus(t *testing.T) {
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	want := [][]string{
 		{"NAMESPACE", "NAME", "READY", "REASON", "SINCE", "LATEST"},
+		{"-", "clusterstack/base", "True", "-"},
 		{"team", "builder/ignored", "Unknown", "-", "-", "-"},
 		{"team", "builder/ready", "True", "-"},
 		{"team", "builder/stalled", "False", "BuildpackNotFound"},
@@ -114,5 +130,8 @@ func TestReconcileAndStatus(t *testing.T) {
 		if len(got) < len(fields) || !slices.Equal(got[:len(fields)], fields) {
 			t.Errorf("status line %d: %q, want it to start with %q", i, lines[i], fields)
 		}
+	}
+	if !strings.HasSuffix(lines[1], runImage) {
+		t.Errorf("the stack's line does not end with its run image: %q", lines[1])
 	}
 }
