@@ -11,6 +11,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -156,6 +157,7 @@ func (f *clusterFlags) client() (dynamic.Interface, string, error) {
 	if err != nil {
 		return nil, "", err
 	}
+	rest.Timeout = 30 * time.Second // one request; a hung API server must not hang the command
 	namespace, _, err := config.Namespace()
 	if err != nil {
 		return nil, "", err
@@ -224,32 +226,51 @@ func runReconcile(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 // waitHandled polls until the controller has handled the request and the
 // object is Ready (nil error), says it cannot become Ready without a
 // change (Stalled), or timeout passes; the error then says why it is not
-// Ready.
+// Ready. Failed reads (the API server restarting, busy) are asked again.
 func waitHandled(ctx context.Context, c dynamic.Interface, k kind, namespace, name, requested string, timeout time.Duration) (object, error) {
-	deadline := time.Now().Add(timeout)
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var last object
+	var lastErr error
 	for {
 		o, err := k.get(ctx, c, namespace, name)
-		if err != nil {
+		if apierrors.IsNotFound(err) {
 			return o, err
 		}
-		handled := o.status.LastHandledReconcileAt == requested && o.status.ObservedGeneration > 0
-		ready := o.status.GetCondition(v1alpha1.ConditionReady)
-		switch {
-		case handled && ready != nil && ready.IsTrue():
-			return o, nil
-		case handled && isTrue(o.status.GetCondition(v1alpha1.ConditionStalled)):
-			return o, fmt.Errorf("not Ready, and will not be without a change: %s", describe(ready))
-		case time.Now().After(deadline):
-			if !handled {
-				return o, fmt.Errorf("the controller has not acted on the request after %v (is it running?); %s", timeout, describe(ready))
+		if err == nil {
+			last, lastErr = o, nil
+			handled := o.status.LastHandledReconcileAt == requested && o.status.ObservedGeneration > 0
+			ready := o.status.GetCondition(v1alpha1.ConditionReady)
+			switch {
+			case handled && ready != nil && ready.IsTrue():
+				return o, nil
+			case handled && isTrue(o.status.GetCondition(v1alpha1.ConditionStalled)):
+				return o, fmt.Errorf("not Ready, and will not be without a change: %s", describe(ready))
 			}
-			return o, fmt.Errorf("not Ready after %v: %s", timeout, describe(ready))
+		} else if ctx.Err() == nil {
+			lastErr = err
 		}
-		select {
-		case <-ctx.Done():
-			return o, ctx.Err()
-		case <-time.After(500 * time.Millisecond):
+		if !sleep(ctx, 500*time.Millisecond) {
+			break
 		}
+	}
+	switch {
+	case last.status == nil:
+		return last, fmt.Errorf("not read within %v: %v", timeout, lastErr)
+	case last.status.LastHandledReconcileAt != requested:
+		return last, fmt.Errorf("the controller has not acted on the request after %v (is it running?); %s",
+			timeout, describe(last.status.GetCondition(v1alpha1.ConditionReady)))
+	}
+	return last, fmt.Errorf("not Ready after %v: %s", timeout, describe(last.status.GetCondition(v1alpha1.ConditionReady)))
+}
+
+// sleep waits d, or until ctx is done (false).
+func sleep(ctx context.Context, d time.Duration) bool {
+	select {
+	case <-ctx.Done():
+		return false
+	case <-time.After(d):
+		return true
 	}
 }
 

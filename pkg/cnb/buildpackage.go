@@ -113,6 +113,13 @@ func MergeBuildpacks(sources ...[]v1alpha1.StoreBuildpack) ([]v1alpha1.StoreBuil
 		return nil, failure.Permanentf(ReasonTooManyBuildpacks,
 			"the sources hold %d buildpacks, more than the %d a store lists: split them over several stores", len(out), MaxStoreBuildpacks)
 	}
+	// Entries carry what the buildpackages' labels say (stacks, mixins,
+	// targets, orders), which a label of up to maxLabelSize can make large.
+	if b, err := json.Marshal(out); err == nil && len(b) > MaxStoreStatusBytes {
+		return nil, failure.Permanentf(ReasonTooManyBuildpacks,
+			"the sources' %d buildpacks take %d KiB in status, more than the %d KiB a store lists: split them over several stores",
+			len(out), len(b)>>10, MaxStoreStatusBytes>>10)
+	}
 	SortBuildpacks(out)
 	return out, nil
 }
@@ -122,6 +129,10 @@ func MergeBuildpacks(sources ...[]v1alpha1.StoreBuildpack) ([]v1alpha1.StoreBuil
 // over about 1.5 MiB: a store listing more would fail to save its status
 // forever, so it is a clear error instead.
 const MaxStoreBuildpacks = 1000
+
+// MaxStoreStatusBytes bounds the encoded size of a store's buildpacks, for
+// the same reason, whatever their number.
+const MaxStoreStatusBytes = 1 << 20
 
 // SortBuildpacks sorts by id, then version (as strings: a stable order for
 // status, not a semver order).

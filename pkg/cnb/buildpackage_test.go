@@ -129,4 +129,11 @@ func TestMergeBuildpacks(t *testing.T) {
 	if f, ok := failure.As(err); !ok || f.Class != failure.Permanent || f.Reason != ReasonTooManyBuildpacks {
 		t.Errorf("%d buildpacks: %v, want a permanent %s", MaxStoreBuildpacks+1, err, ReasonTooManyBuildpacks)
 	}
+	// Few buildpacks whose labels made their entries huge.
+	huge := bp("huge", "1", "h", "big")
+	huge.Stacks = []v1alpha1.BuildpackStack{{ID: "io.example", Mixins: []string{strings.Repeat("m", MaxStoreStatusBytes)}}}
+	_, err = MergeBuildpacks([]v1alpha1.StoreBuildpack{huge})
+	if f, ok := failure.As(err); !ok || f.Class != failure.Permanent || f.Reason != ReasonTooManyBuildpacks {
+		t.Errorf("one buildpack of %d KiB: %v, want a permanent %s", MaxStoreStatusBytes>>10, err, ReasonTooManyBuildpacks)
+	}
 }

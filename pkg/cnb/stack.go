@@ -137,6 +137,9 @@ func idFromEnv(c *v1.ConfigFile, key string) (int, error) {
 // few dozen packages at most).
 const MaxMixins = 1000
 
+// maxMixinsBytes bounds the mixins label as a whole, whatever their number.
+const maxMixinsBytes = 64 << 10
+
 func mixins(c *v1.ConfigFile, role, reason string) ([]string, error) {
 	raw, ok := c.Config.Labels[LabelStackMixins]
 	if !ok || raw == "" {
@@ -146,9 +149,10 @@ func mixins(c *v1.ConfigFile, role, reason string) ([]string, error) {
 	if err := json.Unmarshal([]byte(raw), &list); err != nil {
 		return nil, failure.Permanentf(reason, "%s image label %s is not a JSON list of strings", role, LabelStackMixins)
 	}
-	if len(list) > MaxMixins {
-		// Status lists them; the API server refuses objects over ~1.5 MiB.
-		return nil, failure.Permanentf(reason, "%s image label %s lists %d mixins, more than the %d allowed", role, LabelStackMixins, len(list), MaxMixins)
+	// Status lists them; the API server refuses objects over ~1.5 MiB.
+	if len(list) > MaxMixins || len(raw) > maxMixinsBytes {
+		return nil, failure.Permanentf(reason, "%s image label %s lists %d mixins in %d bytes, more than the %d mixins or %d KiB allowed",
+			role, LabelStackMixins, len(list), len(raw), MaxMixins, maxMixinsBytes>>10)
 	}
 	wrong := "run:"
 	if role == "run" {

@@ -3,6 +3,7 @@ package cnb
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -38,6 +39,11 @@ func TestReadStack(t *testing.T) {
 	}, {
 		name:   "more mixins than a status may list",
 		build:  stackImage("linux", "amd64", with(jammy, LabelStackMixins, manyMixins(MaxMixins+1)), ids...),
+		run:    stackImage("linux", "amd64", jammy),
+		reason: ReasonInvalidBuildImage,
+	}, {
+		name:   "a few mixins, but huge ones",
+		build:  stackImage("linux", "amd64", with(jammy, LabelStackMixins, `["`+strings.Repeat("x", 70<<10)+`"]`), ids...),
 		run:    stackImage("linux", "amd64", jammy),
 		reason: ReasonInvalidBuildImage,
 	}, {

@@ -321,8 +321,15 @@ func (c *converter) generateStore(o *object, storeName string, folds []fold) boo
 			continue
 		}
 		addSource(store, f.bp.image)
-		if store.Spec.ServiceAccountRef == nil {
+		if store.Spec.ServiceAccountRef == nil && f.bp.account != nil {
 			store.Spec.ServiceAccountRef = f.bp.account
+			if f.bp.from.kind == "Buildpack" {
+				// A tenant's credentials on a cluster object.
+				o.warn("spec.store", "the generated ClusterStore %s uses the ServiceAccount %s/%s of %s: a cluster object with "+
+					"a namespace's credentials, which a controller run with --cluster-credential-namespaces refuses unless "+
+					"that namespace is listed (ServiceAccountNotAllowed); creating it takes the right to create ClusterStores",
+					storeName, f.bp.account.Namespace, f.bp.account.Name, f.bp.from.path())
+			}
 		}
 	}
 	if len(store.Spec.Sources) == 0 {

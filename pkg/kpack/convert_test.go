@@ -347,6 +347,9 @@ spec:
 		warnings: []string{
 			"Buildpack/apps/java: consumed: its image gcr.io/paketo-buildpacks/java:8.9.0 is a source of ClusterStore apps-storeless-buildpacks",
 			"ClusterBuildpack/nodejs: consumed: its image gcr.io/paketo-buildpacks/nodejs:1.2.3 is a source of ClusterStore apps-storeless-buildpacks",
+			"Builder/apps/storeless: spec.store: the generated ClusterStore apps-storeless-buildpacks uses the ServiceAccount apps/default of Buildpack/apps/java: " +
+				"a cluster object with a namespace's credentials, which a controller run with --cluster-credential-namespaces refuses unless " +
+				"that namespace is listed (ServiceAccountNotAllowed); creating it takes the right to create ClusterStores",
 			"Builder/apps/storeless: spec.store: missing (buildsmith needs a store): generated ClusterStore apps-storeless-buildpacks",
 			"Builder/apps/storeless: spec.order[0].group[0]: ClusterBuildpack/nodejs replaced by buildpack id paketo-buildpacks/nodejs; its image gcr.io/paketo-buildpacks/nodejs:1.2.3 is a source of ClusterStore apps-storeless-buildpacks",
 			"Builder/apps/storeless: spec.order[1].group[0]: buildpack paketo-buildpacks/jvm: kpack finds it in Buildpack/apps/java; its image gcr.io/paketo-buildpacks/java:8.9.0 is a source of ClusterStore apps-storeless-buildpacks",

@@ -2,6 +2,9 @@ package reconciler
 
 import (
 	"context"
+	"flag"
+	"io"
+	"slices"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -56,5 +59,25 @@ func TestClusterKindsCredentialNamespaces(t *testing.T) {
 				t.Logf("%v", err)
 			}
 		})
+	}
+}
+
+// TestCredentialNamespacesFlag: the flag adds namespaces each time it is
+// given, and refuses a blank value rather than meaning "any".
+func TestCredentialNamespacesFlag(t *testing.T) {
+	o := DefaultOptions()
+	fs := flag.NewFlagSet("test", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	o.AddFlags(fs)
+	if err := fs.Parse([]string{"--cluster-credential-namespaces", "builds, platform", "--cluster-credential-namespaces=tools"}); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"builds", "platform", "tools"}; !slices.Equal(o.CredentialNamespaces, want) {
+		t.Errorf("namespaces %q, want %q", o.CredentialNamespaces, want)
+	}
+	for _, blank := range []string{"", " ", ","} {
+		if err := fs.Parse([]string{"--cluster-credential-namespaces=" + blank}); err == nil {
+			t.Errorf("--cluster-credential-namespaces=%q accepted", blank)
+		}
 	}
 }

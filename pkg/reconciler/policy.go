@@ -67,12 +67,17 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.RetryMaxDelay, "retry-max-delay", o.RetryMaxDelay, "cap of the retry delay after transient errors")
 	fs.DurationVar(&o.PollInterval, "poll-interval", o.PollInterval, "how often an object waiting for an image, credentials or a dependency looks again")
 	fs.DurationVar(&o.ResyncInterval, "resync-interval", o.ResyncInterval, "how often Ready stores and stacks are checked for moved tags (0: never)")
-	fs.Func("cluster-credential-namespaces", "comma-separated namespaces whose ServiceAccounts ClusterStores, ClusterStacks and ClusterBuilders may use (default: any)", func(v string) error {
-		o.CredentialNamespaces = nil
+	fs.Func("cluster-credential-namespaces", "comma-separated namespaces whose ServiceAccounts ClusterStores, ClusterStacks and ClusterBuilders may use; repeatable (default: any)", func(v string) error {
+		added := 0
 		for _, ns := range strings.Split(v, ",") {
 			if ns = strings.TrimSpace(ns); ns != "" {
 				o.CredentialNamespaces = append(o.CredentialNamespaces, ns)
+				added++
 			}
+		}
+		if added == 0 {
+			// Blank must not quietly mean "any namespace".
+			return fmt.Errorf("no namespace in %q", v)
 		}
 		return nil
 	})

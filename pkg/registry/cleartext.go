@@ -19,9 +19,10 @@ type cleartext struct {
 	allowed []string // host[:port], as in image references
 }
 
-// reference returns ref marked insecure (HTTP allowed, tried after HTTPS)
-// when its registry is one the operator named; ggcr would not try HTTP for
-// an ordinary host name otherwise.
+// reference returns ref marked insecure when its registry is one the
+// operator named; ggcr would not try HTTP for an ordinary host name
+// otherwise. (ggcr then sends HTTPS and, 300 ms later, HTTP, and takes
+// whichever answers first.)
 func (c cleartext) reference(ref name.Reference) name.Reference {
 	if !slices.Contains(c.allowed, ref.Context().RegistryStr()) {
 		return ref

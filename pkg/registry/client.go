@@ -74,7 +74,8 @@ type Options struct {
 	// each, but a registry decides. Default 64 MiB.
 	CachedImageBytes int64
 	// InsecureRegistries (host[:port]) may be spoken to over plain HTTP
-	// (after HTTPS fails). Loopback registries always may; no other may.
+	// (ggcr races it with HTTPS). Loopback registries always may; no other
+	// may.
 	InsecureRegistries []string
 	// CACertificates are PEM certificates trusted beside the system's, for
 	// registries whose certificates a private CA signed. Used only by the

@@ -85,6 +85,7 @@ func TestChartTenancyValues(t *testing.T) {
 // leaderElection.buckets says otherwise), and more than one a
 // PodDisruptionBudget and spreading over nodes.
 func TestChartReplicas(t *testing.T) {
+	seen := map[string]bool{}
 	for _, tc := range []struct {
 		set     []string
 		buckets string
@@ -107,6 +108,20 @@ func TestChartReplicas(t *testing.T) {
 				t.Errorf("helm template %q: %q rendered: %v, want %v", tc.set, part, !tc.spread, tc.spread)
 			}
 		}
+		// knative reads the bucket count once: the pods must restart together
+		// when it changes, so their template carries its checksum.
+		for _, line := range strings.Split(rendered, "\n") {
+			if strings.Contains(line, "checksum/leader-election:") {
+				checksum := strings.TrimSpace(line)
+				if seen[checksum] {
+					t.Errorf("helm template %q: the same leader-election checksum as another bucket count", tc.set)
+				}
+				seen[checksum] = true
+			}
+		}
+	}
+	if len(seen) != 3 {
+		t.Errorf("%d leader-election checksums rendered for 3 bucket counts", len(seen))
 	}
 }
 
