@@ -12,8 +12,8 @@
 // (builders of scenario 4, default 10), BENCH_RL_TIMEOUT (default 5m),
 // BENCH_RL_TRACE (a directory for each rate-limit run's requests and log),
 // BENCH_FAULT_N (builders of scenario 6, default 200), BENCH_FAULT_OUTAGE
-// (default 90s), BENCH_FAULT_LONG_OUTAGE (scenario 7, a longer outage, e.g.
-// 10m; none by default), BENCH_FAULT_RUNS (default 3), BENCH_FAULT_LONG_RUNS
+// (default 90s), BENCH_FAULT_LONG_OUTAGE (scenarios 7 and 8, a longer outage,
+// e.g. 10m; none by default), BENCH_FAULT_RUNS (default 3), BENCH_FAULT_LONG_RUNS
 // (default 3),
 // BENCH_CONTROLLER_ARGS (extra controller flags), BENCH_MICRO (a file of Go
 // benchmark output to include in the report).
