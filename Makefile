@@ -17,6 +17,19 @@ build:
 	$(GO) build ./...
 	$(GO) build -o bin/kubectl-buildsmith ./cmd/kubectl-buildsmith
 
+# The controller image, built with ko (no Docker) for linux/amd64 and
+# linux/arm64 and pushed; the last line printed is the image by digest.
+# IMAGE_REPO=REGISTRY/PATH (required), VERSION (default dev), BASE_IMAGE
+# (default: a base hack/baseimage builds and pushes beside it), INSECURE=1
+# for a plain-HTTP registry.
+.PHONY: image
+image: ## build and push the controller image: make image IMAGE_REPO=registry/path [INSECURE=1]
+	hack/image.sh
+
+.PHONY: release
+release: ## the image, the chart pinned to it and the kubectl manifests in dist/: make release VERSION=vX.Y.Z IMAGE_REPO=…
+	hack/release.sh
+
 .PHONY: codegen
 codegen: ## regenerate pkg/client, deepcopy and config/crd from the API types
 	hack/update-codegen.sh

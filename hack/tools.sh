@@ -21,7 +21,7 @@ KUBE_VERSION=v1.35.4
 CONTROLLER_TOOLS_VERSION=v0.23.0
 LIFECYCLE_VERSION=v0.21.0
 
-ALL_TOOLS=(etcd kube-apiserver kubectl controller-gen lifecycle lifecycle-linux-arm64 registry helm)
+ALL_TOOLS=(etcd kube-apiserver kubectl controller-gen lifecycle lifecycle-linux-arm64 registry helm ko)
 
 log() { printf 'tools: %s\n' "$*" >&2; }
 
@@ -130,6 +130,11 @@ build_helm() {
     -o "$1/helm" helm.sh/helm/v4/cmd/helm)
 }
 
+# ko, which builds and pushes the controller image without Docker (make image).
+build_ko() {
+  (cd "${ROOT}/hack/tools/ko" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$1/ko" github.com/google/ko)
+}
+
 main() {
   local tools=("$@")
   [[ ${#tools[@]} -gt 0 ]] || tools=("${ALL_TOOLS[@]}")
@@ -148,6 +153,7 @@ main() {
           build_lifecycle_linux_arm64 ;;
       registry) install_tool registry "$(module_tool_key registry "")" build_registry ;;
       helm) install_tool helm "$(module_tool_key helm "")" build_helm ;;
+      ko) install_tool ko "$(module_tool_key ko "")" build_ko ;;
       *) log "unknown tool ${tool} (known: ${ALL_TOOLS[*]})"; return 2 ;;
     esac
   done

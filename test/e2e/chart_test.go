@@ -200,3 +200,46 @@ func TestChartInstallAndRBAC(t *testing.T) {
 		return len(leases.Items) > 0, fmt.Sprint(len(leases.Items), " leases")
 	})
 }
+
+// TestChartImage: the chart's image is the release's (tag = appVersion) unless
+// values say otherwise, and image.digest pins it.
+func TestChartImage(t *testing.T) {
+	digest := "sha256:" + strings.Repeat("ab", 32)
+	for _, tc := range []struct {
+		set  []string
+		want string
+	}{
+		{nil, "ghcr.io/buildsmith/buildsmith:" + chartAppVersion(t)},
+		{[]string{"--set", "image.repository=registry.example/platform/buildsmith", "--set", "image.digest=" + digest},
+			"registry.example/platform/buildsmith:" + chartAppVersion(t) + "@" + digest},
+		{[]string{"--set", "image.tag=v9.9.9"}, "ghcr.io/buildsmith/buildsmith:v9.9.9"},
+	} {
+		out, err := helm(append([]string{"template", "charts/buildsmith"}, tc.set...)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("helm template %q: %v\n%s", tc.set, err, out)
+		}
+		if !strings.Contains(string(out), fmt.Sprintf("image: %q", tc.want)) {
+			t.Errorf("helm template %q does not install %s", tc.set, tc.want)
+		}
+	}
+	if out, err := helm("template", "charts/buildsmith", "--set", "image.digest=latest").CombinedOutput(); err == nil ||
+		!strings.Contains(string(out), "digest") {
+		t.Errorf("helm template --set image.digest=latest: %v, want a schema error naming digest:\n%s", err, out)
+	}
+}
+
+// chartAppVersion reads appVersion from Chart.yaml.
+func chartAppVersion(t *testing.T) string {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join(env.Root, "charts", "buildsmith", "Chart.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(raw), "\n") {
+		if v, ok := strings.CutPrefix(line, "appVersion: "); ok {
+			return strings.Trim(strings.TrimSpace(v), `"`)
+		}
+	}
+	t.Fatal("Chart.yaml has no appVersion")
+	return ""
+}

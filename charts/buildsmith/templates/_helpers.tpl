@@ -9,3 +9,8 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- define "buildsmith.name" -}}
 {{ .Release.Name }}-controller
 {{- end -}}
+
+{{/* The controller image: repository:tag (tag defaults to appVersion), pinned by digest when one is given. */}}
+{{- define "buildsmith.image" -}}
+{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}{{ with .Values.image.digest }}@{{ . }}{{ end }}
+{{- end -}}
