@@ -5,14 +5,16 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/google/go-containerregistry/pkg/authn"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 	corev1listers "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
-	secretinformer "knative.dev/pkg/client/injection/kube/informers/core/v1/secret"
+	kubeclient "knative.dev/pkg/client/injection/kube/client"
 	serviceaccountinformer "knative.dev/pkg/client/injection/kube/informers/core/v1/serviceaccount"
 	"knative.dev/pkg/controller"
 	"knative.dev/pkg/kmeta"
@@ -38,21 +40,45 @@ type Credentials struct {
 // a namespace the operator did not open to cluster kinds.
 const ReasonServiceAccountNotAllowed = "ServiceAccountNotAllowed"
 
-// NewCredentials wires Credentials to the ServiceAccount and Secret
-// informers of ctx; enqueue is the controller's EnqueueKey.
+// NewCredentials wires Credentials to the ServiceAccount informer and the
+// process's SecretWatches; enqueue is the controller's EnqueueKey.
 func NewCredentials(ctx context.Context, enqueue func(types.NamespacedName), opts Options) Credentials {
 	saInformer := serviceaccountinformer.Get(ctx)
-	secretInformer := secretinformer.Get(ctx)
 	t := tracker.New(enqueue, controller.GetTrackerLease(ctx))
 	saInformer.Informer().AddEventHandler(controller.HandleAll(
 		controller.EnsureTypeMeta(t.OnChanged, corev1.SchemeGroupVersion.WithKind("ServiceAccount"))))
-	secretInformer.Informer().AddEventHandler(controller.HandleAll(
-		controller.EnsureTypeMeta(t.OnChanged, corev1.SchemeGroupVersion.WithKind("Secret"))))
-	return NewCredentialsFrom(saInformer.Lister(), secretInformer.Lister(), t, opts)
+	secrets := secretWatchesOf(ctx)
+	secrets.Subscribe(controller.EnsureTypeMeta(t.OnChanged, corev1.SchemeGroupVersion.WithKind("Secret")))
+	return NewCredentialsFrom(saInformer.Lister(), secrets, t, opts)
 }
 
-// NewCredentialsFrom is Credentials over the given listers and tracker.
-func NewCredentialsFrom(accounts corev1listers.ServiceAccountLister, secrets corev1listers.SecretLister,
+// The SecretWatches of each kube client: one per process, shared by its
+// controllers, like an informer.
+var (
+	secretWatchesMu sync.Mutex
+	secretWatches   = map[kubernetes.Interface]*SecretWatches{}
+)
+
+func secretWatchesOf(ctx context.Context) *SecretWatches {
+	client := kubeclient.Get(ctx)
+	secretWatchesMu.Lock()
+	defer secretWatchesMu.Unlock()
+	s := secretWatches[client]
+	if s == nil {
+		s = NewSecretWatches(ctx, client, controller.GetTrackerLease(ctx))
+		secretWatches[client] = s
+		context.AfterFunc(ctx, func() {
+			secretWatchesMu.Lock()
+			delete(secretWatches, client)
+			secretWatchesMu.Unlock()
+		})
+	}
+	return s
+}
+
+// NewCredentialsFrom is Credentials over the given ServiceAccounts, Secrets
+// and tracker.
+func NewCredentialsFrom(accounts corev1listers.ServiceAccountLister, secrets registry.SecretReader,
 	t tracker.Interface, opts Options) Credentials {
 	return Credentials{
 		Keychains:         registry.Keychains{ServiceAccounts: accounts, Secrets: secrets},

@@ -6,10 +6,12 @@ import (
 	"io"
 	"slices"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
 	corev1listers "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"knative.dev/pkg/kmeta"
@@ -46,7 +48,7 @@ func TestClusterKindsCredentialNamespaces(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			c := NewCredentialsFrom(corev1listers.NewServiceAccountLister(accounts),
-				corev1listers.NewSecretLister(cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})),
+				NewSecretWatches(t.Context(), fake.NewClientset(), time.Hour),
 				tracker.New(func(types.NamespacedName) {}, 0), Options{CredentialNamespaces: tc.allowed})
 			_, err := c.ForServiceAccount(context.Background(), tc.obj, &v1alpha1.ServiceAccountRef{Namespace: tc.account, Name: "default"})
 			f, classified := failure.As(err)

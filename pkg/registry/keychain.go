@@ -21,10 +21,15 @@ func (anonymous) Resolve(authn.Resource) (authn.Authenticator, error) { return a
 func (anonymous) CacheKey() string                                    { return "anonymous" }
 
 // Keychains builds keychains from ServiceAccounts, reading them and their
-// Secrets from informer caches: no API request per reconcile.
+// Secrets from caches: no API request per reconcile.
 type Keychains struct {
 	ServiceAccounts corev1listers.ServiceAccountLister
-	Secrets         corev1listers.SecretLister
+	Secrets         SecretReader
+}
+
+// SecretReader reads one Secret: a NotFound error when it does not exist.
+type SecretReader interface {
+	Get(ctx context.Context, namespace, name string) (*corev1.Secret, error)
 }
 
 // ForServiceAccount returns the credentials of a ServiceAccount: its
@@ -73,7 +78,7 @@ func (k Keychains) ForServiceAccount(ctx context.Context, namespace, serviceAcco
 		}
 		seen[secretName] = true
 		observe("Secret", namespace, secretName)
-		secret, err := k.Secrets.Secrets(namespace).Get(secretName)
+		secret, err := k.Secrets.Get(ctx, namespace, secretName)
 		if apierrors.IsNotFound(err) && !required[secretName] {
 			continue
 		} else if apierrors.IsNotFound(err) {

@@ -53,7 +53,14 @@ func listers(t *testing.T, objs ...runtime.Object) Keychains {
 			t.Fatal(err)
 		}
 	}
-	return Keychains{ServiceAccounts: corev1listers.NewServiceAccountLister(sas), Secrets: corev1listers.NewSecretLister(secrets)}
+	return Keychains{ServiceAccounts: corev1listers.NewServiceAccountLister(sas), Secrets: listedSecrets{corev1listers.NewSecretLister(secrets)}}
+}
+
+// listedSecrets reads Secrets from a lister.
+type listedSecrets struct{ corev1listers.SecretLister }
+
+func (l listedSecrets) Get(_ context.Context, namespace, name string) (*corev1.Secret, error) {
+	return l.Secrets(namespace).Get(name)
 }
 
 func serviceAccount(name string, pullSecrets []string, secrets []string) *corev1.ServiceAccount {

@@ -166,7 +166,15 @@ func TestChartInstallAndRBAC(t *testing.T) {
 	startControllerWith(t, impersonating, ns, false)
 
 	bs := client.BuildsmithV1alpha1()
-	if _, err := kube.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}); err != nil {
+	// The builder's credentials: read with get and a watch, the only verbs
+	// the chart grants on Secrets.
+	if _, err := kube.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "registry"},
+		Type: corev1.SecretTypeDockerConfigJson,
+		Data: map[string][]byte{corev1.DockerConfigJsonKey: dockerConfig(f.Addr, "builder", "unused")}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kube.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"},
+		ImagePullSecrets: []corev1.LocalObjectReference{{Name: "registry"}}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := bs.ClusterStores().Create(ctx, &v1alpha1.ClusterStore{ObjectMeta: metav1.ObjectMeta{Name: "chart"},
@@ -191,6 +199,46 @@ func TestChartInstallAndRBAC(t *testing.T) {
 		b, _ := bs.Builders(ns).Get(ctx, "chart", metav1.GetOptions{})
 		t.Fatalf("kubectl wait: %v\n%s\nbuilder: %+v", err, out, b.Status.Conditions)
 	}
+	// The Secret's watch runs under the chart's RBAC: breaking the Secret
+	// reaches the builder at once (not at its next poll, a minute away).
+	broken := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "registry", Namespace: ns}, Type: corev1.SecretTypeDockerConfigJson,
+		Data: map[string][]byte{corev1.DockerConfigJsonKey: []byte(`{"auths":"not a map"}`)}}
+	if _, err := kube.CoreV1().Secrets(ns).Update(ctx, broken, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 20*time.Second, "the builder to report the broken Secret", func() (bool, string) {
+		b, err := bs.Builders(ns).Get(ctx, "chart", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		c := b.Status.GetCondition(v1alpha1.ConditionReady)
+		return c != nil && c.Reason == "InvalidSecret", fmt.Sprintf("%+v", c)
+	})
+
+	// And no more than that: what the chart's ServiceAccount may not do.
+	as := "--as=system:serviceaccount:" + ns + ":buildsmith-controller"
+	for _, check := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"get", "secrets", "-n", "default"}, "yes"},
+		{[]string{"watch", "secrets", "-n", "default"}, "yes"},
+		{[]string{"list", "secrets", "--all-namespaces"}, "no"},
+		{[]string{"list", "secrets", "-n", ns}, "no"},
+		{[]string{"update", "builders.buildsmith.dev", "-n", ns}, "no"},
+		{[]string{"update", "builders.buildsmith.dev", "--subresource=status", "-n", ns}, "yes"},
+		{[]string{"delete", "clusterstores.buildsmith.dev"}, "no"},
+		{[]string{"create", "pods", "-n", ns}, "no"},
+		{[]string{"get", "pods", "-n", ns}, "no"},
+		{[]string{"update", "configmaps", "-n", ns}, "no"},
+		{[]string{"create", "secrets", "-n", ns}, "no"},
+	} {
+		out, _ := env.Kubectl(append([]string{"auth", "can-i", as}, check.args...)...).Output()
+		if got := strings.TrimSpace(string(out)); got != check.want {
+			t.Errorf("kubectl auth can-i %s: %s, want %s", strings.Join(check.args, " "), got, check.want)
+		}
+	}
+
 	// Leader election ran under the chart's Role: the Leases exist.
 	eventually(t, 10*time.Second, "leader-election Leases", func() (bool, string) {
 		leases, err := kube.CoordinationV1().Leases(ns).List(ctx, metav1.ListOptions{})

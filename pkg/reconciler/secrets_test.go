@@ -1,0 +1,157 @@
+package reconciler
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+)
+
+func secret(namespace, name, value string) *corev1.Secret {
+	return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name},
+		Type: corev1.SecretTypeDockerConfigJson, Data: map[string][]byte{corev1.DockerConfigJsonKey: []byte(value)}}
+}
+
+// changes records the Secrets SecretWatches hands to subscribers.
+type changes struct {
+	mu    sync.Mutex
+	names []string
+}
+
+func (c *changes) add(obj any) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if s, ok := obj.(*corev1.Secret); ok {
+		c.names = append(c.names, s.Namespace+"/"+s.Name)
+	}
+}
+
+func (c *changes) seen() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]string(nil), c.names...)
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for start := time.Now(); !cond(); time.Sleep(5 * time.Millisecond) {
+		if time.Since(start) > 5*time.Second {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
+}
+
+// TestSecretWatchesReadOnlyWhatIsAsked: a Secret is read (and watched) only
+// once someone asks for it; its changes, creation included, reach the
+// subscribers and the next read; the Secrets beside it are neither read nor
+// passed on.
+func TestSecretWatchesReadOnlyWhatIsAsked(t *testing.T) {
+	client := fake.NewClientset(secret("team", "registry", "v1"), secret("team", "helm-release", "big"))
+	s := NewSecretWatches(t.Context(), client, time.Hour)
+	var got changes
+	s.Subscribe(got.add)
+
+	if s.Watched() != 0 {
+		t.Fatalf("%d Secrets watched before any read", s.Watched())
+	}
+	read, err := s.Get(t.Context(), "team", "registry")
+	if err != nil || string(read.Data[corev1.DockerConfigJsonKey]) != "v1" {
+		t.Fatalf("Get: %v, %v", read, err)
+	}
+	if _, err := s.Get(t.Context(), "team", "missing"); !apierrors.IsNotFound(err) {
+		t.Fatalf("Get of a missing Secret: %v, want NotFound", err)
+	}
+	if s.Watched() != 2 {
+		t.Errorf("%d Secrets watched, want the 2 asked for", s.Watched())
+	}
+	for _, action := range client.Actions() {
+		if action.GetVerb() == "list" {
+			t.Errorf("listed Secrets (%v): only get and watch may be used", action)
+		}
+		if get, ok := action.(k8stesting.GetAction); ok && get.GetName() == "helm-release" {
+			t.Errorf("read a Secret nobody asked for: %v", action)
+		}
+	}
+	if len(got.seen()) != 0 {
+		t.Errorf("the first reads were passed on as changes: %v", got.seen())
+	}
+
+	ctx := context.Background()
+	if _, err := client.CoreV1().Secrets("team").Update(ctx, secret("team", "registry", "v2"), metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.CoreV1().Secrets("team").Create(ctx, secret("team", "missing", "now here"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.CoreV1().Secrets("team").Update(ctx, secret("team", "helm-release", "bigger"), metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "both changes", func() bool { return len(got.seen()) >= 2 })
+	for _, name := range got.seen() {
+		if name != "team/registry" && name != "team/missing" {
+			t.Errorf("passed on a change of %s, which nobody asked for", name)
+		}
+	}
+	waitFor(t, "the update to be read", func() bool {
+		read, err := s.Get(t.Context(), "team", "registry")
+		return err == nil && string(read.Data[corev1.DockerConfigJsonKey]) == "v2"
+	})
+	if read, err := s.Get(t.Context(), "team", "missing"); err != nil || string(read.Data[corev1.DockerConfigJsonKey]) != "now here" {
+		t.Errorf("the created Secret: %v, %v", read, err)
+	}
+}
+
+// TestSecretWatchesForgetIdle: a Secret not read for the idle time is no
+// longer watched (nor held); reading it again watches it again.
+func TestSecretWatchesForgetIdle(t *testing.T) {
+	client := fake.NewClientset(secret("team", "a", "1"), secret("team", "b", "2"))
+	s := NewSecretWatches(t.Context(), client, time.Minute)
+	now := time.Now()
+	s.now = func() time.Time { return now }
+	for _, name := range []string{"a", "b"} {
+		if _, err := s.Get(t.Context(), "team", name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	now = now.Add(40 * time.Second)
+	if _, err := s.Get(t.Context(), "team", "a"); err != nil {
+		t.Fatal(err)
+	}
+	now = now.Add(30 * time.Second)
+	if !s.forgetIdle() || s.Watched() != 1 {
+		t.Fatalf("after b's idle minute: %d watched, want a only", s.Watched())
+	}
+	now = now.Add(time.Minute)
+	if s.forgetIdle() || s.Watched() != 0 {
+		t.Fatalf("after a's idle minute: %d watched, want none", s.Watched())
+	}
+	if read, err := s.Get(t.Context(), "team", "b"); err != nil || read.Name != "b" {
+		t.Fatalf("read again: %v, %v", read, err)
+	}
+}
+
+// TestSecretWatchesReportRefusal: when the API server refuses the read
+// (RBAC), Get says so at once rather than waiting out its timeout.
+func TestSecretWatchesReportRefusal(t *testing.T) {
+	client := fake.NewClientset()
+	client.PrependReactor("get", "secrets", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewForbidden(corev1.Resource("secrets"), "registry", nil)
+	})
+	s := NewSecretWatches(t.Context(), client, time.Hour)
+	s.syncTimeout = time.Minute
+	start := time.Now()
+	_, err := s.Get(t.Context(), "team", "registry")
+	if !apierrors.IsForbidden(err) {
+		t.Fatalf("Get: %v, want Forbidden", err)
+	}
+	if took := time.Since(start); took >= s.syncTimeout {
+		t.Errorf("took %v: waited out the timeout", took)
+	}
+}
