@@ -95,7 +95,7 @@ func writeReport() error {
 	path := filepath.Join(env.Root, "bench", "results.md")
 	if old, err := os.ReadFile(path); err == nil {
 		for _, part := range strings.Split(string(old), "\n## ")[1:] {
-			if num, _, ok := strings.Cut(part, "."); ok && len(num) == 1 {
+			if num, _, ok := strings.Cut(part, "."); ok && isNumber(num) {
 				byNumber[num] = "## " + strings.TrimRight(part, "\n") + "\n\n"
 			} else if strings.HasPrefix(part, "Go micro-benchmarks") {
 				byNumber["micro"] = "## " + strings.TrimRight(part, "\n") + "\n"
@@ -106,7 +106,7 @@ func writeReport() error {
 		num, _, _ := strings.Cut(s.title, ".")
 		byNumber[num] = s.markdown()
 	}
-	for _, num := range []string{"1", "2", "3", "4", "5", "6", "7", "8", "9"} {
+	for _, num := range []string{"1", "2", "3", "4", "5", "6", "7", "8", "9", "10"} {
 		b.WriteString(byNumber[num])
 	}
 	micro := ""
@@ -132,6 +132,12 @@ func writeReport() error {
 		return err
 	}
 	return os.WriteFile(filepath.Join(dir, "results.md"), []byte(b.String()), 0o644)
+}
+
+// isNumber reports whether s is a section number.
+func isNumber(s string) bool {
+	_, err := strconv.Atoi(s)
+	return err == nil && len(s) <= 2
 }
 
 func machine() string {
