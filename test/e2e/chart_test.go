@@ -143,7 +143,8 @@ func TestChartInstallAndRBAC(t *testing.T) {
 	push(t, f, "stack/run:1", run, err)
 
 	out, err := helm("install", "buildsmith", "charts/buildsmith", "--kubeconfig", env.Kubeconfig,
-		"--namespace", ns, "--create-namespace", "--set", "lifecycleImage="+f.Addr+"/buildsmith/lifecycle:0.21.0").CombinedOutput()
+		"--namespace", ns, "--create-namespace", "--set", "lifecycleImage="+f.Addr+"/buildsmith/lifecycle:0.21.0",
+		"--set", "networkPolicy.enabled=true", "--set", "networkPolicy.metricsFrom[0].namespaceSelector.matchLabels.team=monitoring").CombinedOutput()
 	if err != nil {
 		t.Fatalf("helm install: %v\n%s", err, out)
 	}
@@ -237,6 +238,27 @@ func TestChartInstallAndRBAC(t *testing.T) {
 		if got := strings.TrimSpace(string(out)); got != check.want {
 			t.Errorf("kubectl auth can-i %s: %s, want %s", strings.Join(check.args, " "), got, check.want)
 		}
+	}
+
+	// The pod: the image's fixed user, time to stop, and only metrics reachable.
+	deployment, err := kube.AppsV1().Deployments(ns).Get(ctx, "buildsmith-controller", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod := deployment.Spec.Template.Spec
+	if sc := pod.SecurityContext; sc == nil || sc.RunAsUser == nil || *sc.RunAsUser != 65532 || sc.RunAsGroup == nil || *sc.RunAsGroup != 65532 {
+		t.Errorf("pod securityContext %+v, want user and group 65532", sc)
+	}
+	if g := pod.TerminationGracePeriodSeconds; g == nil || *g != 60 {
+		t.Errorf("terminationGracePeriodSeconds %v, want 60", g)
+	}
+	policy, err := kube.NetworkingV1().NetworkPolicies(ns).Get(ctx, "buildsmith-controller", metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("the NetworkPolicy: %v", err)
+	}
+	if len(policy.Spec.Ingress) != 1 || len(policy.Spec.Ingress[0].Ports) != 1 ||
+		policy.Spec.Ingress[0].Ports[0].Port.String() != "metrics" {
+		t.Errorf("NetworkPolicy ingress %+v, want the metrics port only", policy.Spec.Ingress)
 	}
 
 	// Leader election ran under the chart's Role: the Leases exist.
