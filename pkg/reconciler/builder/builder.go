@@ -65,10 +65,22 @@ type pushRecord struct {
 }
 
 // BuilderReconciler reconciles Builders.
-type BuilderReconciler struct{ *Core }
+type BuilderReconciler struct {
+	*Core
+	// Shares keeps a namespace from holding every worker while another
+	// has builders waiting; nil: no limit.
+	Shares *reconciler.Shares
+}
 
 // ReconcileKind implements the generated reconciler's Interface.
 func (r BuilderReconciler) ReconcileKind(ctx context.Context, b *v1alpha1.Builder) pkgreconciler.Event {
+	if r.Shares != nil {
+		release, ok := r.Shares.Acquire(types.NamespacedName{Namespace: b.Namespace, Name: b.Name})
+		if !ok {
+			return r.Policy.Queued(ctx, b, r.Shares.Limit())
+		}
+		defer release()
+	}
 	keychain := func() (authn.Keychain, error) {
 		account := b.Spec.ServiceAccountName
 		if account == "" {
@@ -84,6 +96,9 @@ func (r BuilderReconciler) ReconcileKind(ctx context.Context, b *v1alpha1.Builde
 func (r BuilderReconciler) ObserveDeletion(_ context.Context, key types.NamespacedName) error {
 	r.Policy.Forget(key)
 	r.pushes.Delete(key)
+	if r.Shares != nil {
+		r.Shares.Forget(key)
+	}
 	return nil
 }
 

@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"knative.dev/pkg/controller"
 	"knative.dev/pkg/logging"
 	pkgreconciler "knative.dev/pkg/reconciler"
 	"knative.dev/pkg/tracker"
@@ -47,6 +48,8 @@ type fixture struct {
 	// client and lifecycle live across reconciles, as in the controller.
 	client    *registry.Client
 	lifecycle *LifecycleSource
+	// shares, when set, are the Builder reconciler's.
+	shares *reconciler.Shares
 }
 
 func newFixture(t *testing.T) *fixture {
@@ -136,7 +139,7 @@ func (x *fixture) run(t *testing.T, b *v1alpha1.Builder, lifecycle string, extra
 	x.lifecycle.Update(&corev1.ConfigMap{Data: map[string]string{LifecycleImageKey: lifecycle}})
 	core := x.core(ctx, "Builder", x.lifecycle)
 	rec := builderreconciler.NewReconciler(ctx, logging.FromContext(ctx), clients.Buildsmith,
-		builderinformer.Get(ctx).Lister(), clients.Recorder, BuilderReconciler{core})
+		builderinformer.Get(ctx).Lister(), clients.Recorder, BuilderReconciler{Core: core, Shares: x.shares})
 	_ = rec.(pkgreconciler.LeaderAware).Promote(pkgreconciler.UniversalBucket(), func(pkgreconciler.Bucket, types.NamespacedName) {})
 	before := client.Stats()
 	err := rec.Reconcile(ctx, b.Namespace+"/"+b.Name)
@@ -146,6 +149,43 @@ func (x *fixture) run(t *testing.T, b *v1alpha1.Builder, lifecycle string, extra
 		t.Fatal(getErr)
 	}
 	return got, clients.Events(), err, traffic
+}
+
+// TestBuilderQueuedBehindItsNamespace: a builder whose namespace already
+// runs its share of the workers while another namespace has one queued is
+// not reconciled: no registry request, Ready as it was, Reconciling saying
+// why, and a requeue about a second later. Once a share is free, it runs.
+func TestBuilderQueuedBehindItsNamespace(t *testing.T) {
+	x := newFixture(t)
+	lifecycle := x.f.Addr + "/lifecycle:0.21.0"
+	x.shares = reconciler.NewShares(2)
+	x.shares.Queue(types.NamespacedName{Namespace: "other-team", Name: "waiting"})
+	release, _ := x.shares.Acquire(types.NamespacedName{Namespace: "apps", Name: "running"})
+
+	x.f.ForgetRequests()
+	got, events, err, _ := x.run(t, x.builder(nil), lifecycle)
+	if requests := x.f.Requests(); len(requests) != 0 {
+		t.Errorf("a queued builder sent %v", requests)
+	}
+	ok, delay := controller.IsRequeueKey(err)
+	if !ok || delay < 800*time.Millisecond || delay > 1200*time.Millisecond {
+		t.Errorf("Reconcile = %v, want a requeue in about a second", err)
+	}
+	if c := got.Status.GetCondition(v1alpha1.ConditionReconciling); c == nil || !c.IsTrue() || c.Reason != reconciler.ReasonQueued ||
+		!strings.Contains(c.Message, "namespace apps runs 1 reconciles") {
+		t.Errorf("Reconciling = %+v, want True, %s, naming the namespace", c, reconciler.ReasonQueued)
+	}
+	if c := got.Status.GetCondition(v1alpha1.ConditionReady); c == nil || c.IsTrue() || c.IsFalse() {
+		t.Errorf("Ready = %+v, want Unknown as before (a new builder)", c)
+	}
+	if len(events) != 0 {
+		t.Errorf("events %q for a queued builder", events)
+	}
+
+	release()
+	got, events, err, _ = x.run(t, got, lifecycle)
+	rt.Check(t, got, err, events, rt.Outcome{Ready: corev1.ConditionTrue, Requeue: rt.Resync,
+		MinDelay: 8 * time.Minute, MaxDelay: 12 * time.Minute, EventReasons: []string{"Ready"}})
 }
 
 func TestBuilderReadyAndThenNoRedundantWork(t *testing.T) {

@@ -7,8 +7,10 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"knative.dev/pkg/configmap"
 	"knative.dev/pkg/controller"
+	"knative.dev/pkg/kmeta"
 	"knative.dev/pkg/logging"
 	"knative.dev/pkg/system"
 	"knative.dev/pkg/tracker"
@@ -63,19 +65,22 @@ func (c *Controllers) lifecycleSource(cmw configmap.Watcher, logger interface{ I
 	return c.lifecycle
 }
 
-func (c *Controllers) core(ctx context.Context, cmw configmap.Watcher, kind string, impl *controller.Impl) *Core {
+// core returns the part of a builder reconciler both kinds share; enqueue
+// puts a key on impl's queue.
+func (c *Controllers) core(ctx context.Context, cmw configmap.Watcher, kind string, impl *controller.Impl,
+	enqueue func(types.NamespacedName)) *Core {
 	core := &Core{
 		Registry:  c.Registry,
 		Policy:    reconciler.NewPolicy(kind, c.Options, c.Registry.Circuits()),
 		Stacks:    clusterstackinformer.Get(ctx).Lister(),
 		Stores:    clusterstoreinformer.Get(ctx).Lister(),
-		Tracker:   tracker.New(impl.EnqueueKey, controller.GetTrackerLease(ctx)),
+		Tracker:   tracker.New(enqueue, controller.GetTrackerLease(ctx)),
 		Lifecycle: c.lifecycleSource(cmw, logging.FromContext(ctx)),
 		Version:   c.Version,
 	}
-	core.Policy.SetEnqueue(impl.EnqueueKey)
+	core.Policy.SetEnqueue(enqueue)
 	impl.Reconciler = core.Policy.StatusWrites(impl.Reconciler)
-	core.Credentials = reconciler.NewCredentials(ctx, impl.EnqueueKey, c.Options)
+	core.Credentials = reconciler.NewCredentials(ctx, enqueue, c.Options)
 	// Stacks and stores: the builders that use them are reconciled when they
 	// change (a stack becoming Ready wakes the builders waiting on it).
 	clusterstackinformer.Get(ctx).Informer().AddEventHandler(controller.HandleAll(
@@ -90,7 +95,15 @@ func (c *Controllers) NewBuilderController() func(context.Context, configmap.Wat
 	return func(ctx context.Context, cmw configmap.Watcher) *controller.Impl {
 		r := BuilderReconciler{}
 		impl := builderreconciler.NewImpl(ctx, &r)
-		r.Core = c.core(ctx, cmw, "Builder", impl)
+		// Every enqueue the controller makes is noted in the shares, so
+		// that a namespace with builders queued keeps a worker free of
+		// another's. (Delayed requeues are not seen until they run.)
+		r.Shares = reconciler.NewShares(impl.Concurrency)
+		enqueue := func(key types.NamespacedName) {
+			r.Shares.Queue(key)
+			impl.EnqueueKey(key)
+		}
+		r.Core = c.core(ctx, cmw, "Builder", impl, enqueue)
 		builders := buildsmithclient.Get(ctx).BuildsmithV1alpha1()
 		r.Policy.SetRefresh(reconciler.RefreshStatus(
 			func(ctx context.Context, namespace, name string) (*v1alpha1.Builder, error) {
@@ -98,7 +111,11 @@ func (c *Controllers) NewBuilderController() func(context.Context, configmap.Wat
 			},
 			func(dst, src *v1alpha1.Builder) { dst.Status = src.Status }))
 		informer := builderinformer.Get(ctx).Informer()
-		informer.AddEventHandler(reconciler.EnqueueOnChange(impl.Enqueue))
+		informer.AddEventHandler(reconciler.EnqueueOnChange(func(obj any) {
+			if b, err := kmeta.DeletionHandlingAccessor(obj); err == nil {
+				enqueue(types.NamespacedName{Namespace: b.GetNamespace(), Name: b.GetName()})
+			}
+		}))
 		c.addResync(func() { impl.GlobalResync(informer) })
 		return impl
 	}
@@ -110,7 +127,7 @@ func (c *Controllers) NewClusterBuilderController() func(context.Context, config
 	return func(ctx context.Context, cmw configmap.Watcher) *controller.Impl {
 		r := ClusterBuilderReconciler{}
 		impl := clusterbuilderreconciler.NewImpl(ctx, &r)
-		r.Core = c.core(ctx, cmw, "ClusterBuilder", impl)
+		r.Core = c.core(ctx, cmw, "ClusterBuilder", impl, impl.EnqueueKey)
 		builders := buildsmithclient.Get(ctx).BuildsmithV1alpha1()
 		r.Policy.SetRefresh(reconciler.RefreshStatus(
 			func(ctx context.Context, _, name string) (*v1alpha1.ClusterBuilder, error) {

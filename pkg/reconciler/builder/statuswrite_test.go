@@ -33,7 +33,7 @@ func TestStatusWriteFailsAfterPush(t *testing.T) {
 	x.lifecycle.Update(&corev1.ConfigMap{Data: map[string]string{LifecycleImageKey: x.f.Addr + "/lifecycle:0.21.0"}})
 	core := x.core(ctx, "Builder", x.lifecycle)
 	generated := builderreconciler.NewReconciler(ctx, logging.FromContext(ctx), clients.Buildsmith,
-		builderinformer.Get(ctx).Lister(), clients.Recorder, BuilderReconciler{core})
+		builderinformer.Get(ctx).Lister(), clients.Recorder, BuilderReconciler{Core: core})
 	_ = generated.(pkgreconciler.LeaderAware).Promote(pkgreconciler.UniversalBucket(), func(pkgreconciler.Bucket, types.NamespacedName) {})
 	rec := core.Policy.StatusWrites(generated)
 

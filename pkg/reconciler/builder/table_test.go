@@ -97,7 +97,7 @@ func TestTable(t *testing.T) {
 		}
 		core := x.core(ctx, "Builder", source)
 		rec := builderreconciler.NewReconciler(ctx, logging.FromContext(ctx), clients.Buildsmith,
-			builderinformer.Get(ctx).Lister(), clients.Recorder, BuilderReconciler{core})
+			builderinformer.Get(ctx).Lister(), clients.Recorder, BuilderReconciler{Core: core})
 		_ = rec.(pkgreconciler.LeaderAware).Promote(pkgreconciler.UniversalBucket(), func(pkgreconciler.Bucket, types.NamespacedName) {})
 		return rec, pkgtesting.ActionRecorderList{clients.Buildsmith}, pkgtesting.EventList{Recorder: clients.Recorder}
 	})

@@ -68,6 +68,18 @@ func (s *ConditionedStatus) MarkRetrying(reason, message, retryMessage string) {
 	m.MarkFalse(ConditionReady, reason, "%s", message)
 }
 
+// MarkQueued records that the reconcile waits for a worker: Reconciling is
+// True with reason and message; Ready keeps what it said.
+func (s *ConditionedStatus) MarkQueued(reason, message string) {
+	m := s.manage()
+	ready := m.GetCondition(ConditionReady).DeepCopy()
+	m.MarkTrueWithReason(ConditionReconciling, reason, "%s", message)
+	if ready != nil {
+		// Marking a condition True recomputes Ready (see MarkRetrying).
+		m.SetCondition(*ready)
+	}
+}
+
 // MarkStalled records a failure that needs a person: Ready and Stalled say
 // why, and nothing is retried until the object or a dependency changes.
 func (s *ConditionedStatus) MarkStalled(reason, message string) {

@@ -1,0 +1,111 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/buildsmith/buildsmith/test/registrytest"
+)
+
+// TestNoisyTenant is scenario 11: healthy namespaces' builders beside a
+// namespace whose registry hangs. Healthy: BENCH_TENANTS (default 10)
+// namespaces of BENCH_TENANT_N (20) builders each, pushing to a healthy
+// registry; noisy: BENCH_NOISY_N (500) builders in one namespace, pushing to
+// a registry that accepts connections and never answers. Each run has its
+// own controller and registries; in the second, the noisy builders are
+// created first, ahead of the healthy ones in the queue.
+func TestNoisyTenant(t *testing.T) {
+	if !full {
+		t.Skip("BENCH=1")
+	}
+	tenants, perTenant, noisyN := envInt("BENCH_TENANTS", 10), envInt("BENCH_TENANT_N", 20), envInt("BENCH_NOISY_N", 500)
+	runs := envInt("BENCH_RUNS", 3)
+	var alone, beside []time.Duration
+	okAll := true
+	for run := range runs {
+		for _, noisy := range []bool{false, true} {
+			took, ok := noisyTenantRun(t, fmt.Sprintf("r%d-%v", run, noisy), tenants, perTenant, noisyN, noisy)
+			okAll = okAll && ok
+			if noisy {
+				beside = append(beside, took)
+			} else {
+				alone = append(alone, took)
+			}
+		}
+	}
+	ratio := median(beside).Seconds() / median(alone).Seconds()
+	s := &section{title: fmt.Sprintf("11. A noisy tenant: %d builders whose registry hangs beside %d namespaces × %d", noisyN, tenants, perTenant),
+		what: fmt.Sprintf("Time until the %d healthy builders (%d namespaces, one healthy registry) are all Ready: alone, and created right "+
+			"after %d builders of another namespace whose registry accepts connections and never answers (ahead of them in the "+
+			"queue). Fresh controller and registries per run; default flags (%d workers).", tenants*perTenant, tenants, noisyN, 4),
+		header: []string{"healthy builders", "all Ready (median [min–max])"},
+		rows:   [][]string{{"alone", seconds(alone)}, {"beside the hanging namespace", seconds(beside)}}}
+	s.targets = []target{{"healthy namespaces Ready beside the hanging one vs alone", "≤ ×1.2",
+		fmt.Sprintf("×%.2f", ratio), okAll && ratio <= 1.2}}
+	addSection(s)
+}
+
+func median(ds []time.Duration) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
+// noisyTenantRun creates the healthy tenants' builders (after the noisy
+// one's, when noisy) and returns how long until all of them were Ready.
+func noisyTenantRun(t *testing.T, id string, tenants, perTenant, noisyN int, noisy bool) (time.Duration, bool) {
+	f := registrytest.New(t)
+	seed(t, f.Addr)
+	p, _ := startController(t)
+	defer p.Kill()
+	w := newWorld(t, f.Addr)
+	w.waitStoreStackReady(t, 30*time.Second)
+
+	ctx := context.Background()
+	tenant := func(ns, addr string) *world {
+		if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := kube.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			_ = client.BuildsmithV1alpha1().Builders(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{})
+		})
+		return &world{name: w.name, ns: ns, addr: addr}
+	}
+	if noisy {
+		h := registrytest.New(t)
+		h.Inject("", "", -1, h.Hang)
+		tenant("noisy-"+id, h.Addr).createBuilders(t, 0, noisyN, w.order())
+	}
+	var healthy []*world
+	start := time.Now()
+	for k := range tenants {
+		tw := tenant(fmt.Sprintf("healthy-%s-%d", id, k), f.Addr)
+		tw.createBuilders(t, k*perTenant, (k+1)*perTenant, w.order())
+		healthy = append(healthy, tw)
+	}
+	for time.Since(start) < 5*time.Minute {
+		ready := 0
+		for _, tw := range healthy {
+			n, _, _ := tw.readyCount(t)
+			ready += n
+		}
+		if ready >= tenants*perTenant {
+			return time.Since(start), true
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Logf("%s: healthy builders not all Ready in 5 min", id)
+	return time.Since(start), false
+}
