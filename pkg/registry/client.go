@@ -416,40 +416,11 @@ func (c *Client) readManifests(ctx context.Context, s *session, ref name.Referen
 	img := &Image{Ref: ref.Context().Digest(desc.Digest.String()), Digest: desc.Digest}
 	raw, mediaType := desc.Manifest, desc.MediaType
 	if mediaType.IsIndex() {
-		index, err := v1.ParseIndexManifest(bytes.NewReader(raw))
-		if err != nil {
-			return nil, permanentError(ReasonInvalidImage, host, fmt.Errorf("index %s: %w", img.Ref, err))
+		child, cached, err := c.indexChild(ctx, s, img, raw, platform, cache)
+		if err != nil || cached != nil {
+			return cached, err
 		}
-		want := v1.Platform{OS: "linux", Architecture: "amd64"}
-		if platform != nil {
-			want = *platform
-		} else if platforms := indexPlatforms(index); len(platforms) > 0 && !slices.ContainsFunc(platforms, func(p v1.Platform) bool {
-			return p.OS == want.OS && p.Architecture == want.Architecture
-		}) {
-			want = platforms[0] // no linux/amd64: any platform will do
-		}
-		child, ok := choosePlatform(index.Manifests, want)
-		if !ok {
-			return nil, permanentError(ReasonPlatformNotFound, host,
-				fmt.Errorf("index %s has no image for %s", img.Ref, platformString(want)))
-		}
-		img.Platform = child.Platform
-		img.Platforms = indexPlatforms(index)
-		childRef := ref.Context().Digest(child.Digest.String())
-		if cache != nil {
-			// Read before, for this platform or as an image of its own
-			// (a store reads each platform of an index in turn).
-			if plain, ok := cache.get(childRef); ok {
-				fromIndex := *plain
-				fromIndex.Ref, fromIndex.Platform, fromIndex.Platforms = img.Ref, img.Platform, img.Platforms
-				return &fromIndex, nil
-			}
-		}
-		childDesc, err := s.puller.Get(ctx, childRef)
-		if err != nil {
-			return nil, err
-		}
-		raw, mediaType, img.Digest = childDesc.Manifest, childDesc.MediaType, childDesc.Digest
+		raw, mediaType, img.Digest = child.Manifest, child.MediaType, child.Digest
 	}
 	if !mediaType.IsImage() {
 		return nil, permanentError(ReasonInvalidImage, host, fmt.Errorf("%s is not an image: media type %q", img.Ref, mediaType))
@@ -457,33 +428,100 @@ func (c *Client) readManifests(ctx context.Context, s *session, ref name.Referen
 	if img.Manifest, err = v1.ParseManifest(bytes.NewReader(raw)); err != nil {
 		return nil, permanentError(ReasonInvalidImage, host, fmt.Errorf("manifest of %s: %w", img.Ref, err))
 	}
-	configLayer, err := s.puller.Layer(ctx, ref.Context().Digest(img.Manifest.Config.Digest.String()))
+	rawConfig, err := readConfig(ctx, s, img)
 	if err != nil {
 		return nil, err
 	}
+	if img.Platforms == nil {
+		img.Platforms = []v1.Platform{configPlatform(img.Config)}
+	}
+	layers, err := c.describeLayers(s, img)
+	if err != nil {
+		return nil, err
+	}
+	img.Image = &remoteImage{
+		repo: ref.Context(), rawManifest: raw, mediaType: mediaType, manifest: img.Manifest,
+		rawConfig: rawConfig, config: img.Config, layers: layers,
+	}
+	// Raw and parsed, about twice the raw bytes.
+	img.memory = 2 * int64(len(raw)+len(rawConfig))
+	return img, nil
+}
+
+// indexChild picks the image of platform (linux/amd64, or any when the
+// index has none) from the index img names, whose manifest is raw, and
+// records the platforms on img. It returns the child's descriptor, or, when
+// the cache holds the child already, the image read from it.
+func (c *Client) indexChild(ctx context.Context, s *session, img *Image, raw []byte, platform *v1.Platform,
+	cache *imageCache) (*remote.Descriptor, *Image, error) {
+	host := img.Ref.RegistryStr()
+	index, err := v1.ParseIndexManifest(bytes.NewReader(raw))
+	if err != nil {
+		return nil, nil, permanentError(ReasonInvalidImage, host, fmt.Errorf("index %s: %w", img.Ref, err))
+	}
+	want := v1.Platform{OS: "linux", Architecture: "amd64"}
+	if platform != nil {
+		want = *platform
+	} else if platforms := indexPlatforms(index); len(platforms) > 0 && !slices.ContainsFunc(platforms, func(p v1.Platform) bool {
+		return p.OS == want.OS && p.Architecture == want.Architecture
+	}) {
+		want = platforms[0] // no linux/amd64: any platform will do
+	}
+	child, ok := choosePlatform(index.Manifests, want)
+	if !ok {
+		return nil, nil, permanentError(ReasonPlatformNotFound, host,
+			fmt.Errorf("index %s has no image for %s", img.Ref, platformString(want)))
+	}
+	img.Platform = child.Platform
+	img.Platforms = indexPlatforms(index)
+	childRef := img.Ref.Context().Digest(child.Digest.String())
+	if cache != nil {
+		// Read before, for this platform or as an image of its own (a
+		// store reads each platform of an index in turn).
+		if plain, ok := cache.get(childRef); ok {
+			fromIndex := *plain
+			fromIndex.Ref, fromIndex.Platform, fromIndex.Platforms = img.Ref, img.Platform, img.Platforms
+			return nil, &fromIndex, nil
+		}
+	}
+	desc, err := s.puller.Get(ctx, childRef)
+	return desc, nil, err
+}
+
+// readConfig reads and parses img's config (within maxConfigSize) into
+// img.Config, and returns its bytes.
+func readConfig(ctx context.Context, s *session, img *Image) ([]byte, error) {
+	host := img.Ref.RegistryStr()
 	if size := img.Manifest.Config.Size; size > maxConfigSize {
 		return nil, permanentError(ReasonInvalidImage, host, fmt.Errorf("the config of %s is %s, more than the %s allowed",
 			img.Ref, byteSize(size), byteSize(maxConfigSize)))
 	}
-	rawConfig, err := readAll(configLayer, maxConfigSize)
+	configLayer, err := s.puller.Layer(ctx, img.Ref.Context().Digest(img.Manifest.Config.Digest.String()))
+	if err != nil {
+		return nil, err
+	}
+	raw, err := readAll(configLayer, maxConfigSize)
 	if errors.Is(err, errBlobTooLarge) {
 		return nil, permanentError(ReasonInvalidImage, host, fmt.Errorf("config of %s: %w", img.Ref, err))
 	} else if err != nil {
 		return nil, err
 	}
-	if img.Config, err = v1.ParseConfigFile(bytes.NewReader(rawConfig)); err != nil {
+	if img.Config, err = v1.ParseConfigFile(bytes.NewReader(raw)); err != nil {
 		return nil, permanentError(ReasonInvalidImage, host, fmt.Errorf("config of %s: %w", img.Ref, err))
 	}
-	if img.Platforms == nil {
-		img.Platforms = []v1.Platform{configPlatform(img.Config)}
-	}
+	return raw, nil
+}
+
+// describeLayers returns img's layers, read only when used: each knows its
+// descriptor and diffID without a request, and mounts from img's repository.
+func (c *Client) describeLayers(s *session, img *Image) ([]v1.Layer, error) {
 	if len(img.Config.RootFS.DiffIDs) != len(img.Manifest.Layers) {
-		return nil, permanentError(ReasonInvalidImage, host, fmt.Errorf("%s lists %d layers and %d diffIDs",
+		return nil, permanentError(ReasonInvalidImage, img.Ref.RegistryStr(), fmt.Errorf("%s lists %d layers and %d diffIDs",
 			img.Ref, len(img.Manifest.Layers), len(img.Config.RootFS.DiffIDs)))
 	}
 	layers := make([]v1.Layer, len(img.Manifest.Layers))
 	for i, desc := range img.Manifest.Layers {
-		digestRef := ref.Context().Digest(desc.Digest.String())
+		digestRef := img.Ref.Context().Digest(desc.Digest.String())
 		// The lifetime context: the layer is read, if ever, long after
 		// this call returned.
 		inner, err := s.puller.Layer(c.lifetime, digestRef)
@@ -495,13 +533,7 @@ func (c *Client) readManifests(ctx context.Context, s *session, ref name.Referen
 			Reference: digestRef,
 		}
 	}
-	img.Image = &remoteImage{
-		repo: ref.Context(), rawManifest: raw, mediaType: mediaType, manifest: img.Manifest,
-		rawConfig: rawConfig, config: img.Config, layers: layers,
-	}
-	// Raw and parsed, about twice the raw bytes.
-	img.memory = 2 * int64(len(raw)+len(rawConfig))
-	return img, nil
+	return layers, nil
 }
 
 // indexPlatforms lists the platforms of an index's images, leaving out the

@@ -130,62 +130,18 @@ type object interface {
 // same inputs is still at the tag. Status changes only on success.
 func (r *Core) reconcile(ctx context.Context, obj object, spec *v1alpha1.BuilderSpec, status *v1alpha1.BuilderStatus,
 	keychain func() (authn.Keychain, error)) error {
-	if err := obj.Validate(ctx); err != nil {
-		return failure.Permanentf(reconciler.ReasonInvalidSpec, "%v", err)
-	}
-	tag, err := name.NewTag(spec.Tag)
-	if err != nil {
-		return failure.Permanentf(reconciler.ReasonInvalidSpec, "spec.tag: %v", err)
-	}
-	stack, err := r.stack(obj, spec.Stack.Name)
+	in, err := r.resolveInputs(ctx, obj, spec, keychain)
 	if err != nil {
 		return err
 	}
-	store, err := r.store(obj, spec.Store.Name)
-	if err != nil {
-		return err
-	}
-	env := buildEnv(spec.Env)
-	if err := cnb.ValidateEnv(env); err != nil {
-		return err
-	}
-	kc, err := keychain()
-	if err != nil {
-		return err
-	}
-	resolved, err := cnb.ResolveOrder(spec.Order, store.Status.Buildpacks)
-	if err != nil {
-		return err
-	}
-	builds, skipped, err := r.platforms(ctx, stack, resolved, spec.Targets, kc)
-	if err != nil {
-		return err
-	}
-
-	fingerprint := fingerprintOf(stack, builds, resolved, spec, r.Version)
-	next := v1alpha1.BuilderStatus{
-		ConditionedStatus:       status.ConditionedStatus,
-		LatestImage:             status.LatestImage,
-		Platforms:               status.Platforms,
-		SkippedPlatforms:        skipped,
-		Order:                   resolved.Order,
-		Stack:                   v1alpha1.BuiltStack{ID: stack.Status.ID, RunImage: stack.Status.RunImage.Image},
-		Lifecycle:               v1alpha1.LifecycleStatus{Version: builds[0].lifecycle.Version, APIs: builds[0].lifecycle.APIs},
-		ObservedStackGeneration: stack.Generation,
-		ObservedStoreGeneration: store.Generation,
-		Fingerprint:             fingerprint,
-	}
-	for _, bp := range resolved.Buildpacks {
-		next.BuilderMetadata = append(next.BuilderMetadata, v1alpha1.BuildpackMetadata{ID: bp.ID, Version: bp.Version, Homepage: bp.Homepage})
-	}
-
+	next := in.status(status)
 	key := types.NamespacedName{Namespace: obj.GetNamespace(), Name: obj.GetName()}
 	last := r.lastPush(key, status)
-	if last.fingerprint == fingerprint && last.latestImage != "" {
+	if last.fingerprint == next.Fingerprint && last.latestImage != "" {
 		// Nothing changed since the last push: one HEAD to check that the
 		// tag still points at it. The status is refreshed all the same (a
 		// new stack or store generation may resolve to the same inputs).
-		desc, err := r.Registry.Resolve(ctx, tag, kc)
+		desc, err := r.Registry.Resolve(ctx, in.tag, in.keychain)
 		if err == nil && desc.Ref.String() == last.latestImage {
 			next.LatestImage, next.Platforms = last.latestImage, last.platforms
 			*status = next
@@ -196,12 +152,91 @@ func (r *Core) reconcile(ctx context.Context, obj object, spec *v1alpha1.Builder
 		}
 		// The tag moved or is gone: push again.
 	}
+	if next.LatestImage, next.Platforms, err = r.buildAndPush(ctx, in, spec); err != nil {
+		return err
+	}
+	r.pushes.Store(key, pushRecord{fingerprint: next.Fingerprint, latestImage: next.LatestImage, platforms: next.Platforms})
+	*status = next
+	return nil
+}
 
-	images := make([]cnb.PlatformImage, len(builds))
-	for i, b := range builds {
-		img, err := r.assemble(ctx, stack, b, spec, kc)
+// inputs are what a builder is made of, resolved.
+type inputs struct {
+	tag      name.Tag
+	stack    *v1alpha1.ClusterStack
+	store    *v1alpha1.ClusterStore
+	keychain authn.Keychain
+	resolved *cnb.ResolvedOrder
+	builds   []platformBuild
+	skipped  []string
+	// fingerprint identifies all of the above and the spec: a builder
+	// pushed from the same fingerprint is the same builder.
+	fingerprint string
+}
+
+// resolveInputs validates the spec and resolves the stack, the store, the
+// credentials, the order and the platforms to build.
+func (r *Core) resolveInputs(ctx context.Context, obj object, spec *v1alpha1.BuilderSpec,
+	keychain func() (authn.Keychain, error)) (*inputs, error) {
+	if err := obj.Validate(ctx); err != nil {
+		return nil, failure.Permanentf(reconciler.ReasonInvalidSpec, "%v", err)
+	}
+	in := &inputs{}
+	var err error
+	if in.tag, err = name.NewTag(spec.Tag); err != nil {
+		return nil, failure.Permanentf(reconciler.ReasonInvalidSpec, "spec.tag: %v", err)
+	}
+	if in.stack, err = r.stack(obj, spec.Stack.Name); err != nil {
+		return nil, err
+	}
+	if in.store, err = r.store(obj, spec.Store.Name); err != nil {
+		return nil, err
+	}
+	if err := cnb.ValidateEnv(buildEnv(spec.Env)); err != nil {
+		return nil, err
+	}
+	if in.keychain, err = keychain(); err != nil {
+		return nil, err
+	}
+	if in.resolved, err = cnb.ResolveOrder(spec.Order, in.store.Status.Buildpacks); err != nil {
+		return nil, err
+	}
+	if in.builds, in.skipped, err = r.platforms(ctx, in.stack, in.resolved, spec.Targets, in.keychain); err != nil {
+		return nil, err
+	}
+	in.fingerprint = fingerprintOf(in.stack, in.builds, in.resolved, spec, r.Version)
+	return in, nil
+}
+
+// status is the builder's status for these inputs, keeping the conditions
+// and the last image of status.
+func (in *inputs) status(status *v1alpha1.BuilderStatus) v1alpha1.BuilderStatus {
+	next := v1alpha1.BuilderStatus{
+		ConditionedStatus:       status.ConditionedStatus,
+		LatestImage:             status.LatestImage,
+		Platforms:               status.Platforms,
+		SkippedPlatforms:        in.skipped,
+		Order:                   in.resolved.Order,
+		Stack:                   v1alpha1.BuiltStack{ID: in.stack.Status.ID, RunImage: in.stack.Status.RunImage.Image},
+		Lifecycle:               v1alpha1.LifecycleStatus{Version: in.builds[0].lifecycle.Version, APIs: in.builds[0].lifecycle.APIs},
+		ObservedStackGeneration: in.stack.Generation,
+		ObservedStoreGeneration: in.store.Generation,
+		Fingerprint:             in.fingerprint,
+	}
+	for _, bp := range in.resolved.Buildpacks {
+		next.BuilderMetadata = append(next.BuilderMetadata, v1alpha1.BuildpackMetadata{ID: bp.ID, Version: bp.Version, Homepage: bp.Homepage})
+	}
+	return next
+}
+
+// buildAndPush assembles the builder for each platform and pushes it (an
+// index when there are several), returning what the status records.
+func (r *Core) buildAndPush(ctx context.Context, in *inputs, spec *v1alpha1.BuilderSpec) (string, []v1alpha1.BuiltPlatform, error) {
+	images := make([]cnb.PlatformImage, len(in.builds))
+	for i, b := range in.builds {
+		img, err := r.assemble(ctx, in.stack, b, spec, in.keychain)
 		if err != nil {
-			return err
+			return "", nil, err
 		}
 		images[i] = cnb.PlatformImage{Platform: b.platform, Image: img}
 	}
@@ -209,27 +244,26 @@ func (r *Core) reconcile(ctx context.Context, obj object, spec *v1alpha1.Builder
 	// it. Several: an index of them, pushed with its images.
 	var artifact registry.Artifact = images[0].Image
 	if len(images) > 1 {
-		if artifact, err = cnb.AssembleIndex(images); err != nil {
-			return err
+		index, err := cnb.AssembleIndex(images)
+		if err != nil {
+			return "", nil, err
 		}
+		artifact = index
 	}
-	pushed, err := r.Registry.Write(ctx, tag, artifact, kc)
+	pushed, err := r.Registry.Write(ctx, in.tag, artifact, in.keychain)
 	if err != nil {
-		return err
+		return "", nil, err
 	}
-	next.LatestImage = pushed.String()
-	next.Platforms = nil
+	var platforms []v1alpha1.BuiltPlatform
 	for _, img := range images {
 		digest, err := img.Image.Digest()
 		if err != nil {
-			return err
+			return "", nil, err
 		}
-		next.Platforms = append(next.Platforms, v1alpha1.BuiltPlatform{
-			Platform: cnb.APIPlatforms([]cnb.Platform{img.Platform})[0], Image: tag.Context().Digest(digest.String()).String()})
+		platforms = append(platforms, v1alpha1.BuiltPlatform{
+			Platform: cnb.APIPlatforms([]cnb.Platform{img.Platform})[0], Image: in.tag.Context().Digest(digest.String()).String()})
 	}
-	r.pushes.Store(key, pushRecord{fingerprint: fingerprint, latestImage: next.LatestImage, platforms: next.Platforms})
-	*status = next
-	return nil
+	return pushed.String(), platforms, nil
 }
 
 // lastPush returns the builder's last push: the one its status records,
