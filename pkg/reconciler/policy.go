@@ -221,27 +221,31 @@ func (p *Policy) Finish(ctx context.Context, obj Object, err error) pkgreconcile
 		delay := p.jittered(p.opts.PollInterval)
 		recordOutcome(ctx, p.kind, "waiting", delay)
 		return controller.NewRequeueAfter(delay)
-	default: // transient
-		if p.waitOnCircuit(key, f) {
-			// The place failed for everyone: its circuit's probe tries
-			// again for all its waiters, so this object's own backoff
-			// would only add requests and delay.
-			delay := max(p.jittered(p.opts.RetryMaxDelay), f.RetryAfter)
-			conditions.MarkRetrying(f.Reason, message,
-				WaitingMessage(registry.Place{Host: f.Host, Repository: f.Repository}, p.opts.RetryMaxDelay))
-			p.recordTransition(ctx, obj, before)
-			recordOutcome(ctx, p.kind, "transient", delay)
-			return controller.NewRequeueAfter(delay)
-		}
-		p.forgetWaits(key) // it moved on from any failing place
-		// Jitter first, then the cap, then the server's wish: the cap is a
-		// promise to the user, Retry-After a promise to the server.
-		delay := max(min(p.jittered(p.backoff.When(key.String())), p.opts.RetryMaxDelay), f.RetryAfter)
-		conditions.MarkRetrying(f.Reason, message, fmt.Sprintf("retrying in %s", delay.Round(time.Second)))
+	default:
+		delay := p.transient(key, f, conditions, message)
 		p.recordTransition(ctx, obj, before)
 		recordOutcome(ctx, p.kind, "transient", delay)
 		return controller.NewRequeueAfter(delay)
 	}
+}
+
+// transient marks a transient failure f on conditions and returns when to
+// try again.
+func (p *Policy) transient(key types.NamespacedName, f *failure.Error, conditions *v1alpha1.ConditionedStatus, message string) time.Duration {
+	if p.waitOnCircuit(key, f) {
+		// The place failed for everyone: its circuit's probe tries again
+		// for all its waiters, so this object's own backoff would only
+		// add requests and delay.
+		conditions.MarkRetrying(f.Reason, message,
+			WaitingMessage(registry.Place{Host: f.Host, Repository: f.Repository}, p.opts.RetryMaxDelay))
+		return max(p.jittered(p.opts.RetryMaxDelay), f.RetryAfter)
+	}
+	p.forgetWaits(key) // it moved on from any failing place
+	// Jitter first, then the cap, then the server's wish: the cap is a
+	// promise to the user, Retry-After a promise to the server.
+	delay := max(min(p.jittered(p.backoff.When(key.String())), p.opts.RetryMaxDelay), f.RetryAfter)
+	conditions.MarkRetrying(f.Reason, message, fmt.Sprintf("retrying in %s", delay.Round(time.Second)))
+	return delay
 }
 
 // ReasonQueued: the reconcile waits for a worker (Shares).

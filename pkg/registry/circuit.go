@@ -510,6 +510,36 @@ func (c *Circuits) probeDue(host string, hc *hostCircuits) (time.Time, bool) {
 		}
 		return time.Time{}, false
 	}
+	due, next := c.dueCircuits(hc, now)
+	if hc.sweeping {
+		if len(due) == 0 && hc.inFlight == 0 {
+			hc.sweeping = false
+		}
+		for _, cb := range due {
+			if hc.inFlight >= sweepParallel {
+				break
+			}
+			c.startProbe(hc, cb)
+		}
+		return next, true
+	}
+	if len(due) > 0 {
+		if now.Before(hc.nextProbe) {
+			return later(now, hc.nextProbe), true
+		}
+		c.startProbe(hc, due[0])
+		hc.nextProbe = now.Add(c.jittered(time.Duration(float64(time.Second) / c.opts.ProbesPerSecond)))
+		if len(due) > 1 && hc.nextProbe.Before(next) {
+			next = hc.nextProbe
+		}
+	}
+	return next, true
+}
+
+// dueCircuits returns hc's circuits whose probe is due, oldest first, and
+// when the next one will be (at most a probe interval away); c.mu must be
+// held.
+func (c *Circuits) dueCircuits(hc *hostCircuits, now time.Time) ([]*circuit, time.Time) {
 	// Until the registry answers at all, its repositories cannot be told
 	// apart: probe only its own circuit.
 	candidates := hc.open
@@ -538,29 +568,7 @@ func (c *Circuits) probeDue(host string, hc *hostCircuits) (time.Time, bool) {
 		due = append(due, cb)
 	}
 	sort.Slice(due, func(i, j int) bool { return due[i].due.Before(due[j].due) })
-	if hc.sweeping {
-		if len(due) == 0 && hc.inFlight == 0 {
-			hc.sweeping = false
-		}
-		for _, cb := range due {
-			if hc.inFlight >= sweepParallel {
-				break
-			}
-			c.startProbe(hc, cb)
-		}
-		return next, true
-	}
-	if len(due) > 0 {
-		if now.Before(hc.nextProbe) {
-			return later(now, hc.nextProbe), true
-		}
-		c.startProbe(hc, due[0])
-		hc.nextProbe = now.Add(c.jittered(time.Duration(float64(time.Second) / c.opts.ProbesPerSecond)))
-		if len(due) > 1 && hc.nextProbe.Before(next) {
-			next = hc.nextProbe
-		}
-	}
-	return next, true
+	return due, next
 }
 
 // lapsed reports whether nobody has waited on cb for a probe interval;
