@@ -43,6 +43,13 @@ type CircuitOptions struct {
 	ProbesPerSecond float64
 	// ProbeTimeout bounds one probe. Default 5s.
 	ProbeTimeout time.Duration
+	// CheckTimeout bounds the /v2/ check a repository's failure starts.
+	// /v2/ is the cheapest answer a registry gives (no storage, no token
+	// service): after a read went unanswered for the answer timeout, a
+	// registry that does not answer even that within CheckTimeout is
+	// hanging, and calls waiting on the check hold their workers
+	// meanwhile. Default 2s.
+	CheckTimeout time.Duration
 }
 
 func (o CircuitOptions) withDefaults() CircuitOptions {
@@ -57,6 +64,9 @@ func (o CircuitOptions) withDefaults() CircuitOptions {
 	}
 	if o.ProbeTimeout <= 0 {
 		o.ProbeTimeout = 5 * time.Second
+	}
+	if o.CheckTimeout <= 0 {
+		o.CheckTimeout = min(2*time.Second, o.ProbeTimeout)
 	}
 	return o
 }
@@ -603,8 +613,12 @@ func (c *Circuits) startProbe(hc *hostCircuits, cb *circuit) {
 	cb.probing = true
 	hc.inFlight++
 	sent := c.now()
+	timeout := c.opts.ProbeTimeout
+	if cb.check {
+		timeout = c.opts.CheckTimeout
+	}
 	go func() {
-		ctx, cancel := context.WithTimeout(c.lifetime, c.opts.ProbeTimeout)
+		ctx, cancel := context.WithTimeout(c.lifetime, timeout)
 		fail := c.sendProbe(ctx, cb.probe)
 		cancel()
 

@@ -717,3 +717,33 @@ func TestNoResendIntoAnOpenCircuit(t *testing.T) {
 		t.Errorf("%d requests into an open circuit, %d of them probes: %q", n, probes, f.Requests())
 	}
 }
+
+// TestRegistryCheckTimeout: the /v2/ check a repository's failure starts is
+// bounded by CheckTimeout, not by the longer ProbeTimeout of the probes that
+// re-send a failed read: calls to the registry's other repositories wait on
+// it, holding their workers.
+func TestRegistryCheckTimeout(t *testing.T) {
+	deadlines := make(chan time.Duration, 4)
+	send := func(req *http.Request) (*http.Response, error) {
+		if deadline, ok := req.Context().Deadline(); ok {
+			deadlines <- time.Until(deadline)
+		}
+		return &http.Response{StatusCode: http.StatusOK, Body: http.NoBody, Request: req}, nil
+	}
+	opts := CircuitOptions{ProbeTimeout: time.Minute, CheckTimeout: 2 * time.Second, FirstProbe: time.Hour}
+	c := newCircuits(t.Context(), opts, newRetryAfterHolds(time.Now, 0), send)
+	failed, err := http.NewRequest(http.MethodHead, "https://registry.example/v2/team/app/manifests/1", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.open(Place{Host: "registry.example", Repository: "team/app"},
+		&Error{Class: Transient, Reason: ReasonRegistryUnavailable, Host: "registry.example", Err: errors.New("no answer")}, failed)
+	select {
+	case left := <-deadlines:
+		if left <= 0 || left > opts.CheckTimeout {
+			t.Errorf("the /v2/ check may take %v, want at most the check timeout %v", left, opts.CheckTimeout)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no /v2/ check was sent")
+	}
+}

@@ -125,6 +125,9 @@ func (o Options) withDefaults() Options {
 		// the stall watchdog, with its message.
 		o.Circuits.ProbeTimeout = o.AnswerTimeout + time.Second
 	}
+	if o.Circuits.CheckTimeout <= 0 {
+		o.Circuits.CheckTimeout = min(2*time.Second, o.AnswerTimeout)
+	}
 	o.Circuits = o.Circuits.withDefaults()
 	return o
 }
