@@ -147,8 +147,8 @@ func (r *Core) reconcile(ctx context.Context, obj object, spec *v1alpha1.Builder
 			*status = next
 			return nil
 		}
-		if err != nil && registry.Classify(err) == registry.Transient {
-			return err
+		if err != nil && reconciler.Classify(err).Class == failure.Transient {
+			return err // the policy retries it; anything else means push again
 		}
 		// The tag moved or is gone: push again.
 	}
