@@ -19,7 +19,6 @@ import (
 	"flag"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -32,6 +31,7 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
+	"github.com/buildsmith/buildsmith/test/distribution"
 	"github.com/buildsmith/buildsmith/test/envtest"
 	"github.com/buildsmith/buildsmith/test/sampleimages"
 )
@@ -67,7 +67,7 @@ type demo struct {
 	root       string
 	dir        string // scratch: registry storage, logs, config
 	env        *envtest.Env
-	registry   string // host:port
+	registry   *distribution.Registry
 	processes  []*exec.Cmd
 	controller string // log path
 }
@@ -88,10 +88,10 @@ func (d *demo) run(ctx context.Context) error {
 		return err
 	}
 	step("starting the registry (bin/registry, distribution) on a free port")
-	if err := d.startRegistry(ctx); err != nil {
+	if d.registry, err = distribution.Start(ctx, filepath.Join(d.root, "bin", "registry"), d.dir, distribution.Options{LogLevel: "warn"}); err != nil {
 		return err
 	}
-	step("registry at %s; seeding it with a stack, two buildpackages and the lifecycle", d.registry)
+	step("registry at %s; seeding it with a stack, two buildpackages and the lifecycle", d.registry.Addr)
 	if err := d.seed(); err != nil {
 		return err
 	}
@@ -112,44 +112,11 @@ func (d *demo) run(ctx context.Context) error {
 	}
 	if d.keep {
 		step("running; use it with:\n\n  export KUBECONFIG=%s\n  %s/bin/kubectl get buildsmith -A\n\n  registry: %s\n\nCtrl-C stops everything.",
-			d.env.Kubeconfig, d.root, d.registry)
+			d.env.Kubeconfig, d.root, d.registry.Addr)
 		<-ctx.Done()
 	}
 	step("done")
 	return nil
-}
-
-func (d *demo) startRegistry(ctx context.Context) error {
-	port, err := freePort()
-	if err != nil {
-		return err
-	}
-	d.registry = fmt.Sprintf("127.0.0.1:%d", port)
-	config := filepath.Join(d.dir, "registry.yaml")
-	if err := os.WriteFile(config, []byte(fmt.Sprintf(`version: 0.1
-log:
-  level: warn
-  accesslog:
-    disabled: true
-storage:
-  filesystem:
-    rootdirectory: %s
-http:
-  addr: %s
-`, filepath.Join(d.dir, "registry"), d.registry)), 0o600); err != nil {
-		return err
-	}
-	if _, err := d.start("registry", filepath.Join(d.dir, "registry.log"), filepath.Join(d.root, "bin", "registry"), "serve", config); err != nil {
-		return err
-	}
-	return poll(ctx, 30*time.Second, "the registry to answer", func() bool {
-		resp, err := http.Get("http://" + d.registry + "/v2/")
-		if err != nil {
-			return false
-		}
-		_ = resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	})
 }
 
 // seed pushes the demo's images, each an index for linux/amd64 and
@@ -189,7 +156,7 @@ func (d *demo) seed() error {
 		"buildsmith-demo/stack/build:1.0.0":         build,
 		"buildsmith-demo/stack/run:1.0.0":           run,
 	} {
-		ref, err := name.ParseReference(d.registry + "/" + repo)
+		ref, err := name.ParseReference(d.registry.Addr + "/" + repo)
 		if err != nil {
 			return err
 		}
@@ -204,7 +171,7 @@ func (d *demo) apply(ctx context.Context) error {
 	manifests := []string{
 		"apiVersion: v1\nkind: Namespace\nmetadata:\n  name: " + systemNamespace,
 		fmt.Sprintf("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: lifecycle-image\n  namespace: %s\ndata:\n  image: %s/buildsmith-demo/lifecycle:0.21.0",
-			systemNamespace, d.registry),
+			systemNamespace, d.registry.Addr),
 		// No controller-manager here: no default ServiceAccount either.
 		"apiVersion: v1\nkind: ServiceAccount\nmetadata:\n  name: default\n  namespace: default",
 	}
@@ -217,7 +184,7 @@ func (d *demo) apply(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		manifests = append(manifests, strings.ReplaceAll(string(raw), samplesRegistry, d.registry))
+		manifests = append(manifests, strings.ReplaceAll(string(raw), samplesRegistry, d.registry.Addr))
 	}
 	out, err := d.kubectl(ctx, strings.Join(manifests, "\n---\n"), "apply", "-f", "-")
 	fmt.Print(indent(out))
@@ -343,6 +310,9 @@ func (d *demo) teardown() {
 			_ = syscall.Kill(-p.Process.Pid, syscall.SIGKILL)
 			<-done
 		}
+	}
+	if d.registry != nil {
+		d.registry.Stop()
 	}
 	if d.env != nil {
 		if err := d.env.Stop(); err != nil {

@@ -3,9 +3,6 @@ package bench
 import (
 	"encoding/json"
 	"fmt"
-	"net/http"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
@@ -14,7 +11,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/random"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
-	"github.com/buildsmith/buildsmith/test/controllertest"
+	"github.com/buildsmith/buildsmith/test/distribution"
 	"github.com/buildsmith/buildsmith/test/registrytest"
 	"github.com/buildsmith/buildsmith/test/sampleimages"
 )
@@ -24,38 +21,7 @@ import (
 // across repositories. No auth: the benchmark counts bytes, not logins.
 func startDistribution(t testing.TB) string {
 	t.Helper()
-	dir := t.TempDir()
-	addr := fmt.Sprintf("127.0.0.1:%d", controllertest.FreePort(t))
-	config := fmt.Sprintf("version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n    rootdirectory: %s\nhttp:\n  addr: %s\n",
-		filepath.Join(dir, "storage"), addr)
-	if err := os.WriteFile(filepath.Join(dir, "config.yml"), []byte(config), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	logFile, err := os.Create(filepath.Join(dir, "registry.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(filepath.Join(env.Root, "bin", "registry"), "serve", filepath.Join(dir, "config.yml"))
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		_ = logFile.Close()
-	})
-	for start := time.Now(); ; time.Sleep(100 * time.Millisecond) {
-		if resp, err := http.Get("http://" + addr + "/v2/"); err == nil {
-			_ = resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return addr
-			}
-		}
-		if time.Since(start) > 20*time.Second {
-			t.Fatal("the registry does not answer")
-		}
-	}
+	return distribution.New(t, filepath.Join(env.Root, "bin", "registry"), distribution.Options{LogLevel: "error", AccessLog: true}).Addr
 }
 
 // bigBuildpackage is a buildpackage of one buildpack whose layer is size

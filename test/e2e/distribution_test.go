@@ -4,10 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"fmt"
-	"net"
-	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -21,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/buildsmith/buildsmith/pkg/apis/build/v1alpha1"
+	"github.com/buildsmith/buildsmith/test/distribution"
 	"github.com/buildsmith/buildsmith/test/sampleimages"
 )
 
@@ -32,92 +30,22 @@ const (
 	registryHtpasswd = "pusher:$2a$10$WacmzzjvXXpSgwiq8B9uxeP5pEK0IAaSiHg7H3H3/ggJ7kCldltWi\n"
 )
 
-// distribution is the reference registry (bin/registry) with htpasswd auth,
-// storing on the filesystem, so that it can stop and start again with its
-// images.
-type distribution struct {
-	addr   string
-	config string
-	log    string // its access log
-	cmd    *exec.Cmd
-}
-
-func startDistribution(t *testing.T) *distribution {
+// startDistribution runs the reference registry (bin/registry) with htpasswd
+// auth, until the test ends. It logs every request: the tests read the
+// mounts there.
+func startDistribution(t *testing.T) *distribution.Registry {
 	t.Helper()
-	dir := t.TempDir()
-	d := &distribution{addr: fmt.Sprintf("127.0.0.1:%d", freePort(t)),
-		config: filepath.Join(dir, "config.yml"), log: filepath.Join(dir, "registry.log")}
-	if err := os.WriteFile(filepath.Join(dir, "htpasswd"), []byte(registryHtpasswd), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	config := fmt.Sprintf(`version: 0.1
-log:
-  level: info
-storage:
-  filesystem:
-    rootdirectory: %s
-auth:
-  htpasswd:
-    realm: buildsmith-e2e
-    path: %s
-http:
-  addr: %s
-`, filepath.Join(dir, "storage"), filepath.Join(dir, "htpasswd"), d.addr)
-	if err := os.WriteFile(d.config, []byte(config), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	d.start(t)
-	t.Cleanup(func() { d.stop(t) })
-	return d
+	return distribution.New(t, filepath.Join(env.Root, "bin", "registry"),
+		distribution.Options{Htpasswd: registryHtpasswd, LogLevel: "info", AccessLog: true})
 }
 
-// start runs the registry and waits until it answers.
-func (d *distribution) start(t *testing.T) {
-	t.Helper()
-	logFile, err := os.OpenFile(d.log, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d.cmd = exec.Command(filepath.Join(env.Root, "bin", "registry"), "serve", d.config)
-	d.cmd.Stdout, d.cmd.Stderr = logFile, logFile
-	if err := d.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func(cmd *exec.Cmd) { _ = cmd.Wait(); _ = logFile.Close() }(d.cmd)
-	eventually(t, 20*time.Second, "the registry to answer", func() (bool, string) {
-		resp, err := http.Get("http://" + d.addr + "/v2/")
-		if err != nil {
-			return false, err.Error()
-		}
-		_ = resp.Body.Close()
-		return resp.StatusCode == http.StatusUnauthorized, resp.Status
-	})
-}
-
-// stop kills the registry and waits until its port refuses connections.
-func (d *distribution) stop(t *testing.T) {
-	t.Helper()
-	if d.cmd == nil {
-		return
-	}
-	_ = d.cmd.Process.Kill()
-	d.cmd = nil
-	eventually(t, 10*time.Second, "the registry to stop", func() (bool, string) {
-		conn, err := net.Dial("tcp", d.addr)
-		if err != nil {
-			return true, ""
-		}
-		_ = conn.Close()
-		return false, "still accepting connections"
-	})
-}
-
-func (d *distribution) push(t *testing.T, repo string, img v1.Image, err error) {
+// pushAuthenticated pushes img to the registry at addr as registryUser.
+func pushAuthenticated(t *testing.T, addr, repo string, img v1.Image, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
 	}
-	ref, err := name.ParseReference(d.addr + "/" + repo)
+	ref, err := name.ParseReference(addr + "/" + repo)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,13 +69,13 @@ func TestAuthenticatingRegistry(t *testing.T) {
 	ctx := context.Background()
 	d := startDistribution(t)
 	lifecycle, err := sampleimages.Lifecycle(filepath.Join(env.Root, "bin", "lifecycle"), "0.21.0")
-	d.push(t, "buildsmith/lifecycle:0.21.0", lifecycle, err)
+	pushAuthenticated(t, d.Addr, "buildsmith/lifecycle:0.21.0", lifecycle, err)
 	hello, err := sampleimages.Buildpackage(helloBuildpack)
-	d.push(t, "buildpacks/hello:1.0.0", hello, err)
+	pushAuthenticated(t, d.Addr, "buildpacks/hello:1.0.0", hello, err)
 	build, err := sampleimages.StackImage("io.buildpacks.stacks.auth", cnbUID)
-	d.push(t, "stack/build:1", build, err)
+	pushAuthenticated(t, d.Addr, "stack/build:1", build, err)
 	run, err := sampleimages.StackImage("io.buildpacks.stacks.auth", 0)
-	d.push(t, "stack/run:1", run, err)
+	pushAuthenticated(t, d.Addr, "stack/run:1", run, err)
 
 	const ns = "auth"
 	if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
@@ -156,7 +84,7 @@ func TestAuthenticatingRegistry(t *testing.T) {
 	secrets := kube.CoreV1().Secrets(ns)
 	if _, err := secrets.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "registry"},
 		Type: corev1.SecretTypeDockerConfigJson,
-		Data: map[string][]byte{corev1.DockerConfigJsonKey: dockerConfig(d.addr, registryUser, "wrong")}}, metav1.CreateOptions{}); err != nil {
+		Data: map[string][]byte{corev1.DockerConfigJsonKey: dockerConfig(d.Addr, registryUser, "wrong")}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := kube.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "builder"},
@@ -165,25 +93,25 @@ func TestAuthenticatingRegistry(t *testing.T) {
 	}
 	// The lifecycle-image ConfigMap of the controller's namespace, for
 	// this test's registry.
-	useLifecycleImage(t, d.addr+"/buildsmith/lifecycle:0.21.0")
+	useLifecycleImage(t, d.Addr+"/buildsmith/lifecycle:0.21.0")
 	startController(t)
 
 	account := &v1alpha1.ServiceAccountRef{Name: "builder", Namespace: ns}
 	bs := client.BuildsmithV1alpha1()
 	if _, err := bs.ClusterStores().Create(ctx, &v1alpha1.ClusterStore{ObjectMeta: metav1.ObjectMeta{Name: "auth"},
 		Spec: v1alpha1.ClusterStoreSpec{ServiceAccountRef: account,
-			Sources: []v1alpha1.ImageSource{{Image: d.addr + "/buildpacks/hello:1.0.0"}}}}, metav1.CreateOptions{}); err != nil {
+			Sources: []v1alpha1.ImageSource{{Image: d.Addr + "/buildpacks/hello:1.0.0"}}}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := bs.ClusterStacks().Create(ctx, &v1alpha1.ClusterStack{ObjectMeta: metav1.ObjectMeta{Name: "auth"},
 		Spec: v1alpha1.ClusterStackSpec{ID: "io.buildpacks.stacks.auth", ServiceAccountRef: account,
-			BuildImage: v1alpha1.ImageSource{Image: d.addr + "/stack/build:1"},
-			RunImage:   v1alpha1.RunImageSource{Image: d.addr + "/stack/run:1"}}}, metav1.CreateOptions{}); err != nil {
+			BuildImage: v1alpha1.ImageSource{Image: d.Addr + "/stack/build:1"},
+			RunImage:   v1alpha1.RunImageSource{Image: d.Addr + "/stack/run:1"}}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := bs.Builders(ns).Create(ctx, &v1alpha1.Builder{ObjectMeta: metav1.ObjectMeta{Name: "auth", Namespace: ns},
 		Spec: v1alpha1.NamespacedBuilderSpec{ServiceAccountName: "builder", BuilderSpec: v1alpha1.BuilderSpec{
-			Tag: d.addr + "/builders/auth:latest", Stack: v1alpha1.StackRef{Name: "auth"}, Store: v1alpha1.StoreRef{Name: "auth"},
+			Tag: d.Addr + "/builders/auth:latest", Stack: v1alpha1.StackRef{Name: "auth"}, Store: v1alpha1.StoreRef{Name: "auth"},
 			Order: []v1alpha1.OrderEntry{{Group: []v1alpha1.BuildpackRef{{ID: "example/hello"}}}}}}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -205,7 +133,7 @@ func TestAuthenticatingRegistry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	secret.Data[corev1.DockerConfigJsonKey] = dockerConfig(d.addr, registryUser, registryPassword)
+	secret.Data[corev1.DockerConfigJsonKey] = dockerConfig(d.Addr, registryUser, registryPassword)
 	if _, err := secrets.Update(ctx, secret, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -219,7 +147,7 @@ func TestAuthenticatingRegistry(t *testing.T) {
 
 	// The builder's push mounted the buildpack layer from the store's
 	// repository (distribution answers a mount with 201 Created).
-	log, err := os.ReadFile(d.log)
+	log, err := os.ReadFile(d.Log)
 	if err != nil {
 		t.Fatal(err)
 	}

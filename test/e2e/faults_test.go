@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/buildsmith/buildsmith/pkg/apis/build/v1alpha1"
+	"github.com/buildsmith/buildsmith/test/distribution"
 	"github.com/buildsmith/buildsmith/test/registrytest"
 	"github.com/buildsmith/buildsmith/test/sampleimages"
 )
@@ -26,7 +27,7 @@ import (
 // the lifecycle; and the objects over them, in a namespace of their own
 // whose default ServiceAccount has the registry's pull Secret.
 type faultWorld struct {
-	d    *distribution
+	d    *distribution.Registry
 	f    *registrytest.Registry // the proxy the controller talks to
 	ns   string
 	name string
@@ -36,7 +37,7 @@ func newFaultWorld(t *testing.T, name string) *faultWorld {
 	t.Helper()
 	ctx := context.Background()
 	d := startDistribution(t)
-	w := &faultWorld{d: d, f: registrytest.InFrontOf(t, d.addr, &authn.Basic{Username: registryUser, Password: registryPassword}),
+	w := &faultWorld{d: d, f: registrytest.InFrontOf(t, d.Addr, &authn.Basic{Username: registryUser, Password: registryPassword}),
 		ns: "faults-" + name, name: name}
 	lifecycle, err := sampleimages.Lifecycle(filepath.Join(env.Root, "bin", "lifecycle"), "0.21.0")
 	push(t, w.f, "buildsmith/lifecycle:0.21.0", lifecycle, err)
@@ -176,10 +177,12 @@ func TestRegistryStoppedAndRestarted(t *testing.T) {
 	startController(t, "--resync-interval", "2s", "--retry-base-delay", "30s", "--retry-max-delay", "5m")
 	w.survives(t, "RegistryUnavailable", func() {
 		w.f.Down()
-		w.d.stop(t)
+		w.d.Stop()
 	}, func() {
 		time.Sleep(10 * time.Second)
-		w.d.start(t)
+		if err := w.d.Start(context.Background()); err != nil {
+			t.Fatal(err)
+		}
 		w.f.Up()
 	})
 }

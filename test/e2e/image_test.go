@@ -42,10 +42,10 @@ func TestControllerImage(t *testing.T) {
 	auth := remote.WithAuth(&authn.Basic{Username: registryUser, Password: registryPassword})
 	dockerDir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dockerDir, "config.json"),
-		dockerConfig(w.d.addr, registryUser, registryPassword), 0o600); err != nil {
+		dockerConfig(w.d.Addr, registryUser, registryPassword), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	repo := w.d.addr + "/buildsmith/controller"
+	repo := w.d.Addr + "/buildsmith/controller"
 	makeImage := func() (string, time.Duration) {
 		t.Helper()
 		start := time.Now()
