@@ -15,10 +15,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -33,6 +31,7 @@ import (
 
 	"github.com/buildsmith/buildsmith/test/distribution"
 	"github.com/buildsmith/buildsmith/test/envtest"
+	"github.com/buildsmith/buildsmith/test/localhost"
 	"github.com/buildsmith/buildsmith/test/sampleimages"
 )
 
@@ -198,7 +197,7 @@ func (d *demo) startController(ctx context.Context) error {
 	if out, err := build.CombinedOutput(); err != nil {
 		return fmt.Errorf("go build ./cmd/controller: %v\n%s", err, out)
 	}
-	metrics, err := freePort()
+	metrics, err := localhost.FreePort()
 	if err != nil {
 		return err
 	}
@@ -210,10 +209,10 @@ func (d *demo) startController(ctx context.Context) error {
 
 func (d *demo) waitReady(ctx context.Context) error {
 	last := ""
-	err := poll(ctx, d.timeout, "every object to be Ready", func() bool {
+	_, err := localhost.Poll(ctx, d.timeout, time.Second, "every object to be Ready", func() (bool, string) {
 		out, err := d.kubectl(ctx, "", "get", "clusterstore,clusterstack,builder,clusterbuilder", "-A")
 		if err != nil {
-			return false
+			return false, err.Error()
 		}
 		if out != last {
 			fmt.Print(indent(out))
@@ -228,7 +227,7 @@ func (d *demo) waitReady(ctx context.Context) error {
 				}
 			}
 		}
-		return objects >= 4 && ready == objects
+		return objects >= 4 && ready == objects, fmt.Sprintf("%d of %d Ready", ready, objects)
 	})
 	if err != nil {
 		log, _ := os.ReadFile(d.controller)
@@ -322,30 +321,6 @@ func (d *demo) teardown() {
 	if d.dir != "" {
 		_ = os.RemoveAll(d.dir)
 	}
-}
-
-func poll(ctx context.Context, timeout time.Duration, what string, done func() bool) error {
-	deadline := time.Now().Add(timeout)
-	for !done() {
-		if time.Now().After(deadline) {
-			return fmt.Errorf("timed out after %s waiting for %s", timeout, what)
-		}
-		select {
-		case <-ctx.Done():
-			return errors.New("interrupted")
-		case <-time.After(time.Second):
-		}
-	}
-	return nil
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 func indent(s string) string {

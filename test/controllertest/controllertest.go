@@ -7,7 +7,6 @@ package controllertest
 import (
 	"bytes"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +15,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/buildsmith/buildsmith/test/localhost"
 )
 
 // Build builds ./cmd/controller of the module at root into dir and returns
@@ -146,15 +147,15 @@ func (p *Process) readPeak() {
 	}
 }
 
-// FreePort returns a loopback TCP port that was free a moment ago.
+// FreePort is localhost.FreePort for the controller's ports in tests
+// (--metrics-port, --profiling-port).
 func FreePort(t testing.TB) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := localhost.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return port
 }
 
 type syncBuffer struct {

@@ -18,6 +18,7 @@ import (
 	"github.com/buildsmith/buildsmith/pkg/reconciler/builder"
 	"github.com/buildsmith/buildsmith/test/controllertest"
 	"github.com/buildsmith/buildsmith/test/envtest"
+	"github.com/buildsmith/buildsmith/test/localhost"
 )
 
 const systemNamespace = "buildsmith-system"
@@ -90,26 +91,14 @@ func startControllerWith(t *testing.T, kubeconfig, namespace string, disableHA b
 	return p.Kill
 }
 
-func freePort(t *testing.T) int {
-	t.Helper()
-	return controllertest.FreePort(t)
-}
-
 // eventually polls cond every 100ms until it returns true or timeout passes.
 func eventually(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) time.Duration {
 	t.Helper()
-	start := time.Now()
-	last := ""
-	for time.Since(start) < timeout {
-		ok, state := cond()
-		if ok {
-			return time.Since(start)
-		}
-		last = state
-		time.Sleep(100 * time.Millisecond)
+	took, err := localhost.Poll(context.Background(), timeout, 100*time.Millisecond, what, cond)
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Fatalf("%s: not after %v; last state: %s", what, timeout, last)
-	return 0
+	return took
 }
 
 // useLifecycleImage points the controller at a lifecycle image through the

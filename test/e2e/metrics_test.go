@@ -11,6 +11,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/buildsmith/buildsmith/test/controllertest"
 )
 
 // TestPrometheusMetrics: with metrics-protocol prometheus in
@@ -25,7 +27,7 @@ func TestPrometheusMetrics(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cms.Delete(ctx, "config-observability", metav1.DeleteOptions{}) })
-	port := freePort(t)
+	port := controllertest.FreePort(t)
 	startController(t, "--metrics-port", fmt.Sprint(port))
 	w.apply(t)
 	w.waitReady(t, 30*time.Second)
