@@ -1,19 +1,13 @@
 package bench
 
 import (
-	"encoding/json"
 	"fmt"
 	"path/filepath"
 	"testing"
 	"time"
 
-	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/random"
-	"github.com/google/go-containerregistry/pkg/v1/types"
-
 	"github.com/buildsmith/buildsmith/test/distribution"
 	"github.com/buildsmith/buildsmith/test/registrytest"
-	"github.com/buildsmith/buildsmith/test/sampleimages"
 )
 
 // startDistribution runs the reference registry (bin/registry), which,
@@ -22,24 +16,6 @@ import (
 func startDistribution(t testing.TB) string {
 	t.Helper()
 	return distribution.New(t, filepath.Join(env.Root, "bin", "registry"), distribution.Options{LogLevel: "error", AccessLog: true}).Addr
-}
-
-// bigBuildpackage is a buildpackage of one buildpack whose layer is size
-// bytes of random data.
-func bigBuildpackage(id string, size int64) (v1.Image, error) {
-	layer, err := random.Layer(size, types.OCILayer)
-	if err != nil {
-		return nil, err
-	}
-	diffID, err := layer.DiffID()
-	if err != nil {
-		return nil, err
-	}
-	label, err := json.Marshal(map[string]map[string]any{id: {"1.0.0": map[string]any{"api": "0.10", "layerDiffID": diffID.String()}}})
-	if err != nil {
-		return nil, err
-	}
-	return sampleimages.Image([]v1.Layer{layer}, map[string]string{"io.buildpacks.buildpack.layers": string(label)})
 }
 
 // TestBigLayers is scenario 5: buildpacks of 50 MiB already in the
@@ -56,7 +32,7 @@ func TestBigLayers(t *testing.T) {
 	var bigBytes int64
 	for i := range count {
 		id := fmt.Sprintf("bench/big-%d", i)
-		img, err := bigBuildpackage(id, size)
+		img, err := registrytest.Buildpackage(registrytest.Buildpack{ID: id, Version: "1.0.0", API: "0.10", Size: size})
 		push(t, upstream, fmt.Sprintf("buildpacks/big-%d:1", i), img, err)
 		m, _ := img.Manifest()
 		bigBytes += m.Layers[0].Size

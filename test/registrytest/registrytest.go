@@ -23,11 +23,11 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 	ggcrregistry "github.com/google/go-containerregistry/pkg/registry"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/empty"
-	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/random"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+
+	"github.com/buildsmith/buildsmith/test/sampleimages"
 )
 
 // Registry is a registry behind a handler that injects faults into chosen
@@ -301,20 +301,30 @@ type Buildpack struct {
 	Size int64
 }
 
-// PushBuildpackage pushes an image with one (random) layer per buildpack
-// and an io.buildpacks.buildpack.layers label listing them.
+// PushBuildpackage pushes Buildpackage(buildpacks...).
 func (f *Registry) PushBuildpackage(repo string, buildpacks ...Buildpack) v1.Image {
 	f.t.Helper()
+	img, err := Buildpackage(buildpacks...)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	f.Write(repo, img)
+	return img
+}
+
+// Buildpackage makes a linux/amd64 image with one (random) layer per
+// buildpack and an io.buildpacks.buildpack.layers label listing them.
+func Buildpackage(buildpacks ...Buildpack) (v1.Image, error) {
 	var layers []v1.Layer
 	label := map[string]map[string]map[string]string{}
 	for _, bp := range buildpacks {
 		layer, err := random.Layer(cmp.Or(bp.Size, 256), types.OCILayer)
 		if err != nil {
-			f.t.Fatal(err)
+			return nil, err
 		}
 		diffID, err := layer.DiffID()
 		if err != nil {
-			f.t.Fatal(err)
+			return nil, err
 		}
 		layers = append(layers, layer)
 		if label[bp.ID] == nil {
@@ -324,25 +334,16 @@ func (f *Registry) PushBuildpackage(repo string, buildpacks ...Buildpack) v1.Ima
 	}
 	raw, err := json.Marshal(label)
 	if err != nil {
-		f.t.Fatal(err)
+		return nil, err
 	}
-	return f.PushLayers(repo, layers, map[string]string{"io.buildpacks.buildpack.layers": string(raw)}, nil)
+	return sampleimages.Image(layers, map[string]string{"io.buildpacks.buildpack.layers": string(raw)})
 }
 
 // PushLayers pushes an OCI linux/amd64 image of layers with labels and env.
 func (f *Registry) PushLayers(repo string, layers []v1.Layer, labels map[string]string, env []string) v1.Image {
 	f.t.Helper()
-	img, err := mutate.AppendLayers(mutate.MediaType(empty.Image, types.OCIManifestSchema1), layers...)
+	img, err := sampleimages.Image(layers, labels, env...)
 	if err != nil {
-		f.t.Fatal(err)
-	}
-	cf, err := img.ConfigFile()
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	cf.OS, cf.Architecture = "linux", "amd64"
-	cf.Config.Labels, cf.Config.Env = labels, env
-	if img, err = mutate.ConfigFile(img, cf); err != nil {
 		f.t.Fatal(err)
 	}
 	f.Write(repo, img)

@@ -35,9 +35,6 @@ import (
 	"github.com/buildsmith/buildsmith/test/sampleimages"
 )
 
-const lifecycleAPIs = `{"buildpack":{"deprecated":[],"supported":["0.7","0.8","0.9","0.10","0.11","0.12"]},` +
-	`"platform":{"deprecated":[],"supported":["0.7","0.8","0.9","0.10","0.11","0.12","0.13","0.14","0.15"]}}`
-
 // fixture is a registry with a stack, a store's buildpackages and a
 // lifecycle image, and the Ready ClusterStack and ClusterStore describing
 // them, as their reconcilers would have written them.
@@ -496,7 +493,7 @@ func pushFakeLifecycle(tb testing.TB, f *registrytest.Registry) {
 		tb.Fatal(err)
 	}
 	f.PushLayers("lifecycle:0.21.0", []v1.Layer{layer},
-		map[string]string{cnb.LabelLifecycleVer: "0.21.0", cnb.LabelLifecycleAPIs: lifecycleAPIs}, nil)
+		map[string]string{cnb.LabelLifecycleVer: "0.21.0", cnb.LabelLifecycleAPIs: sampleimages.LifecycleAPIs}, nil)
 }
 
 // TestBuilderEnvAndRunImageMirrors: spec.env becomes files of
