@@ -105,12 +105,13 @@ func main() {
 	if err := registerRegistryMetrics(client); err != nil {
 		log.Fatalf("registering metrics: %v", err)
 	}
-	builders := &builder.Controllers{Registry: client, Options: opts, Version: version}
+	builders := builder.Config{Registry: client, Options: opts, Version: version,
+		Lifecycle: builder.NewLifecycleSource(client, opts.ResyncInterval)}
 	sharedmain.MainWithConfig(ctx, component, cfg,
 		clusterstore.NewController(client, opts),
 		clusterstack.NewController(client, opts),
-		builders.NewBuilderController(),
-		builders.NewClusterBuilderController(),
+		builder.NewBuilderController(builders),
+		builder.NewClusterBuilderController(builders),
 	)
 }
 

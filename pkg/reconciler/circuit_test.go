@@ -28,10 +28,8 @@ func TestCircuitWaitsOfKindsSharingAName(t *testing.T) {
 		t.Fatalf("Resolve: %v", err)
 	}
 	woken := make(chan string, 2)
-	storePolicy := NewPolicy("ClusterStore", DefaultOptions(), client.Circuits())
-	storePolicy.SetEnqueue(func(types.NamespacedName) { woken <- "store" })
-	stackPolicy := NewPolicy("ClusterStack", DefaultOptions(), client.Circuits())
-	stackPolicy.SetEnqueue(func(types.NamespacedName) { woken <- "stack" })
+	storePolicy := NewPolicy("ClusterStore", DefaultOptions(), client.Circuits(), func(types.NamespacedName) { woken <- "store" }, nil)
+	stackPolicy := NewPolicy("ClusterStack", DefaultOptions(), client.Circuits(), func(types.NamespacedName) { woken <- "stack" }, nil)
 	storePolicy.Finish(ctx, &v1alpha1.ClusterStore{ObjectMeta: metav1.ObjectMeta{Name: "demo"}}, err)
 	stackPolicy.Finish(ctx, &v1alpha1.ClusterStack{ObjectMeta: metav1.ObjectMeta{Name: "demo"}}, err)
 	if open := client.Circuits().Open(); len(open) != 1 || open[0].Waiters != 2 {
@@ -59,8 +57,7 @@ func TestObjectThatMovesOnStopsWaiting(t *testing.T) {
 	client := registry.New(ctx, registry.Options{})
 	f.Down()
 	_, err := client.Resolve(ctx, f.Ref("team/app:1"), nil)
-	policy := NewPolicy("ClusterStore", DefaultOptions(), client.Circuits())
-	policy.SetEnqueue(func(types.NamespacedName) {})
+	policy := NewPolicy("ClusterStore", DefaultOptions(), client.Circuits(), func(types.NamespacedName) {}, nil)
 	store := &v1alpha1.ClusterStore{ObjectMeta: metav1.ObjectMeta{Name: "demo"}}
 	policy.Finish(ctx, store, err)
 	if open := client.Circuits().Open(); len(open) != 1 || open[0].Waiters != 1 {

@@ -114,28 +114,25 @@ type Policy struct {
 	refresh       func(context.Context, Object) error
 }
 
-// NewPolicy returns the Policy of the controller of kind. Enqueue must be
-// set (to the controller's EnqueueKey) before the first reconcile; circuits
-// may be nil.
-func NewPolicy(kind string, opts Options, circuits *registry.Circuits) *Policy {
+// NewPolicy returns the Policy of the controller of kind: enqueue puts a
+// woken object back on the controller's queue, and refresh (nil: the
+// reconciled copy is trusted) replaces the status a failed reconcile
+// started from with the API server's (see RefreshStatus). circuits may be
+// nil.
+func NewPolicy(kind string, opts Options, circuits *registry.Circuits,
+	enqueue func(types.NamespacedName), refresh func(context.Context, Object) error) *Policy {
 	return &Policy{
 		kind:     kind,
 		opts:     opts,
 		circuits: circuits,
+		enqueue:  enqueue,
+		refresh:  refresh,
 		backoff:  workqueue.NewTypedItemExponentialFailureRateLimiter[string](opts.RetryBaseDelay, opts.RetryMaxDelay),
 		statusBackoff: workqueue.NewTypedItemExponentialFailureRateLimiter[string](
 			min(250*time.Millisecond, opts.RetryBaseDelay), statusWriteRetryMax),
 		jitter: rand.Float64,
 	}
 }
-
-// SetEnqueue sets how a woken object is put back on the queue.
-func (p *Policy) SetEnqueue(enqueue func(types.NamespacedName)) { p.enqueue = enqueue }
-
-// SetRefresh sets how a failed reconcile replaces the object's status with
-// the API server's when the informer's copy it worked on was stale (see
-// RefreshStatus). Without it, the copy is trusted.
-func (p *Policy) SetRefresh(refresh func(context.Context, Object) error) { p.refresh = refresh }
 
 // RefreshStatus returns a refresh for objects of type T: get reads one from
 // the API server, and when its resourceVersion differs from the reconciled

@@ -31,7 +31,7 @@ func newStack() *v1alpha1.ClusterStack {
 }
 
 func TestBackoffGrowsAndResets(t *testing.T) {
-	p := NewPolicy("ClusterStack", DefaultOptions(), nil)
+	p := NewPolicy("ClusterStack", DefaultOptions(), nil, nil, nil)
 	p.jitter = func() float64 { return 0.5 } // no spread
 	ctx := context.Background()
 	transient := failure.Transientf(registry.ReasonRegistryUnavailable, "connection refused")
@@ -69,7 +69,7 @@ func TestBackoffGrowsAndResets(t *testing.T) {
 }
 
 func TestJitterSpreads(t *testing.T) {
-	p := NewPolicy("ClusterStack", DefaultOptions(), nil)
+	p := NewPolicy("ClusterStack", DefaultOptions(), nil, nil, nil)
 	lo, hi := time.Hour, time.Duration(0)
 	for range 200 {
 		d := p.jittered(10 * time.Second)
@@ -121,7 +121,7 @@ func TestKstatus(t *testing.T) {
 	}
 	for _, tc := range tests {
 		s := newStack()
-		NewPolicy("ClusterStack", DefaultOptions(), nil).Finish(context.Background(), s, tc.err)
+		NewPolicy("ClusterStack", DefaultOptions(), nil, nil, nil).Finish(context.Background(), s, tc.err)
 		u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(s)
 		if err != nil {
 			t.Fatal(err)
@@ -141,7 +141,7 @@ func TestKstatus(t *testing.T) {
 func TestPermanentEventOnlyOnTransition(t *testing.T) {
 	recorder := record.NewFakeRecorder(10)
 	ctx := controller.WithEventRecorder(context.Background(), recorder)
-	p := NewPolicy("ClusterStack", DefaultOptions(), nil)
+	p := NewPolicy("ClusterStack", DefaultOptions(), nil, nil, nil)
 	s := newStack()
 	bad := failure.Permanentf(ReasonInvalidSpec, "bad tag")
 
@@ -163,7 +163,7 @@ func TestPermanentEventOnlyOnTransition(t *testing.T) {
 
 func TestDelayNeverExceedsTheCap(t *testing.T) {
 	opts := DefaultOptions()
-	p := NewPolicy("ClusterStack", opts, nil)
+	p := NewPolicy("ClusterStack", opts, nil, nil, nil)
 	p.jitter = func() float64 { return 0.999 } // +20 %
 	for range 30 {
 		_, d := controller.IsRequeueKey(p.Finish(context.Background(), newStack(), failure.Transientf("RegistryUnavailable", "x")))
@@ -203,7 +203,7 @@ func TestEnqueueOnChange(t *testing.T) {
 // annotation is echoed in status and makes the next failure wait the first
 // backoff step again; the same value again changes nothing.
 func TestReconcileRequestRestartsBackoff(t *testing.T) {
-	p := NewPolicy("ClusterStack", DefaultOptions(), nil)
+	p := NewPolicy("ClusterStack", DefaultOptions(), nil, nil, nil)
 	p.jitter = func() float64 { return 0.5 } // no spread
 	ctx := context.Background()
 	transient := failure.Transientf(registry.ReasonRegistryUnavailable, "connection refused")
@@ -239,12 +239,11 @@ func TestReconcileRequestRestartsBackoff(t *testing.T) {
 // stale copy (the informer had not seen the last status write) records its
 // conditions on the API server's status, not on the stale one.
 func TestFailureKeepsTheNewestStatus(t *testing.T) {
-	p := NewPolicy("ClusterStack", DefaultOptions(), nil)
 	latest := newStack()
 	latest.ResourceVersion = "8"
 	latest.Status.BuildImage = v1alpha1.ResolvedImage{Image: "r.example/build:1", LatestImage: "r.example/build@sha256:aa"}
 	latest.Status.MarkReady()
-	p.SetRefresh(RefreshStatus(
+	p := NewPolicy("ClusterStack", DefaultOptions(), nil, nil, RefreshStatus(
 		func(context.Context, string, string) (*v1alpha1.ClusterStack, error) { return latest.DeepCopy(), nil },
 		func(dst, src *v1alpha1.ClusterStack) { dst.Status = src.Status }))
 
@@ -271,7 +270,7 @@ func TestFailureKeepsTheNewestStatus(t *testing.T) {
 // gives a condition message of at most maxMessage bytes, still valid UTF-8,
 // and saying it was cut; short messages are kept whole.
 func TestLongMessagesAreCut(t *testing.T) {
-	p := NewPolicy("ClusterStack", DefaultOptions(), nil)
+	p := NewPolicy("ClusterStack", DefaultOptions(), nil, nil, nil)
 	for _, tc := range []struct {
 		name, message string
 		cut           bool

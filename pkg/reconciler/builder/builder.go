@@ -39,13 +39,11 @@ const (
 
 // Core is what Builder and ClusterBuilder reconcilers share.
 type Core struct {
-	Registry    *registry.Client
-	Credentials reconciler.Credentials
-	Policy      *reconciler.Policy
-	Stacks      listers.ClusterStackLister
-	Stores      listers.ClusterStoreLister
-	Tracker     tracker.Interface
-	Lifecycle   *LifecycleSource
+	reconciler.Base
+	Stacks    listers.ClusterStackLister
+	Stores    listers.ClusterStoreLister
+	Tracker   tracker.Interface
+	Lifecycle *LifecycleSource
 	// Version is buildsmith's version, recorded in the builder metadata.
 	Version string
 
@@ -68,19 +66,17 @@ type pushRecord struct {
 type BuilderReconciler struct {
 	*Core
 	// Shares keeps a namespace from holding every worker while another
-	// has builders waiting; nil: no limit.
+	// has builders waiting.
 	Shares *reconciler.Shares
 }
 
 // ReconcileKind implements the generated reconciler's Interface.
-func (r BuilderReconciler) ReconcileKind(ctx context.Context, b *v1alpha1.Builder) pkgreconciler.Event {
-	if r.Shares != nil {
-		release, ok := r.Shares.Acquire(types.NamespacedName{Namespace: b.Namespace, Name: b.Name})
-		if !ok {
-			return r.Policy.Queued(ctx, b, r.Shares.Limit())
-		}
-		defer release()
+func (r *BuilderReconciler) ReconcileKind(ctx context.Context, b *v1alpha1.Builder) pkgreconciler.Event {
+	release, ok := r.Shares.Acquire(types.NamespacedName{Namespace: b.Namespace, Name: b.Name})
+	if !ok {
+		return r.Policy.Queued(ctx, b, r.Shares.Limit())
 	}
+	defer release()
 	keychain := func() (authn.Keychain, error) {
 		account := b.Spec.ServiceAccountName
 		if account == "" {
@@ -91,22 +87,18 @@ func (r BuilderReconciler) ReconcileKind(ctx context.Context, b *v1alpha1.Builde
 	return r.Policy.Finish(ctx, b, r.reconcile(ctx, b, &b.Spec.BuilderSpec, &b.Status, keychain))
 }
 
-// ObserveDeletion drops the deleted builder's backoff, circuit waits and
-// push record.
-func (r BuilderReconciler) ObserveDeletion(_ context.Context, key types.NamespacedName) error {
-	r.Policy.Forget(key)
-	r.pushes.Delete(key)
-	if r.Shares != nil {
-		r.Shares.Forget(key)
-	}
-	return nil
+// ObserveDeletion drops the deleted builder's backoff, circuit waits, push
+// record and place in the shares.
+func (r *BuilderReconciler) ObserveDeletion(ctx context.Context, key types.NamespacedName) error {
+	r.Shares.Forget(key)
+	return r.Core.ObserveDeletion(ctx, key)
 }
 
 // ClusterBuilderReconciler reconciles ClusterBuilders.
 type ClusterBuilderReconciler struct{ *Core }
 
 // ReconcileKind implements the generated reconciler's Interface.
-func (r ClusterBuilderReconciler) ReconcileKind(ctx context.Context, b *v1alpha1.ClusterBuilder) pkgreconciler.Event {
+func (r *ClusterBuilderReconciler) ReconcileKind(ctx context.Context, b *v1alpha1.ClusterBuilder) pkgreconciler.Event {
 	keychain := func() (authn.Keychain, error) {
 		return r.Credentials.ForServiceAccount(ctx, b, b.Spec.ServiceAccountRef)
 	}
@@ -115,10 +107,9 @@ func (r ClusterBuilderReconciler) ReconcileKind(ctx context.Context, b *v1alpha1
 
 // ObserveDeletion drops the deleted builder's backoff, circuit waits and
 // push record.
-func (r ClusterBuilderReconciler) ObserveDeletion(_ context.Context, key types.NamespacedName) error {
-	r.Policy.Forget(key)
+func (r *Core) ObserveDeletion(ctx context.Context, key types.NamespacedName) error {
 	r.pushes.Delete(key)
-	return nil
+	return r.Base.ObserveDeletion(ctx, key)
 }
 
 type object interface {
@@ -178,18 +169,18 @@ type inputs struct {
 // credentials, the order and the platforms to build.
 func (r *Core) resolveInputs(ctx context.Context, obj object, spec *v1alpha1.BuilderSpec,
 	keychain func() (authn.Keychain, error)) (*inputs, error) {
-	if err := obj.Validate(ctx); err != nil {
-		return nil, failure.Permanentf(reconciler.ReasonInvalidSpec, "%v", err)
+	if err := reconciler.Validate(ctx, obj); err != nil {
+		return nil, err
 	}
 	in := &inputs{}
 	var err error
 	if in.tag, err = name.NewTag(spec.Tag); err != nil {
 		return nil, failure.Permanentf(reconciler.ReasonInvalidSpec, "spec.tag: %v", err)
 	}
-	if in.stack, err = r.stack(obj, spec.Stack.Name); err != nil {
+	if in.stack, err = ready(r, obj, "ClusterStack", spec.Stack.Name, r.Stacks.Get, ReasonStackNotReady); err != nil {
 		return nil, err
 	}
-	if in.store, err = r.store(obj, spec.Store.Name); err != nil {
+	if in.store, err = ready(r, obj, "ClusterStore", spec.Store.Name, r.Stores.Get, ReasonStoreNotReady); err != nil {
 		return nil, err
 	}
 	if err := cnb.ValidateEnv(buildEnv(spec.Env)); err != nil {
@@ -290,15 +281,6 @@ type platformBuild struct {
 	order     *cnb.ResolvedOrder
 }
 
-// buildpackPlatforms are the platforms the store has bp for; any, for a
-// status written before stores listed platforms.
-func buildpackPlatforms(bp v1alpha1.StoreBuildpack) []cnb.Platform {
-	if len(bp.Platforms) == 0 {
-		return []cnb.Platform{{}}
-	}
-	return cnb.PlatformsOf(bp.Platforms)
-}
-
 // platforms chooses the platforms to build, as spec.targets asks or (with
 // none) every platform the stack, the lifecycle image and every buildpack
 // of the order have, and checks the buildpacks against each platform's
@@ -307,9 +289,6 @@ func buildpackPlatforms(bp v1alpha1.StoreBuildpack) []cnb.Platform {
 func (r *Core) platforms(ctx context.Context, stack *v1alpha1.ClusterStack, resolved *cnb.ResolvedOrder,
 	targets []v1alpha1.Platform, kc authn.Keychain) ([]platformBuild, []string, error) {
 	stackPlatforms := cnb.PlatformsOf(stack.Status.Platforms)
-	if len(stackPlatforms) == 0 { // a status written before stacks listed platforms
-		stackPlatforms = []cnb.Platform{{OS: stack.Status.OS, Arch: stack.Status.Arch}}
-	}
 	lifecycleImage, err := r.Lifecycle.Image(ctx, kc)
 	if err != nil {
 		return nil, nil, err
@@ -320,7 +299,7 @@ func (r *Core) platforms(ctx context.Context, stack *v1alpha1.ClusterStack, reso
 	}
 	for _, bp := range resolved.Buildpacks {
 		if !resolved.Optional(bp) {
-			parts = append(parts, cnb.PlatformPart{Name: "buildpack " + bp.ID + "@" + bp.Version, Platforms: buildpackPlatforms(bp)})
+			parts = append(parts, cnb.PlatformPart{Name: "buildpack " + bp.ID + "@" + bp.Version, Platforms: cnb.PlatformsOf(bp.Platforms)})
 		}
 	}
 	selected, err := cnb.SelectPlatforms(cnb.PlatformsOf(targets), parts)
@@ -344,7 +323,7 @@ func (r *Core) platforms(ctx context.Context, stack *v1alpha1.ClusterStack, reso
 		}
 		// Optional buildpacks the platform lacks stay out of its builder.
 		order := resolved.Without(func(bp v1alpha1.StoreBuildpack) bool {
-			return resolved.Optional(bp) && !slices.ContainsFunc(buildpackPlatforms(bp), p.Matches)
+			return resolved.Optional(bp) && !slices.ContainsFunc(cnb.PlatformsOf(bp.Platforms), p.Matches)
 		})
 		info := &cnb.Stack{ID: stack.Status.ID, Mixins: stack.Status.Mixins, UserID: stack.Status.UserID,
 			GroupID: stack.Status.GroupID, OS: p.OS, Arch: p.Arch, Variant: p.Variant}
@@ -415,8 +394,8 @@ func (r *Core) buildpackLayer(ctx context.Context, bp v1alpha1.StoreBuildpack, p
 	if err != nil {
 		return nil, err
 	}
-	// A plain image is what it is, whatever platform was asked for; a
-	// store status written before stores listed platforms may not say.
+	// A plain image is what it is, whatever platform was asked for: the
+	// store's status may be older than the image at the digest's tag.
 	if own := (cnb.Platform{OS: img.Config.OS, Arch: img.Config.Architecture, Variant: img.Config.Variant}); !own.Matches(cnb.PlatformOf(platform)) {
 		return nil, failure.Waitingf(ReasonStoreNotReady, "buildpack %s@%s: %s is for %s, not %s",
 			bp.ID, bp.Version, bp.StoreImage.Image, own, cnb.PlatformOf(platform))
@@ -443,36 +422,22 @@ func (r *Core) buildpackLayer(ctx context.Context, bp v1alpha1.StoreBuildpack, p
 		bp.ID, bp.Version, bp.StoreImage.Image, cnb.PlatformOf(platform))
 }
 
-// stack returns the named ClusterStack if it is Ready for its current
-// generation, and tracks it either way.
-func (r *Core) stack(obj object, name string) (*v1alpha1.ClusterStack, error) {
-	_ = r.Tracker.TrackReference(tracker.Reference{APIVersion: v1alpha1.SchemeGroupVersion.String(), Kind: "ClusterStack", Name: name}, obj)
-	stack, err := r.Stacks.Get(name)
+// ready returns the dependency of obj that get finds by name if it is Ready
+// for its current generation, and tracks it either way (a stack becoming
+// Ready wakes the builders waiting on it).
+func ready[T reconciler.Object](r *Core, obj object, kind, name string, get func(string) (T, error), reason string) (T, error) {
+	var none T
+	_ = r.Tracker.TrackReference(tracker.Reference{APIVersion: v1alpha1.SchemeGroupVersion.String(), Kind: kind, Name: name}, obj)
+	dep, err := get(name)
 	if apierrors.IsNotFound(err) {
-		return nil, failure.Waitingf(ReasonStackNotReady, "ClusterStack %s not found", name)
+		return none, failure.Waitingf(reason, "%s %s not found", kind, name)
 	} else if err != nil {
-		return nil, err
+		return none, err
 	}
-	if !stack.Status.IsReady() || stack.Status.ObservedGeneration != stack.Generation {
-		return nil, failure.Waitingf(ReasonStackNotReady, "ClusterStack %s is not Ready%s", name, why(stack.Status.ConditionedStatus))
+	if status := dep.Conditions(); !status.IsReady() || status.ObservedGeneration != dep.GetGeneration() {
+		return none, failure.Waitingf(reason, "%s %s is not Ready%s", kind, name, why(*status))
 	}
-	return stack, nil
-}
-
-// store returns the named ClusterStore if it is Ready for its current
-// generation, and tracks it either way.
-func (r *Core) store(obj object, name string) (*v1alpha1.ClusterStore, error) {
-	_ = r.Tracker.TrackReference(tracker.Reference{APIVersion: v1alpha1.SchemeGroupVersion.String(), Kind: "ClusterStore", Name: name}, obj)
-	store, err := r.Stores.Get(name)
-	if apierrors.IsNotFound(err) {
-		return nil, failure.Waitingf(ReasonStoreNotReady, "ClusterStore %s not found", name)
-	} else if err != nil {
-		return nil, err
-	}
-	if !store.Status.IsReady() || store.Status.ObservedGeneration != store.Generation {
-		return nil, failure.Waitingf(ReasonStoreNotReady, "ClusterStore %s is not Ready%s", name, why(store.Status.ConditionedStatus))
-	}
-	return store, nil
+	return dep, nil
 }
 
 func why(s v1alpha1.ConditionedStatus) string {
@@ -497,32 +462,26 @@ func fingerprintOf(stack *v1alpha1.ClusterStack, builds []platformBuild, resolve
 		if len(bp.Platforms) <= 1 {
 			bp.StoreImage = v1alpha1.ImageSource{}
 		}
-		// Platforms came later: without them, builders made before keep
-		// their fingerprints.
+		// Which platforms the store has it for counts only through the
+		// platforms built (below): a platform the builder does not build
+		// changes nothing.
 		bp.Platforms = nil
 		buildpacks[i] = bp
 	}
-	lifecycle := builds[0].lifecycle.Digest
-	var platforms []string
-	if len(builds) > 1 || builds[0].platform.OS != stack.Status.OS || builds[0].platform.Arch != stack.Status.Arch {
-		// Several platforms: each, and each one's lifecycle. (A single
-		// platform keeps the fingerprint builders had before platforms.)
-		for _, b := range builds {
-			platforms = append(platforms, b.platform.String()+"="+b.lifecycle.Digest)
-		}
+	platforms := make([]string, len(builds)) // each built, with its lifecycle image
+	for i, b := range builds {
+		platforms[i] = b.platform.String() + "=" + b.lifecycle.Digest
 	}
 	raw, _ := json.Marshal(struct {
-		BuildImage, RunImage, Lifecycle, Tag, Version string
-		Buildpacks                                    []v1alpha1.StoreBuildpack
-		Order                                         []v1alpha1.OrderEntry
-		Labels                                        map[string]string
-		// Added later: omitted when empty, so that builders without them
-		// keep their fingerprints (and are not rebuilt on upgrade).
-		RunImageMirrors []string            `json:",omitempty"`
-		Env             []v1alpha1.BuildEnv `json:",omitempty"`
-		Platforms       []string            `json:",omitempty"`
-	}{stack.Status.BuildImage.LatestImage, stack.Status.RunImage.Image, lifecycle, spec.Tag, version,
-		buildpacks, resolved.Order, spec.AdditionalLabels, stack.Status.RunImage.Mirrors, spec.Env, platforms})
+		BuildImage, RunImage, Tag, Version string
+		RunImageMirrors                    []string
+		Platforms                          []string
+		Buildpacks                         []v1alpha1.StoreBuildpack
+		Order                              []v1alpha1.OrderEntry
+		Labels                             map[string]string
+		Env                                []v1alpha1.BuildEnv
+	}{stack.Status.BuildImage.LatestImage, stack.Status.RunImage.Image, spec.Tag, version, stack.Status.RunImage.Mirrors,
+		platforms, buildpacks, resolved.Order, spec.AdditionalLabels, spec.Env})
 	sum := sha256.Sum256(raw)
 	return "sha256:" + hex.EncodeToString(sum[:])
 }

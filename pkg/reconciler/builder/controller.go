@@ -2,17 +2,13 @@ package builder
 
 import (
 	"context"
-	"sync"
-	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/cache"
 	"knative.dev/pkg/configmap"
 	"knative.dev/pkg/controller"
 	"knative.dev/pkg/kmeta"
-	"knative.dev/pkg/logging"
-	"knative.dev/pkg/system"
 	"knative.dev/pkg/tracker"
 
 	"github.com/buildsmith/buildsmith/pkg/apis/build/v1alpha1"
@@ -27,122 +23,96 @@ import (
 	"github.com/buildsmith/buildsmith/pkg/registry"
 )
 
-// Controllers builds the Builder and the ClusterBuilder controllers. They
-// share the lifecycle image, read once from the lifecycle-image ConfigMap.
-type Controllers struct {
+// Config is what the Builder and ClusterBuilder controllers are made of.
+type Config struct {
 	Registry *registry.Client
 	Options  reconciler.Options
-	Version  string
-
-	once      sync.Once
-	lifecycle *LifecycleSource
-	resyncs   []func() // one per controller: reconcile all on a lifecycle change
-	mu        sync.Mutex
+	// Lifecycle is shared by both controllers: one lifecycle image, read
+	// once per refresh, for every builder.
+	Lifecycle *LifecycleSource
+	// Version is buildsmith's version, recorded in the builder metadata.
+	Version string
 }
 
-func (c *Controllers) lifecycleSource(cmw configmap.Watcher, logger interface{ Infof(string, ...any) }) *LifecycleSource {
-	c.once.Do(func() {
-		c.lifecycle = &LifecycleSource{Registry: c.Registry, Refresh: max(c.Options.ResyncInterval, time.Minute)}
-		observe := func(cm *corev1.ConfigMap) {
-			c.lifecycle.Update(cm)
-			logger.Infof("lifecycle image: %q", cm.Data[LifecycleImageKey])
-			c.mu.Lock()
-			resyncs := append([]func(){}, c.resyncs...)
-			c.mu.Unlock()
-			for _, resync := range resyncs {
-				resync()
-			}
-		}
-		empty := corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: LifecycleConfigMap, Namespace: system.Namespace()}}
-		if dw, ok := cmw.(configmap.DefaultingWatcher); ok {
-			// A missing ConfigMap is a waiting condition on builders,
-			// not a reason for the controller not to start.
-			dw.WatchWithDefault(empty, observe)
-		} else {
-			cmw.Watch(LifecycleConfigMap, observe)
-		}
+// NewBuilderController returns a constructor of the Builder controller.
+func NewBuilderController(cfg Config) func(context.Context, configmap.Watcher) *controller.Impl {
+	return func(ctx context.Context, cmw configmap.Watcher) *controller.Impl {
+		impl, _ := newBuilderController(ctx, cmw, cfg)
+		return impl
+	}
+}
+
+func newBuilderController(ctx context.Context, cmw configmap.Watcher, cfg Config) (*controller.Impl, *BuilderReconciler) {
+	r := &BuilderReconciler{}
+	impl := builderreconciler.NewImpl(ctx, r)
+	// Every enqueue the controller makes is noted in the shares, so that a
+	// namespace with builders queued keeps a worker free of another's.
+	// (Delayed requeues are not seen until they run.)
+	r.Shares = reconciler.NewShares(impl.Concurrency)
+	enqueue := func(key types.NamespacedName) {
+		r.Shares.Queue(key)
+		impl.EnqueueKey(key)
+	}
+	builders := buildsmithclient.Get(ctx).BuildsmithV1alpha1()
+	informer := builderinformer.Get(ctx).Informer()
+	r.Core = newCore(ctx, cmw, cfg, impl, informer, reconciler.Wiring[*v1alpha1.Builder]{
+		Kind: "Builder", Enqueue: enqueue,
+		Get: func(ctx context.Context, namespace, name string) (*v1alpha1.Builder, error) {
+			return builders.Builders(namespace).Get(ctx, name, metav1.GetOptions{})
+		},
+		CopyStatus: func(dst, src *v1alpha1.Builder) { dst.Status = src.Status },
 	})
-	return c.lifecycle
+	informer.AddEventHandler(reconciler.EnqueueOnChange(func(obj any) {
+		if b, err := kmeta.DeletionHandlingAccessor(obj); err == nil {
+			enqueue(types.NamespacedName{Namespace: b.GetNamespace(), Name: b.GetName()})
+		}
+	}))
+	return impl, r
 }
 
-// core returns the part of a builder reconciler both kinds share; enqueue
-// puts a key on impl's queue.
-func (c *Controllers) core(ctx context.Context, cmw configmap.Watcher, kind string, impl *controller.Impl,
-	enqueue func(types.NamespacedName)) *Core {
+// NewClusterBuilderController returns a constructor of the ClusterBuilder
+// controller.
+func NewClusterBuilderController(cfg Config) func(context.Context, configmap.Watcher) *controller.Impl {
+	return func(ctx context.Context, cmw configmap.Watcher) *controller.Impl {
+		r := &ClusterBuilderReconciler{}
+		impl := clusterbuilderreconciler.NewImpl(ctx, r)
+		builders := buildsmithclient.Get(ctx).BuildsmithV1alpha1().ClusterBuilders()
+		informer := clusterbuilderinformer.Get(ctx).Informer()
+		r.Core = newCore(ctx, cmw, cfg, impl, informer, reconciler.Wiring[*v1alpha1.ClusterBuilder]{
+			Kind: "ClusterBuilder",
+			Get: func(ctx context.Context, _, name string) (*v1alpha1.ClusterBuilder, error) {
+				return builders.Get(ctx, name, metav1.GetOptions{})
+			},
+			CopyStatus: func(dst, src *v1alpha1.ClusterBuilder) { dst.Status = src.Status },
+		})
+		informer.AddEventHandler(reconciler.EnqueueOnChange(impl.Enqueue))
+		return impl
+	}
+}
+
+// newCore wires the part both builder reconcilers share to impl, whose
+// objects informer holds.
+func newCore[T reconciler.Object](ctx context.Context, cmw configmap.Watcher, cfg Config, impl *controller.Impl,
+	informer cache.SharedIndexInformer, w reconciler.Wiring[T]) *Core {
+	w.Registry, w.Options = cfg.Registry, cfg.Options
+	if w.Enqueue == nil {
+		w.Enqueue = impl.EnqueueKey
+	}
 	core := &Core{
-		Registry:  c.Registry,
-		Policy:    reconciler.NewPolicy(kind, c.Options, c.Registry.Circuits()),
+		Base:      reconciler.NewBase(ctx, impl, w),
 		Stacks:    clusterstackinformer.Get(ctx).Lister(),
 		Stores:    clusterstoreinformer.Get(ctx).Lister(),
-		Tracker:   tracker.New(enqueue, controller.GetTrackerLease(ctx)),
-		Lifecycle: c.lifecycleSource(cmw, logging.FromContext(ctx)),
-		Version:   c.Version,
+		Tracker:   tracker.New(w.Enqueue, controller.GetTrackerLease(ctx)),
+		Lifecycle: cfg.Lifecycle,
+		Version:   cfg.Version,
 	}
-	core.Policy.SetEnqueue(enqueue)
-	impl.Reconciler = core.Policy.StatusWrites(impl.Reconciler)
-	core.Credentials = reconciler.NewCredentials(ctx, enqueue, c.Options)
 	// Stacks and stores: the builders that use them are reconciled when they
 	// change (a stack becoming Ready wakes the builders waiting on it).
 	clusterstackinformer.Get(ctx).Informer().AddEventHandler(controller.HandleAll(
 		controller.EnsureTypeMeta(core.Tracker.OnChanged, v1alpha1.SchemeGroupVersion.WithKind("ClusterStack"))))
 	clusterstoreinformer.Get(ctx).Informer().AddEventHandler(controller.HandleAll(
 		controller.EnsureTypeMeta(core.Tracker.OnChanged, v1alpha1.SchemeGroupVersion.WithKind("ClusterStore"))))
+	// A new lifecycle image changes every builder.
+	cfg.Lifecycle.Watch(ctx, cmw, func() { impl.GlobalResync(informer) })
 	return core
-}
-
-// NewBuilderController returns a constructor of the Builder controller.
-func (c *Controllers) NewBuilderController() func(context.Context, configmap.Watcher) *controller.Impl {
-	return func(ctx context.Context, cmw configmap.Watcher) *controller.Impl {
-		r := BuilderReconciler{}
-		impl := builderreconciler.NewImpl(ctx, &r)
-		// Every enqueue the controller makes is noted in the shares, so
-		// that a namespace with builders queued keeps a worker free of
-		// another's. (Delayed requeues are not seen until they run.)
-		r.Shares = reconciler.NewShares(impl.Concurrency)
-		enqueue := func(key types.NamespacedName) {
-			r.Shares.Queue(key)
-			impl.EnqueueKey(key)
-		}
-		r.Core = c.core(ctx, cmw, "Builder", impl, enqueue)
-		builders := buildsmithclient.Get(ctx).BuildsmithV1alpha1()
-		r.Policy.SetRefresh(reconciler.RefreshStatus(
-			func(ctx context.Context, namespace, name string) (*v1alpha1.Builder, error) {
-				return builders.Builders(namespace).Get(ctx, name, metav1.GetOptions{})
-			},
-			func(dst, src *v1alpha1.Builder) { dst.Status = src.Status }))
-		informer := builderinformer.Get(ctx).Informer()
-		informer.AddEventHandler(reconciler.EnqueueOnChange(func(obj any) {
-			if b, err := kmeta.DeletionHandlingAccessor(obj); err == nil {
-				enqueue(types.NamespacedName{Namespace: b.GetNamespace(), Name: b.GetName()})
-			}
-		}))
-		c.addResync(func() { impl.GlobalResync(informer) })
-		return impl
-	}
-}
-
-// NewClusterBuilderController returns a constructor of the ClusterBuilder
-// controller.
-func (c *Controllers) NewClusterBuilderController() func(context.Context, configmap.Watcher) *controller.Impl {
-	return func(ctx context.Context, cmw configmap.Watcher) *controller.Impl {
-		r := ClusterBuilderReconciler{}
-		impl := clusterbuilderreconciler.NewImpl(ctx, &r)
-		r.Core = c.core(ctx, cmw, "ClusterBuilder", impl, impl.EnqueueKey)
-		builders := buildsmithclient.Get(ctx).BuildsmithV1alpha1()
-		r.Policy.SetRefresh(reconciler.RefreshStatus(
-			func(ctx context.Context, _, name string) (*v1alpha1.ClusterBuilder, error) {
-				return builders.ClusterBuilders().Get(ctx, name, metav1.GetOptions{})
-			},
-			func(dst, src *v1alpha1.ClusterBuilder) { dst.Status = src.Status }))
-		informer := clusterbuilderinformer.Get(ctx).Informer()
-		informer.AddEventHandler(reconciler.EnqueueOnChange(impl.Enqueue))
-		c.addResync(func() { impl.GlobalResync(informer) })
-		return impl
-	}
-}
-
-func (c *Controllers) addResync(f func()) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.resyncs = append(c.resyncs, f)
 }

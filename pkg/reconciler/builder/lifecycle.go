@@ -10,6 +10,10 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"knative.dev/pkg/configmap"
+	"knative.dev/pkg/logging"
+	"knative.dev/pkg/system"
 
 	"github.com/buildsmith/buildsmith/pkg/apis/build/v1alpha1"
 	"github.com/buildsmith/buildsmith/pkg/cnb"
@@ -58,17 +62,47 @@ type resolvedLifecycle struct {
 	at     time.Time
 }
 
-// Update records the ConfigMap's content (nil when it is absent).
-func (s *LifecycleSource) Update(cm *corev1.ConfigMap) {
+// NewLifecycleSource returns the lifecycle source of the builder
+// controllers; a resolved tag is trusted for the resync interval (at least
+// a minute).
+func NewLifecycleSource(client *registry.Client, resync time.Duration) *LifecycleSource {
+	return &LifecycleSource{Registry: client, Refresh: max(resync, time.Minute)}
+}
+
+// Watch follows the lifecycle-image ConfigMap through cmw and calls
+// onChange after each change of it (a controller reconciles all its
+// builders). Each controller watches for itself; the source is shared.
+func (s *LifecycleSource) Watch(ctx context.Context, cmw configmap.Watcher, onChange func()) {
+	logger := logging.FromContext(ctx)
+	observe := func(cm *corev1.ConfigMap) {
+		if s.Update(cm) {
+			logger.Infof("lifecycle image: %q", cm.Data[LifecycleImageKey])
+		}
+		onChange()
+	}
+	if dw, ok := cmw.(configmap.DefaultingWatcher); ok {
+		// A missing ConfigMap is a waiting condition on builders, not a
+		// reason for the controller not to start.
+		dw.WatchWithDefault(corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: LifecycleConfigMap, Namespace: system.Namespace()}}, observe)
+	} else {
+		cmw.Watch(LifecycleConfigMap, observe)
+	}
+}
+
+// Update records the ConfigMap's content (nil when it is absent) and
+// reports whether it named another image.
+func (s *LifecycleSource) Update(cm *corev1.ConfigMap) bool {
 	ref := ""
 	if cm != nil {
 		ref = cm.Data[LifecycleImageKey]
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if ref != s.ref {
-		s.ref, s.resolved = ref, nil
+	if ref == s.ref {
+		return false
 	}
+	s.ref, s.resolved = ref, nil
+	return true
 }
 
 // LifecycleImage is the configured lifecycle image at one digest: every

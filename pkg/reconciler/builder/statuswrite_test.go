@@ -9,14 +9,9 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
 	clientgotesting "k8s.io/client-go/testing"
 	"knative.dev/pkg/controller"
-	"knative.dev/pkg/logging"
-	pkgreconciler "knative.dev/pkg/reconciler"
 
-	builderinformer "github.com/buildsmith/buildsmith/pkg/client/injection/informers/build/v1alpha1/builder"
-	builderreconciler "github.com/buildsmith/buildsmith/pkg/client/injection/reconciler/build/v1alpha1/builder"
 	rt "github.com/buildsmith/buildsmith/pkg/reconciler/reconcilertest"
 )
 
@@ -30,12 +25,7 @@ func TestStatusWriteFailsAfterPush(t *testing.T) {
 	b := x.builder(nil)
 	ctx, clients := rt.Setup(t, b, x.stack, x.store,
 		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default", Namespace: "apps"}})
-	x.lifecycle.Update(&corev1.ConfigMap{Data: map[string]string{LifecycleImageKey: x.f.Addr + "/lifecycle:0.21.0"}})
-	core := x.core(ctx, "Builder", x.lifecycle)
-	generated := builderreconciler.NewReconciler(ctx, logging.FromContext(ctx), clients.Buildsmith,
-		builderinformer.Get(ctx).Lister(), clients.Recorder, BuilderReconciler{Core: core})
-	_ = generated.(pkgreconciler.LeaderAware).Promote(pkgreconciler.UniversalBucket(), func(pkgreconciler.Bucket, types.NamespacedName) {})
-	rec := core.Policy.StatusWrites(generated)
+	rec := x.builderController(ctx, x.f.Addr+"/lifecycle:0.21.0").Reconciler
 
 	refusals := []error{
 		apierrors.NewInternalError(errors.New("etcdserver: leader changed")),

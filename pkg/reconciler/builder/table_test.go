@@ -8,16 +8,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
 	clientgotesting "k8s.io/client-go/testing"
 	"knative.dev/pkg/controller"
-	"knative.dev/pkg/logging"
-	pkgreconciler "knative.dev/pkg/reconciler"
 	pkgtesting "knative.dev/pkg/reconciler/testing"
 
 	"github.com/buildsmith/buildsmith/pkg/apis/build/v1alpha1"
-	builderinformer "github.com/buildsmith/buildsmith/pkg/client/injection/informers/build/v1alpha1/builder"
-	builderreconciler "github.com/buildsmith/buildsmith/pkg/client/injection/reconciler/build/v1alpha1/builder"
 	"github.com/buildsmith/buildsmith/pkg/cnb"
 	"github.com/buildsmith/buildsmith/pkg/reconciler"
 	rt "github.com/buildsmith/buildsmith/pkg/reconciler/reconcilertest"
@@ -91,14 +86,9 @@ func TestTable(t *testing.T) {
 	}}
 	rows.Test(t, func(t *testing.T, row *pkgtesting.TableRow) (controller.Reconciler, pkgtesting.ActionRecorderList, pkgtesting.EventList) {
 		ctx, clients := rt.Setup(t, row.Objects...)
-		source := &LifecycleSource{Registry: x.client, Refresh: time.Hour}
-		if ref, ok := row.OtherTestData["lifecycle"].(string); ok {
-			source.Update(&corev1.ConfigMap{Data: map[string]string{LifecycleImageKey: ref}})
-		}
-		core := x.core(ctx, "Builder", source)
-		rec := builderreconciler.NewReconciler(ctx, logging.FromContext(ctx), clients.Buildsmith,
-			builderinformer.Get(ctx).Lister(), clients.Recorder, BuilderReconciler{Core: core})
-		_ = rec.(pkgreconciler.LeaderAware).Promote(pkgreconciler.UniversalBucket(), func(pkgreconciler.Bucket, types.NamespacedName) {})
+		ref, _ := row.OtherTestData["lifecycle"].(string)
+		x.lifecycle = NewLifecycleSource(x.client, time.Hour) // each row resolves the lifecycle afresh
+		rec := x.builderController(ctx, ref).Reconciler
 		return rec, pkgtesting.ActionRecorderList{clients.Buildsmith}, pkgtesting.EventList{Recorder: clients.Recorder}
 	})
 }

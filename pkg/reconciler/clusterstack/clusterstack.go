@@ -9,7 +9,6 @@ import (
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"k8s.io/apimachinery/pkg/types"
 	pkgreconciler "knative.dev/pkg/reconciler"
 
 	"github.com/buildsmith/buildsmith/pkg/apis/build/v1alpha1"
@@ -20,11 +19,7 @@ import (
 )
 
 // Reconciler reconciles ClusterStacks.
-type Reconciler struct {
-	Registry    *registry.Client
-	Credentials reconciler.Credentials
-	Policy      *reconciler.Policy
-}
+type Reconciler struct{ reconciler.Base }
 
 // ReconcileKind implements the generated reconciler's Interface.
 func (r *Reconciler) ReconcileKind(ctx context.Context, stack *v1alpha1.ClusterStack) pkgreconciler.Event {
@@ -35,8 +30,8 @@ func (r *Reconciler) ReconcileKind(ctx context.Context, stack *v1alpha1.ClusterS
 // the resolved part of the status: a failure keeps the last good one.
 func (r *Reconciler) reconcile(ctx context.Context, stack *v1alpha1.ClusterStack) error {
 	spec := stack.Spec
-	if err := stack.Validate(ctx); err != nil {
-		return failure.Permanentf(reconciler.ReasonInvalidSpec, "%v", err)
+	if err := reconciler.Validate(ctx, stack); err != nil {
+		return err
 	}
 	keychain, err := r.Credentials.ForServiceAccount(ctx, stack, spec.ServiceAccountRef)
 	if err != nil {
@@ -120,10 +115,4 @@ func (r *Reconciler) read(ctx context.Context, image string, platform *v1.Platfo
 		return nil, failure.Permanentf(registry.ReasonInvalidReference, "%v", err)
 	}
 	return r.Registry.ReadImage(ctx, ref, platform, keychain)
-}
-
-// ObserveDeletion drops the deleted stack's backoff and health waits.
-func (r *Reconciler) ObserveDeletion(_ context.Context, key types.NamespacedName) error {
-	r.Policy.Forget(key)
-	return nil
 }

@@ -1,7 +1,6 @@
 package clusterstack
 
 import (
-	"context"
 	"strings"
 	"testing"
 	"time"
@@ -13,14 +12,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
 	"knative.dev/pkg/controller"
-	"knative.dev/pkg/logging"
-	pkgreconciler "knative.dev/pkg/reconciler"
 
 	"github.com/buildsmith/buildsmith/pkg/apis/build/v1alpha1"
-	clusterstackinformer "github.com/buildsmith/buildsmith/pkg/client/injection/informers/build/v1alpha1/clusterstack"
-	clusterstackreconciler "github.com/buildsmith/buildsmith/pkg/client/injection/reconciler/build/v1alpha1/clusterstack"
 	"github.com/buildsmith/buildsmith/pkg/cnb"
 	"github.com/buildsmith/buildsmith/pkg/reconciler"
 	"github.com/buildsmith/buildsmith/pkg/reconciler/reconcilertest"
@@ -249,12 +243,10 @@ func TestFailingPlaceWaitsOnItsCircuit(t *testing.T) {
 			ctx, clients := reconcilertest.Setup(t, stack)
 			client := registry.New(ctx, registry.Options{})
 			opts := reconciler.DefaultOptions()
-			r, rec := newReconciler(ctx, clients, client, opts)
-			woken := make(chan types.NamespacedName, 1)
-			r.Policy.SetEnqueue(func(key types.NamespacedName) { woken <- key })
+			impl := reconcilertest.Controller(ctx, NewController(client, opts))
 
 			tc.fault(f)
-			err := rec.Reconcile(ctx, "jammy")
+			err := impl.Reconciler.Reconcile(ctx, "jammy")
 			if ok, delay := controller.IsRequeueKey(err); !ok || delay < opts.RetryMaxDelay*8/10 {
 				t.Fatalf("Reconcile = %v (requeue after %v), want the safety net of about %v", err, delay, opts.RetryMaxDelay)
 			}
@@ -274,30 +266,13 @@ func TestFailingPlaceWaitsOnItsCircuit(t *testing.T) {
 				t.Errorf("Reconciling: %+v", reconciling)
 			}
 			tc.end(f)
-			select {
-			case key := <-woken:
-				if key.Name != "jammy" {
-					t.Errorf("woke %v", key)
-				}
-			case <-time.After(3 * time.Second):
+			if key, ok := reconcilertest.Woken(impl, 3*time.Second); !ok {
 				t.Fatal("not woken after the place answered again")
+			} else if key.Name != "jammy" {
+				t.Errorf("woke %v", key)
 			}
 		})
 	}
-}
-
-func newReconciler(ctx context.Context, clients *reconcilertest.Clients, client *registry.Client, opts reconciler.Options) (*Reconciler, controller.Reconciler) {
-	r := &Reconciler{
-		Registry:    client,
-		Policy:      reconciler.NewPolicy("ClusterStack", opts, client.Circuits()),
-		Credentials: reconciler.NewCredentials(ctx, func(types.NamespacedName) {}, reconciler.DefaultOptions()),
-	}
-	r.Policy.SetEnqueue(func(types.NamespacedName) {})
-	rec := clusterstackreconciler.NewReconciler(ctx, logging.FromContext(ctx), clients.Buildsmith,
-		clusterstackinformer.Get(ctx).Lister(), clients.Recorder, r)
-	// Without promotion the generated reconciler skips every key.
-	_ = rec.(pkgreconciler.LeaderAware).Promote(pkgreconciler.UniversalBucket(), func(pkgreconciler.Bucket, types.NamespacedName) {})
-	return r, rec
 }
 
 // reconcileOnce runs the generated reconciler (status update included) on
@@ -306,8 +281,7 @@ func reconcileOnce(t *testing.T, stack *v1alpha1.ClusterStack, opts reconciler.O
 	t.Helper()
 	ctx, clients := reconcilertest.Setup(t, append([]runtime.Object{stack}, objects...)...)
 	client := registry.New(ctx, registry.Options{Timeout: 5 * time.Second})
-	_, rec := newReconciler(ctx, clients, client, opts)
-	err := rec.Reconcile(ctx, stack.Name)
+	err := reconcilertest.Controller(ctx, NewController(client, opts)).Reconciler.Reconcile(ctx, stack.Name)
 	got, getErr := clients.Buildsmith.BuildsmithV1alpha1().ClusterStacks().Get(ctx, stack.Name, metav1.GetOptions{})
 	if getErr != nil {
 		t.Fatal(getErr)

@@ -18,17 +18,16 @@ import (
 // NewController returns a constructor of the ClusterStack controller.
 func NewController(client *registry.Client, opts reconciler.Options) func(context.Context, configmap.Watcher) *controller.Impl {
 	return func(ctx context.Context, _ configmap.Watcher) *controller.Impl {
-		r := &Reconciler{Registry: client, Policy: reconciler.NewPolicy("ClusterStack", opts, client.Circuits())}
+		r := &Reconciler{}
 		impl := clusterstackreconciler.NewImpl(ctx, r)
-		impl.Reconciler = r.Policy.StatusWrites(impl.Reconciler)
-		r.Policy.SetEnqueue(impl.EnqueueKey)
 		stacks := buildsmithclient.Get(ctx).BuildsmithV1alpha1().ClusterStacks()
-		r.Policy.SetRefresh(reconciler.RefreshStatus(
-			func(ctx context.Context, _, name string) (*v1alpha1.ClusterStack, error) {
+		r.Base = reconciler.NewBase(ctx, impl, reconciler.Wiring[*v1alpha1.ClusterStack]{
+			Kind: "ClusterStack", Registry: client, Options: opts,
+			Get: func(ctx context.Context, _, name string) (*v1alpha1.ClusterStack, error) {
 				return stacks.Get(ctx, name, metav1.GetOptions{})
 			},
-			func(dst, src *v1alpha1.ClusterStack) { dst.Status = src.Status }))
-		r.Credentials = reconciler.NewCredentials(ctx, impl.EnqueueKey, opts)
+			CopyStatus: func(dst, src *v1alpha1.ClusterStack) { dst.Status = src.Status },
+		})
 		clusterstackinformer.Get(ctx).Informer().AddEventHandler(reconciler.EnqueueOnChange(impl.Enqueue))
 		return impl
 	}

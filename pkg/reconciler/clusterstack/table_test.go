@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgotesting "k8s.io/client-go/testing"
+	"knative.dev/pkg/configmap"
 	"knative.dev/pkg/controller"
 	pkgtesting "knative.dev/pkg/reconciler/testing"
 
@@ -99,9 +100,8 @@ func TestTable(t *testing.T) {
 		})},
 		WantErr: true,
 	}}
-	rows.Test(t, rt.TableFactory(func(ctx context.Context, clients *rt.Clients) controller.Reconciler {
-		_, rec := newReconciler(ctx, clients, registry.New(ctx, registry.Options{}), reconciler.DefaultOptions())
-		return rec
+	rows.Test(t, rt.TableFactory(func(ctx context.Context, cmw configmap.Watcher) *controller.Impl {
+		return NewController(registry.New(ctx, registry.Options{}), reconciler.DefaultOptions())(ctx, cmw)
 	}))
 }
 

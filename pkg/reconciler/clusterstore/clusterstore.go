@@ -11,7 +11,6 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 	"golang.org/x/sync/errgroup"
 	"k8s.io/apimachinery/pkg/api/equality"
-	"k8s.io/apimachinery/pkg/types"
 	pkgreconciler "knative.dev/pkg/reconciler"
 
 	"github.com/buildsmith/buildsmith/pkg/apis/build/v1alpha1"
@@ -25,28 +24,18 @@ import (
 const parallelReads = 4
 
 // Reconciler reconciles ClusterStores.
-type Reconciler struct {
-	Registry    *registry.Client
-	Credentials reconciler.Credentials
-	Policy      *reconciler.Policy
-}
+type Reconciler struct{ reconciler.Base }
 
 // ReconcileKind implements the generated reconciler's Interface.
 func (r *Reconciler) ReconcileKind(ctx context.Context, store *v1alpha1.ClusterStore) pkgreconciler.Event {
 	return r.Policy.Finish(ctx, store, r.reconcile(ctx, store))
 }
 
-// ObserveDeletion drops the deleted store's backoff and health waits.
-func (r *Reconciler) ObserveDeletion(_ context.Context, key types.NamespacedName) error {
-	r.Policy.Forget(key)
-	return nil
-}
-
 // reconcile reads all sources and replaces status.buildpacks only when every
 // source was read: a failure of any keeps the last good list whole.
 func (r *Reconciler) reconcile(ctx context.Context, store *v1alpha1.ClusterStore) error {
-	if err := store.Validate(ctx); err != nil {
-		return failure.Permanentf(reconciler.ReasonInvalidSpec, "%v", err)
+	if err := reconciler.Validate(ctx, store); err != nil {
+		return err
 	}
 	keychain, err := r.Credentials.ForServiceAccount(ctx, store, store.Spec.ServiceAccountRef)
 	if err != nil {

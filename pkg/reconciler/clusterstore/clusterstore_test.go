@@ -1,7 +1,6 @@
 package clusterstore
 
 import (
-	"context"
 	"testing"
 	"time"
 
@@ -10,14 +9,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
-	"knative.dev/pkg/controller"
-	"knative.dev/pkg/logging"
-	pkgreconciler "knative.dev/pkg/reconciler"
 
 	"github.com/buildsmith/buildsmith/pkg/apis/build/v1alpha1"
-	clusterstoreinformer "github.com/buildsmith/buildsmith/pkg/client/injection/informers/build/v1alpha1/clusterstore"
-	clusterstorereconciler "github.com/buildsmith/buildsmith/pkg/client/injection/reconciler/build/v1alpha1/clusterstore"
 	"github.com/buildsmith/buildsmith/pkg/cnb"
 	"github.com/buildsmith/buildsmith/pkg/reconciler"
 	rt "github.com/buildsmith/buildsmith/pkg/reconciler/reconcilertest"
@@ -118,8 +111,8 @@ func TestReconcile(t *testing.T) {
 			}
 			ctx, clients := rt.Setup(t, store)
 			client := registry.New(ctx, registry.Options{Timeout: 5 * time.Second})
-			rec := newReconciler(ctx, clients, client)
-			err := rec.Reconcile(ctx, store.Name)
+			impl := rt.Controller(ctx, NewController(client, reconciler.DefaultOptions()))
+			err := impl.Reconciler.Reconcile(ctx, store.Name)
 			got, getErr := clients.Buildsmith.BuildsmithV1alpha1().ClusterStores().Get(ctx, store.Name, metav1.GetOptions{})
 			if getErr != nil {
 				t.Fatal(getErr)
@@ -154,15 +147,36 @@ func TestReconcile(t *testing.T) {
 	}
 }
 
-func newReconciler(ctx context.Context, clients *rt.Clients, client *registry.Client) controller.Reconciler {
-	r := &Reconciler{
-		Registry:    client,
-		Policy:      reconciler.NewPolicy("ClusterStore", reconciler.DefaultOptions(), client.Circuits()),
-		Credentials: reconciler.NewCredentials(ctx, func(types.NamespacedName) {}, reconciler.DefaultOptions()),
+// TestFailureKeepsTheNewestStatus: a reconcile that starts from an informer
+// copy older than the status on the API server (an enqueue that beat the
+// watch event) and fails writes its failure onto the API server's status,
+// not the stale one: the buildpacks listed meanwhile stay.
+func TestFailureKeepsTheNewestStatus(t *testing.T) {
+	f := registrytest.New(t)
+	f.Inject("", "/bp/go/manifests/", -1, registrytest.Answer(502, nil, ""))
+	stale := &v1alpha1.ClusterStore{ObjectMeta: metav1.ObjectMeta{Name: "default", Generation: 1, ResourceVersion: "1"},
+		Spec: v1alpha1.ClusterStoreSpec{Sources: []v1alpha1.ImageSource{{Image: f.Addr + "/bp/go:1"}}}}
+	ctx, clients := rt.Setup(t, stale)
+	newest := stale.DeepCopy()
+	newest.ResourceVersion = "2"
+	newest.Status.Buildpacks = []v1alpha1.StoreBuildpack{{ID: "example/go", Version: "1.0.0", DiffID: "sha256:1", Digest: "sha256:2"}}
+	newest.Status.ObservedGeneration = 1
+	newest.Status.MarkReady()
+	stores := clients.Buildsmith.BuildsmithV1alpha1().ClusterStores()
+	if _, err := stores.UpdateStatus(ctx, newest, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
 	}
-	r.Policy.SetEnqueue(func(types.NamespacedName) {})
-	rec := clusterstorereconciler.NewReconciler(ctx, logging.FromContext(ctx), clients.Buildsmith,
-		clusterstoreinformer.Get(ctx).Lister(), clients.Recorder, r)
-	_ = rec.(pkgreconciler.LeaderAware).Promote(pkgreconciler.UniversalBucket(), func(pkgreconciler.Bucket, types.NamespacedName) {})
-	return rec
+
+	impl := rt.Controller(ctx, NewController(registry.New(ctx, registry.Options{}), reconciler.DefaultOptions()))
+	err := impl.Reconciler.Reconcile(ctx, stale.Name)
+	got, getErr := stores.Get(ctx, stale.Name, metav1.GetOptions{})
+	if getErr != nil {
+		t.Fatal(getErr)
+	}
+	rt.Check(t, got, err, clients.Events(), rt.Outcome{Ready: corev1.ConditionFalse, Reason: registry.ReasonRegistryUnavailable,
+		Reconciling: true, Requeue: rt.Circuit, MinDelay: 4 * time.Minute, MaxDelay: 6 * time.Minute,
+		EventReasons: []string{registry.ReasonRegistryUnavailable}})
+	if diff := cmp.Diff(newest.Status.Buildpacks, got.Status.Buildpacks); diff != "" {
+		t.Errorf("buildpacks of the newest status not kept (-newest +got):\n%s", diff)
+	}
 }

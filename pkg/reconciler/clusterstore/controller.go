@@ -18,17 +18,16 @@ import (
 // NewController returns a constructor of the ClusterStore controller.
 func NewController(client *registry.Client, opts reconciler.Options) func(context.Context, configmap.Watcher) *controller.Impl {
 	return func(ctx context.Context, _ configmap.Watcher) *controller.Impl {
-		r := &Reconciler{Registry: client, Policy: reconciler.NewPolicy("ClusterStore", opts, client.Circuits())}
+		r := &Reconciler{}
 		impl := clusterstorereconciler.NewImpl(ctx, r)
-		impl.Reconciler = r.Policy.StatusWrites(impl.Reconciler)
-		r.Policy.SetEnqueue(impl.EnqueueKey)
 		stores := buildsmithclient.Get(ctx).BuildsmithV1alpha1().ClusterStores()
-		r.Policy.SetRefresh(reconciler.RefreshStatus(
-			func(ctx context.Context, _, name string) (*v1alpha1.ClusterStore, error) {
+		r.Base = reconciler.NewBase(ctx, impl, reconciler.Wiring[*v1alpha1.ClusterStore]{
+			Kind: "ClusterStore", Registry: client, Options: opts,
+			Get: func(ctx context.Context, _, name string) (*v1alpha1.ClusterStore, error) {
 				return stores.Get(ctx, name, metav1.GetOptions{})
 			},
-			func(dst, src *v1alpha1.ClusterStore) { dst.Status = src.Status }))
-		r.Credentials = reconciler.NewCredentials(ctx, impl.EnqueueKey, opts)
+			CopyStatus: func(dst, src *v1alpha1.ClusterStore) { dst.Status = src.Status },
+		})
 		clusterstoreinformer.Get(ctx).Informer().AddEventHandler(reconciler.EnqueueOnChange(impl.Enqueue))
 		return impl
 	}

@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgotesting "k8s.io/client-go/testing"
+	"knative.dev/pkg/configmap"
 	"knative.dev/pkg/controller"
 	pkgtesting "knative.dev/pkg/reconciler/testing"
 
@@ -97,8 +98,8 @@ func TestTable(t *testing.T) {
 		}, "bp/go:1", "bp/go-fork:1")}},
 		WantEvents: []string{pkgtesting.Eventf(corev1.EventTypeWarning, cnb.ReasonDuplicateBuildpack, "%s", duplicateMessage(t, f))},
 	}}
-	rows.Test(t, rt.TableFactory(func(ctx context.Context, clients *rt.Clients) controller.Reconciler {
-		return newReconciler(ctx, clients, registry.New(ctx, registry.Options{}))
+	rows.Test(t, rt.TableFactory(func(ctx context.Context, cmw configmap.Watcher) *controller.Impl {
+		return NewController(registry.New(ctx, registry.Options{}), reconciler.DefaultOptions())(ctx, cmw)
 	}))
 }
 

@@ -11,10 +11,13 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
 	fakekubeclient "knative.dev/pkg/client/injection/kube/client/fake"
 	fakeserviceaccountinformer "knative.dev/pkg/client/injection/kube/informers/core/v1/serviceaccount/fake"
+	"knative.dev/pkg/configmap"
 	"knative.dev/pkg/controller"
+	pkgreconciler "knative.dev/pkg/reconciler"
 	pkgtesting "knative.dev/pkg/reconciler/testing"
 
 	"github.com/buildsmith/buildsmith/pkg/apis/build/v1alpha1"
@@ -84,16 +87,41 @@ func (c *Clients) Events() []string {
 	}
 }
 
-// Requeue kinds of an Outcome.
+// Requeue kinds of an Outcome, each told apart by the conditions that
+// announce it to the user.
 const (
-	Resync    = "resync"
-	Retry     = "retry"
-	Poll      = "poll"
-	NoRequeue = "permanent"
-	// Circuit is a wait on the circuit of the place that failed, with the
+	// Resync: Ready, looked at again after the resync interval.
+	Resync = "resync"
+	// Retry: a transient failure, retried after the object's backoff
+	// ("retrying in 4s").
+	Retry = "retry"
+	// Poll: waiting for something, looked at again after the poll interval
+	// or when a dependency changes.
+	Poll = "poll"
+	// Circuit: a wait on the circuit of the place that failed, with the
 	// safety-net requeue after MinDelay..MaxDelay.
 	Circuit = "circuit"
+	// NoRequeue: a permanent failure (Stalled).
+	NoRequeue = "permanent"
 )
+
+// requeueOf says which requeue status announces.
+func requeueOf(status *v1alpha1.ConditionedStatus) string {
+	reconciling := status.GetCondition(v1alpha1.ConditionReconciling)
+	switch {
+	case status.IsReady():
+		return Resync
+	case reconciling == nil || !reconciling.IsTrue():
+		return NoRequeue
+	case strings.HasPrefix(reconciling.Message, "retrying when "):
+		return Circuit
+	case strings.HasSuffix(reconciling.Message, ", or when a dependency changes"):
+		return Poll
+	case strings.HasPrefix(reconciling.Message, "retrying in "):
+		return Retry
+	}
+	return "unknown"
+}
 
 // Outcome is what a reconcile must end in.
 type Outcome struct {
@@ -101,8 +129,8 @@ type Outcome struct {
 	Reason      string // of Ready
 	Reconciling bool
 	Stalled     bool
-	// Requeue is Resync, Retry or Poll (a requeue after a delay within
-	// [MinDelay, MaxDelay]) or NoRequeue (a permanent error).
+	// Requeue is Resync, Retry, Poll or Circuit (a requeue after a delay
+	// within [MinDelay, MaxDelay]) or NoRequeue (a permanent error).
 	Requeue            string
 	MinDelay, MaxDelay time.Duration
 	EventReasons       []string
@@ -130,22 +158,15 @@ func Check(t *testing.T, obj reconciler.Object, err error, events []string, want
 	if status.ObservedGeneration != obj.GetGeneration() {
 		t.Errorf("observedGeneration %d, generation %d", status.ObservedGeneration, obj.GetGeneration())
 	}
+	if got := requeueOf(status); got != want.Requeue {
+		t.Errorf("the conditions announce a requeue %q (Reconciling %+v), want %q", got, status.GetCondition(v1alpha1.ConditionReconciling), want.Requeue)
+	}
 	if want.Requeue == NoRequeue {
 		if !controller.IsPermanentError(err) {
 			t.Errorf("Reconcile = %v, want a permanent error", err)
 		}
-	} else {
-		ok, delay := controller.IsRequeueKey(err)
-		if !ok || delay < want.MinDelay || delay > want.MaxDelay {
-			t.Errorf("Reconcile = %v (requeue %v after %v), want a requeue in [%v, %v]", err, ok, delay, want.MinDelay, want.MaxDelay)
-		}
-		prefix := "retrying in "
-		if want.Requeue == Circuit {
-			prefix = "retrying when "
-		}
-		if c := status.GetCondition(v1alpha1.ConditionReconciling); want.Reconciling && (c == nil || !strings.HasPrefix(c.Message, prefix)) {
-			t.Errorf("Reconciling message = %+v, want %q…", c, prefix)
-		}
+	} else if ok, delay := controller.IsRequeueKey(err); !ok || delay < want.MinDelay || delay > want.MaxDelay {
+		t.Errorf("Reconcile = %v (requeue %v after %v), want a requeue in [%v, %v]", err, ok, delay, want.MinDelay, want.MaxDelay)
 	}
 	if len(events) != len(want.EventReasons) {
 		t.Errorf("events = %q, want reasons %q", events, want.EventReasons)
@@ -157,12 +178,40 @@ func Check(t *testing.T, obj reconciler.Object, err error, events []string, want
 	}
 }
 
+// Controller builds a controller with its production constructor over the
+// fake clients and informers of ctx (see Setup), configMaps being what its
+// ConfigMap watcher holds, and makes it the leader of every key. Its
+// Reconciler is what runs in the controller: the status refresh of a failed
+// reconcile and the retries of refused status writes included.
+func Controller(ctx context.Context, newController func(context.Context, configmap.Watcher) *controller.Impl,
+	configMaps ...*corev1.ConfigMap) *controller.Impl {
+	impl := newController(ctx, configmap.NewStaticWatcher(configMaps...))
+	// Without promotion the generated reconciler skips every key.
+	_ = impl.Reconciler.(pkgreconciler.LeaderAware).Promote(pkgreconciler.UniversalBucket(), func(pkgreconciler.Bucket, types.NamespacedName) {})
+	return impl
+}
+
+// Woken returns the next key put on impl's queue within d (a wake-up by a
+// tracker or a circuit), or false.
+func Woken(impl *controller.Impl, d time.Duration) (types.NamespacedName, bool) {
+	queue := impl.WorkQueue()
+	for deadline := time.Now().Add(d); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if queue.Len() > 0 {
+			item, _ := queue.Get()
+			queue.Done(item)
+			key, ok := item.(types.NamespacedName)
+			return key, ok
+		}
+	}
+	return types.NamespacedName{}, false
+}
+
 // TableFactory returns a factory for knative's TableTest: fake clients and
-// informers holding the row's objects, and the reconciler newReconciler
-// makes of them (already promoted to leader).
-func TableFactory(newReconciler func(ctx context.Context, clients *Clients) controller.Reconciler) pkgtesting.Factory {
+// informers holding the row's objects, and the reconciler of the controller
+// newController builds of them (see Controller).
+func TableFactory(newController func(context.Context, configmap.Watcher) *controller.Impl, configMaps ...*corev1.ConfigMap) pkgtesting.Factory {
 	return func(t *testing.T, row *pkgtesting.TableRow) (controller.Reconciler, pkgtesting.ActionRecorderList, pkgtesting.EventList) {
 		ctx, clients := Setup(t, row.Objects...)
-		return newReconciler(ctx, clients), pkgtesting.ActionRecorderList{clients.Buildsmith}, pkgtesting.EventList{Recorder: clients.Recorder}
+		return Controller(ctx, newController, configMaps...).Reconciler, pkgtesting.ActionRecorderList{clients.Buildsmith}, pkgtesting.EventList{Recorder: clients.Recorder}
 	}
 }

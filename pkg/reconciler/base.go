@@ -1,0 +1,70 @@
+package reconciler
+
+import (
+	"context"
+
+	"k8s.io/apimachinery/pkg/types"
+	"knative.dev/pkg/apis"
+	"knative.dev/pkg/controller"
+
+	"github.com/buildsmith/buildsmith/pkg/failure"
+	"github.com/buildsmith/buildsmith/pkg/registry"
+)
+
+// Base is what every buildsmith reconciler embeds: the registry client, the
+// credentials its objects name, and the Policy that turns how a reconcile
+// ended into status, an event and a requeue.
+type Base struct {
+	Registry    *registry.Client
+	Credentials Credentials
+	Policy      *Policy
+}
+
+// Wiring is what NewBase needs besides the controller's impl.
+type Wiring[T Object] struct {
+	Kind     string // the kind reconciled: keys its objects' circuit waits
+	Registry *registry.Client
+	Options  Options
+	// Enqueue puts a key on the controller's queue; nil: impl.EnqueueKey.
+	Enqueue func(types.NamespacedName)
+	// Get reads an object from the API server, and CopyStatus puts one's
+	// status on another: what a failed reconcile needs to keep the newest
+	// status (see RefreshStatus).
+	Get        func(ctx context.Context, namespace, name string) (T, error)
+	CopyStatus func(dst, src T)
+}
+
+// NewBase wires a reconciler's Base to impl, the controller made of it (so
+// it is called after NewImpl, as knative's sample controller assigns
+// impl.Tracker): the Policy wakes objects through impl's queue, and impl's
+// status writes are retried on the Policy's terms (StatusWrites).
+func NewBase[T Object](ctx context.Context, impl *controller.Impl, w Wiring[T]) Base {
+	enqueue := w.Enqueue
+	if enqueue == nil {
+		enqueue = impl.EnqueueKey
+	}
+	policy := NewPolicy(w.Kind, w.Options, w.Registry.Circuits(), enqueue, RefreshStatus(w.Get, w.CopyStatus))
+	impl.Reconciler = policy.StatusWrites(impl.Reconciler)
+	return Base{
+		Registry:    w.Registry,
+		Credentials: NewCredentials(ctx, enqueue, w.Options),
+		Policy:      policy,
+	}
+}
+
+// ObserveDeletion drops the deleted object's backoff and circuit waits.
+func (b *Base) ObserveDeletion(_ context.Context, key types.NamespacedName) error {
+	b.Policy.Forget(key)
+	return nil
+}
+
+// Validate returns obj's validation error, if any, as the permanent
+// InvalidSpec error every kind reports it with.
+func Validate(ctx context.Context, obj interface {
+	Validate(context.Context) *apis.FieldError
+}) error {
+	if err := obj.Validate(ctx); err != nil {
+		return failure.Permanentf(ReasonInvalidSpec, "%v", err)
+	}
+	return nil
+}
