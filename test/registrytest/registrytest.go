@@ -7,7 +7,6 @@ package registrytest
 import (
 	"bufio"
 	"cmp"
-	"encoding/json"
 	"fmt"
 	"io"
 	"log"
@@ -312,31 +311,19 @@ func (f *Registry) PushBuildpackage(repo string, buildpacks ...Buildpack) v1.Ima
 	return img
 }
 
-// Buildpackage makes a linux/amd64 image with one (random) layer per
-// buildpack and an io.buildpacks.buildpack.layers label listing them.
+// Buildpackage makes a linux/amd64 buildpackage with one (random) layer per
+// buildpack.
 func Buildpackage(buildpacks ...Buildpack) (v1.Image, error) {
-	var layers []v1.Layer
-	label := map[string]map[string]map[string]string{}
+	layers := make([]sampleimages.BuildpackLayer, 0, len(buildpacks))
 	for _, bp := range buildpacks {
 		layer, err := random.Layer(cmp.Or(bp.Size, 256), types.OCILayer)
 		if err != nil {
 			return nil, err
 		}
-		diffID, err := layer.DiffID()
-		if err != nil {
-			return nil, err
-		}
-		layers = append(layers, layer)
-		if label[bp.ID] == nil {
-			label[bp.ID] = map[string]map[string]string{}
-		}
-		label[bp.ID][bp.Version] = map[string]string{"api": bp.API, "layerDiffID": diffID.String()}
+		layers = append(layers, sampleimages.BuildpackLayer{ID: bp.ID, Version: bp.Version, Layer: layer,
+			Metadata: map[string]any{"api": bp.API}})
 	}
-	raw, err := json.Marshal(label)
-	if err != nil {
-		return nil, err
-	}
-	return sampleimages.Image(layers, map[string]string{"io.buildpacks.buildpack.layers": string(raw)})
+	return sampleimages.BuildpackageOfLayers(v1.Platform{OS: "linux", Architecture: "amd64"}, layers...)
 }
 
 // PushLayers pushes an OCI linux/amd64 image of layers with labels and env.

@@ -6,8 +6,10 @@
 // Lifecycle, Buildpackage, StackImage and Image make linux/amd64 images.
 // ImageFor and BuildpackageFor make an image of a given platform, and
 // LifecycleIndex, StackIndex and BuildpackageIndex make OCI image indexes of
-// one such image per platform, as multi-platform images are published. The
-// same inputs always make the same digests.
+// one such image per platform, as multi-platform images are published.
+// BuildpackageOfLayers labels layers made elsewhere (random ones, in
+// registrytest) as a buildpackage. The same inputs always make the same
+// digests.
 package sampleimages
 
 import (
@@ -16,6 +18,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"sort"
 	"strings"
@@ -192,8 +195,7 @@ func buildpackage(platform v1.Platform, withArch bool, buildpacks []Buildpack) (
 			targetTOML += fmt.Sprintf("  arch-variant = %q\n", platform.Variant)
 		}
 	}
-	var layers []v1.Layer
-	label := map[string]map[string]any{}
+	layers := make([]BuildpackLayer, 0, len(buildpacks))
 	for _, bp := range buildpacks {
 		dir := "cnb/buildpacks/" + strings.ReplaceAll(bp.ID, "/", "_") + "/"
 		descriptor := fmt.Sprintf("api = \"0.10\"\n\n[buildpack]\n  id = %q\n  version = %q\n\n", bp.ID, bp.Version) + targetTOML
@@ -208,16 +210,39 @@ func buildpackage(platform v1.Platform, withArch bool, buildpacks []Buildpack) (
 		if err != nil {
 			return nil, err
 		}
-		diffID, err := layer.DiffID()
+		layers = append(layers, BuildpackLayer{ID: bp.ID, Version: bp.Version, Layer: layer,
+			Metadata: map[string]any{"api": "0.10", "targets": []map[string]string{target}}})
+	}
+	return BuildpackageOfLayers(platform, layers...)
+}
+
+// BuildpackLayer is a buildpack's layer in a buildpackage, and what the
+// io.buildpacks.buildpack.layers label says of it besides the layer's diffID
+// (api, targets).
+type BuildpackLayer struct {
+	ID, Version string
+	Layer       v1.Layer
+	Metadata    map[string]any
+}
+
+// BuildpackageOfLayers makes a buildpackage image of platform holding the
+// buildpacks' layers, in that order, with the io.buildpacks.buildpack.layers
+// label listing them.
+func BuildpackageOfLayers(platform v1.Platform, buildpacks ...BuildpackLayer) (v1.Image, error) {
+	layers := make([]v1.Layer, 0, len(buildpacks))
+	label := map[string]map[string]map[string]any{}
+	for _, bp := range buildpacks {
+		diffID, err := bp.Layer.DiffID()
 		if err != nil {
 			return nil, err
 		}
-		layers = append(layers, layer)
+		layers = append(layers, bp.Layer)
+		entry := map[string]any{"layerDiffID": diffID.String()}
+		maps.Copy(entry, bp.Metadata)
 		if label[bp.ID] == nil {
-			label[bp.ID] = map[string]any{}
+			label[bp.ID] = map[string]map[string]any{}
 		}
-		label[bp.ID][bp.Version] = map[string]any{"api": "0.10", "targets": []map[string]string{target},
-			"layerDiffID": diffID.String()}
+		label[bp.ID][bp.Version] = entry
 	}
 	raw, err := json.Marshal(label)
 	if err != nil {
