@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"reflect"
+	"slices"
 	"sort"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -86,6 +88,59 @@ func Buildpackage(storeImage string, config *v1.ConfigFile, manifest *v1.Manifes
 	}
 	SortBuildpacks(out)
 	return out, nil
+}
+
+// PlatformBuildpacks are the buildpacks of a buildpackage index's image for
+// one platform.
+type PlatformBuildpacks struct {
+	Platform   Platform
+	Buildpacks []v1alpha1.StoreBuildpack
+}
+
+// IndexBuildpacks lists the buildpacks of a buildpackage index, given its
+// images': each id@version once, described by the first platform's layer
+// (a builder looks up each platform's own, see BuildpackDiffID), with every
+// platform that has it and every target their buildpack.toml files name.
+func IndexBuildpacks(images []PlatformBuildpacks) []v1alpha1.StoreBuildpack {
+	var out []v1alpha1.StoreBuildpack
+	position := map[string]int{} // id@version → index in out
+	for _, img := range images {
+		for _, bp := range img.Buildpacks {
+			key := bp.ID + "@" + bp.Version
+			i, seen := position[key]
+			if !seen {
+				i, position[key] = len(out), len(out)
+				bp.Platforms, bp.Targets = nil, slices.Clone(bp.Targets)
+				out = append(out, bp)
+			} else {
+				for _, target := range bp.Targets {
+					if !slices.ContainsFunc(out[i].Targets, func(t v1alpha1.BuildpackTarget) bool { return reflect.DeepEqual(t, target) }) {
+						out[i].Targets = append(out[i].Targets, target)
+					}
+				}
+			}
+			out[i].Platforms = append(out[i].Platforms, APIPlatforms([]Platform{img.Platform})...)
+		}
+	}
+	return out
+}
+
+// BuildpackDiffID returns the diffID of the layer that holds id@version in a
+// buildpackage image (its config and manifest; storeImage names it in
+// messages), or false when the image holds no such buildpack.
+func BuildpackDiffID(storeImage string, config *v1.ConfigFile, manifest *v1.Manifest, id, version string) (v1.Hash, bool, error) {
+	buildpacks, err := Buildpackage(storeImage, config, manifest)
+	if err != nil {
+		return v1.Hash{}, false, err
+	}
+	for _, bp := range buildpacks {
+		if bp.ID == id && bp.Version == version {
+			// Buildpackage found the diffID among the config's.
+			diffID, err := v1.NewHash(bp.DiffID)
+			return diffID, err == nil, err
+		}
+	}
+	return v1.Hash{}, false, nil
 }
 
 // MergeBuildpacks merges the buildpacks of several buildpackages, in source

@@ -137,3 +137,78 @@ func TestMergeBuildpacks(t *testing.T) {
 		t.Errorf("one buildpack of %d KiB: %v, want a permanent %s", MaxStoreStatusBytes>>10, err, ReasonTooManyBuildpacks)
 	}
 }
+
+func TestIndexBuildpacks(t *testing.T) {
+	amd64, arm64 := Platform{OS: "linux", Arch: "amd64"}, Platform{OS: "linux", Arch: "arm64"}
+	bp := func(id, diffID string, targets ...v1alpha1.BuildpackTarget) v1alpha1.StoreBuildpack {
+		return v1alpha1.StoreBuildpack{ID: id, Version: "1.0.0", DiffID: diffID, Targets: targets}
+	}
+	linux := v1alpha1.BuildpackTarget{OS: "linux"}
+	for _, tc := range []struct {
+		name   string
+		images []PlatformBuildpacks
+		want   []v1alpha1.StoreBuildpack
+	}{{
+		name:   "one platform",
+		images: []PlatformBuildpacks{{Platform: amd64, Buildpacks: []v1alpha1.StoreBuildpack{bp("a", "sha256:1")}}},
+		want:   []v1alpha1.StoreBuildpack{{ID: "a", Version: "1.0.0", DiffID: "sha256:1", Platforms: []v1alpha1.Platform{{OS: "linux", Arch: "amd64"}}}},
+	}, {
+		name: "each buildpack once, described by the first platform's layer, with every platform and target",
+		images: []PlatformBuildpacks{
+			{Platform: amd64, Buildpacks: []v1alpha1.StoreBuildpack{bp("a", "sha256:1", v1alpha1.BuildpackTarget{OS: "linux", Arch: "amd64"})}},
+			{Platform: arm64, Buildpacks: []v1alpha1.StoreBuildpack{
+				bp("a", "sha256:2", v1alpha1.BuildpackTarget{OS: "linux", Arch: "arm64"}), bp("b", "sha256:3", linux)}},
+		},
+		want: []v1alpha1.StoreBuildpack{{
+			ID: "a", Version: "1.0.0", DiffID: "sha256:1",
+			Platforms: []v1alpha1.Platform{{OS: "linux", Arch: "amd64"}, {OS: "linux", Arch: "arm64"}},
+			Targets:   []v1alpha1.BuildpackTarget{{OS: "linux", Arch: "amd64"}, {OS: "linux", Arch: "arm64"}},
+		}, {
+			ID: "b", Version: "1.0.0", DiffID: "sha256:3", Platforms: []v1alpha1.Platform{{OS: "linux", Arch: "arm64"}}, Targets: []v1alpha1.BuildpackTarget{linux},
+		}},
+	}, {
+		name: "a target both platforms name is listed once",
+		images: []PlatformBuildpacks{
+			{Platform: amd64, Buildpacks: []v1alpha1.StoreBuildpack{bp("a", "sha256:1", linux)}},
+			{Platform: arm64, Buildpacks: []v1alpha1.StoreBuildpack{bp("a", "sha256:2", linux)}},
+		},
+		want: []v1alpha1.StoreBuildpack{{ID: "a", Version: "1.0.0", DiffID: "sha256:1",
+			Platforms: []v1alpha1.Platform{{OS: "linux", Arch: "amd64"}, {OS: "linux", Arch: "arm64"}}, Targets: []v1alpha1.BuildpackTarget{linux}}},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			if diff := cmp.Diff(tc.want, IndexBuildpacks(tc.images)); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestBuildpackDiffID(t *testing.T) {
+	a, b := hash("a").String(), hash("b").String()
+	label := `{"example/go": {"1.0.0": {"api": "0.10", "layerDiffID": "` + a + `"}, "1.1.0": {"api": "0.10", "layerDiffID": "` + b + `"}}}`
+	for _, tc := range []struct {
+		name, label, id, version string
+		want                     v1.Hash
+		found                    bool
+		reason                   string
+	}{
+		{name: "the version asked for", label: label, id: "example/go", version: "1.1.0", want: hash("b"), found: true},
+		{name: "another version only", label: label, id: "example/go", version: "2.0.0"},
+		{name: "another buildpack only", label: label, id: "example/node", version: "1.0.0"},
+		{name: "not a buildpackage", id: "example/go", version: "1.0.0", reason: ReasonInvalidBuildpackage},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			config, manifest := buildpackage(tc.label)
+			got, found, err := BuildpackDiffID(storeImage, config, manifest, tc.id, tc.version)
+			if tc.reason != "" {
+				if f, ok := failure.As(err); !ok || f.Reason != tc.reason {
+					t.Fatalf("error = %v, want %s", err, tc.reason)
+				}
+				return
+			}
+			if err != nil || found != tc.found || got != tc.want {
+				t.Errorf("BuildpackDiffID = %v, %v, %v; want %v, %v", got, found, err, tc.want, tc.found)
+			}
+		})
+	}
+}

@@ -67,13 +67,13 @@ func runsOnStack(stacks []v1alpha1.BuildpackStack, stack *Stack) bool {
 	return false
 }
 
-// runsOnTarget: a target whose os and arch match (empty matches anything),
-// and whose distros, when both it and the stack name one, include the
-// stack's.
+// runsOnTarget: a target whose platform matches the stack's (see
+// Platform), and whose distros, when both it and the stack name one,
+// include the stack's.
 func runsOnTarget(targets []v1alpha1.BuildpackTarget, stack *Stack) bool {
+	platform := Platform{OS: stack.OS, Arch: stack.Arch, Variant: stack.Variant}
 	for _, t := range targets {
-		if t.OS != "" && t.OS != stack.OS || t.Arch != "" && t.Arch != stack.Arch ||
-			t.Variant != "" && stack.Variant != "" && t.Variant != stack.Variant {
+		if !(Platform{OS: t.OS, Arch: t.Arch, Variant: t.Variant}).Matches(platform) {
 			continue
 		}
 		if len(t.Distros) == 0 || stack.DistroName == "" {

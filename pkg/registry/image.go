@@ -8,6 +8,8 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/partial"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+
+	"github.com/buildsmith/buildsmith/pkg/cnb"
 )
 
 // remoteImage is an image whose manifest and config were read already and
@@ -78,30 +80,17 @@ func (l *describedLayer) Descriptor() (*v1.Descriptor, error) {
 	return &d, nil
 }
 
-// choosePlatform picks the index entry for want: same os and architecture,
-// and same variant when want names one. Entries without a platform (such as
+// choosePlatform picks the first index entry for want, by the one platform
+// rule of buildsmith (cnb.Platform.Matches: containerd's normalised names, a
+// field left empty matches any). Entries without a platform (such as
 // attestation manifests) never match.
 func choosePlatform(manifests []v1.Descriptor, want v1.Platform) (v1.Descriptor, bool) {
 	for _, m := range manifests {
-		p := m.Platform
-		if p == nil || p.OS != want.OS || p.Architecture != want.Architecture {
-			continue
+		if m.Platform != nil && cnb.PlatformOf(*m.Platform).Matches(cnb.PlatformOf(want)) {
+			return m, true
 		}
-		if want.Variant != "" && normalizeVariant(p) != normalizeVariant(&want) {
-			continue
-		}
-		return m, true
 	}
 	return v1.Descriptor{}, false
-}
-
-// normalizeVariant treats arm64's default variant v8 as no variant, as
-// container runtimes do.
-func normalizeVariant(p *v1.Platform) string {
-	if p.Architecture == "arm64" && p.Variant == "v8" {
-		return ""
-	}
-	return p.Variant
 }
 
 func platformString(p v1.Platform) string {

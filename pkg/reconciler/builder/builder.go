@@ -394,24 +394,17 @@ func (r *Core) buildpackLayer(ctx context.Context, bp v1alpha1.StoreBuildpack, p
 	if err != nil {
 		return nil, err
 	}
-	// A plain image is what it is, whatever platform was asked for: the
-	// store's status may be older than the image at the digest's tag.
+	// A plain image is returned whatever platform was asked for: never put
+	// another platform's layer into a builder.
 	if own := (cnb.Platform{OS: img.Config.OS, Arch: img.Config.Architecture, Variant: img.Config.Variant}); !own.Matches(cnb.PlatformOf(platform)) {
 		return nil, failure.Waitingf(ReasonStoreNotReady, "buildpack %s@%s: %s is for %s, not %s",
 			bp.ID, bp.Version, bp.StoreImage.Image, own, cnb.PlatformOf(platform))
 	}
-	inImage, err := cnb.Buildpackage(bp.StoreImage.Image, img.Config, img.Manifest)
+	diffID, found, err := cnb.BuildpackDiffID(bp.StoreImage.Image, img.Config, img.Manifest, bp.ID, bp.Version)
 	if err != nil {
 		return nil, err
 	}
-	for _, candidate := range inImage {
-		if candidate.ID != bp.ID || candidate.Version != bp.Version {
-			continue
-		}
-		diffID, err := v1.NewHash(candidate.DiffID)
-		if err != nil {
-			return nil, failure.Permanentf(ReasonStoreNotReady, "buildpack %s@%s: diffID %q: %v", bp.ID, bp.Version, candidate.DiffID, err)
-		}
+	if found {
 		if layer, err := img.Image.LayerByDiffID(diffID); err == nil {
 			return layer, nil
 		}

@@ -278,8 +278,8 @@ func TestBuilderFailures(t *testing.T) {
 	}, {
 		name:    "not a lifecycle image",
 		builder: x.builder(nil), lifecycle: x.f.Addr + "/stack/run:1",
-		want: rt.Outcome{Ready: corev1.ConditionFalse, Reason: ReasonInvalidLifecycleImage, Stalled: true, Requeue: rt.NoRequeue,
-			EventReasons: []string{ReasonInvalidLifecycleImage}},
+		want: rt.Outcome{Ready: corev1.ConditionFalse, Reason: cnb.ReasonInvalidLifecycleImage, Stalled: true, Requeue: rt.NoRequeue,
+			EventReasons: []string{cnb.ReasonInvalidLifecycleImage}},
 	}, {
 		name: "buildpack not in the store",
 		builder: x.builder(func(b *v1alpha1.Builder) {

@@ -2,7 +2,6 @@ package builder
 
 import (
 	"context"
-	"encoding/json"
 	"sync"
 	"time"
 
@@ -15,7 +14,6 @@ import (
 	"knative.dev/pkg/logging"
 	"knative.dev/pkg/system"
 
-	"github.com/buildsmith/buildsmith/pkg/apis/build/v1alpha1"
 	"github.com/buildsmith/buildsmith/pkg/cnb"
 	"github.com/buildsmith/buildsmith/pkg/failure"
 	"github.com/buildsmith/buildsmith/pkg/registry"
@@ -28,11 +26,9 @@ const (
 	LifecycleImageKey  = "image"
 )
 
-// Reasons of lifecycle errors.
-const (
-	ReasonLifecycleNotConfigured = "LifecycleNotConfigured"
-	ReasonInvalidLifecycleImage  = "InvalidLifecycleImage"
-)
+// ReasonLifecycleNotConfigured: the lifecycle-image ConfigMap names no
+// image.
+const ReasonLifecycleNotConfigured = "LifecycleNotConfigured"
 
 // LifecycleSource is the lifecycle image all builders use: named by the
 // lifecycle-image ConfigMap, resolved to a digest at most once per refresh
@@ -42,11 +38,7 @@ const (
 // the image with its own credentials (the registry client caches reads by
 // digest per credentials), so no builder ever uses a layer read with
 // another's secrets.
-//
-// Its version and APIs come from the image's io.buildpacks.lifecycle.version
-// and io.buildpacks.lifecycle.apis labels, which the lifecycle's own image
-// build sets: reading them costs nothing, while /cnb/lifecycle.toml would
-// mean downloading the lifecycle layer.
+// What the image says of the lifecycle, cnb.ReadLifecycle reads.
 type LifecycleSource struct {
 	Registry *registry.Client
 	// Refresh is how long a resolved tag is trusted (the resync interval).
@@ -137,7 +129,7 @@ func (s *LifecycleSource) Image(ctx context.Context, kc authn.Keychain) (Lifecyc
 	} else {
 		parsed, err := name.ParseReference(ref)
 		if err != nil {
-			return LifecycleImage{}, failure.Permanentf(ReasonInvalidLifecycleImage, "lifecycle image %q: %v", ref, err)
+			return LifecycleImage{}, failure.Permanentf(cnb.ReasonInvalidLifecycleImage, "lifecycle image %q: %v", ref, err)
 		}
 		read = parsed
 	}
@@ -161,7 +153,11 @@ func (i LifecycleImage) For(ctx context.Context, platform v1.Platform, kc authn.
 	if err != nil {
 		return PlatformLifecycle{}, err
 	}
-	lifecycle, err := lifecycleOf(img)
+	layers, err := img.Image.Layers()
+	if err != nil {
+		return PlatformLifecycle{}, err
+	}
+	lifecycle, err := cnb.ReadLifecycle(img.Ref.String(), img.Config, layers)
 	if err != nil {
 		return PlatformLifecycle{}, err
 	}
@@ -169,26 +165,4 @@ func (i LifecycleImage) For(ctx context.Context, platform v1.Platform, kc authn.
 	// reference names an index.
 	digest := img.Ref.Context().Digest(img.Digest.String())
 	return PlatformLifecycle{Lifecycle: lifecycle, Digest: digest.String()}, nil
-}
-
-// lifecycleOf reads the lifecycle from its image: the last layer and the
-// labels.
-func lifecycleOf(img *registry.Image) (cnb.Lifecycle, error) {
-	labels := img.Config.Config.Labels
-	version := labels[cnb.LabelLifecycleVer]
-	rawAPIs, ok := labels[cnb.LabelLifecycleAPIs]
-	if version == "" || !ok {
-		return cnb.Lifecycle{}, failure.Permanentf(ReasonInvalidLifecycleImage,
-			"%s lacks the labels %s and %s: not a lifecycle image", img.Ref, cnb.LabelLifecycleVer, cnb.LabelLifecycleAPIs)
-	}
-	var apis v1alpha1.LifecycleAPIs
-	if err := json.Unmarshal([]byte(rawAPIs), &apis); err != nil || len(apis.Buildpack.Supported) == 0 || len(apis.Platform.Supported) == 0 {
-		return cnb.Lifecycle{}, failure.Permanentf(ReasonInvalidLifecycleImage,
-			"%s: label %s does not list supported buildpack and platform APIs", img.Ref, cnb.LabelLifecycleAPIs)
-	}
-	layers, err := img.Image.Layers()
-	if err != nil || len(layers) == 0 {
-		return cnb.Lifecycle{}, failure.Permanentf(ReasonInvalidLifecycleImage, "%s has no layers", img.Ref)
-	}
-	return cnb.Lifecycle{Layer: layers[len(layers)-1], Version: version, APIs: apis}, nil
 }

@@ -5,12 +5,10 @@ package clusterstore
 import (
 	"context"
 	"fmt"
-	"slices"
 
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
 	"golang.org/x/sync/errgroup"
-	"k8s.io/apimachinery/pkg/api/equality"
 	pkgreconciler "knative.dev/pkg/reconciler"
 
 	"github.com/buildsmith/buildsmith/pkg/apis/build/v1alpha1"
@@ -89,9 +87,8 @@ func (r *Reconciler) readSource(ctx context.Context, image string, keychain auth
 		*out = bps
 		return err
 	}
-	var all []v1alpha1.StoreBuildpack
-	index := map[string]int{} // id@version → position in all
-	for _, p := range img.Platforms {
+	images := make([]cnb.PlatformBuildpacks, len(img.Platforms))
+	for i, p := range img.Platforms {
 		child, err := r.Registry.ReadImage(ctx, img.Ref, &p, keychain)
 		if err != nil {
 			return err
@@ -100,24 +97,8 @@ func (r *Reconciler) readSource(ctx context.Context, image string, keychain auth
 		if err != nil {
 			return fmt.Errorf("%s: %w", cnb.PlatformOf(p), err)
 		}
-		for _, bp := range bps {
-			key := bp.ID + "@" + bp.Version
-			i, seen := index[key]
-			if !seen {
-				// The first platform's layer describes the buildpack; the
-				// builders look up each platform's own.
-				i, index[key] = len(all), len(all)
-				all = append(all, bp)
-			}
-			all[i].Platforms = append(all[i].Platforms, cnb.APIPlatforms([]cnb.Platform{cnb.PlatformOf(p)})...)
-			// Each platform's buildpack.toml names its own targets.
-			for _, target := range bp.Targets {
-				if !slices.ContainsFunc(all[i].Targets, func(t v1alpha1.BuildpackTarget) bool { return equality.Semantic.DeepEqual(t, target) }) {
-					all[i].Targets = append(all[i].Targets, target)
-				}
-			}
-		}
+		images[i] = cnb.PlatformBuildpacks{Platform: cnb.PlatformOf(p), Buildpacks: bps}
 	}
-	*out = all
+	*out = cnb.IndexBuildpacks(images)
 	return nil
 }
