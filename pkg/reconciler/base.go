@@ -3,6 +3,7 @@ package reconciler
 import (
 	"context"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"knative.dev/pkg/apis"
 	"knative.dev/pkg/controller"
@@ -32,6 +33,14 @@ type Wiring[T Object] struct {
 	// status (see RefreshStatus).
 	Get        func(ctx context.Context, namespace, name string) (T, error)
 	CopyStatus func(dst, src T)
+}
+
+// ClusterWiring is the Wiring of a cluster-scoped kind: get is its typed
+// client's Get.
+func ClusterWiring[T Object](kind string, client *registry.Client, opts Options,
+	get func(context.Context, string, metav1.GetOptions) (T, error), copyStatus func(dst, src T)) Wiring[T] {
+	return Wiring[T]{Kind: kind, Registry: client, Options: opts, CopyStatus: copyStatus,
+		Get: func(ctx context.Context, _, name string) (T, error) { return get(ctx, name, metav1.GetOptions{}) }}
 }
 
 // NewBase wires a reconciler's Base to impl, the controller made of it (so

@@ -31,9 +31,10 @@ const statusWriteRetryMax = 4 * time.Second
 // writing the status (or finalizers) after ReconcileKind — is retried on the
 // policy's terms. Unwrapped, such an error drops the requeue Finish decided
 // and leaves the key to the workqueue's global rate limiter, whose delay
-// grows with every failure of any key (5 ms to 1000 s): after 30 s of API
-// server errors a builder pushed long before was Ready 11 s after the API
-// server answered again. Now a passing API-server error is retried after a
+// grows with every failure of any key (5 ms to 1000 s): after an outage of
+// the API server, objects pushed long before became Ready many seconds after
+// it answered again (TestStatusWritesRefusedAfterPush in test/e2e
+// checks the bound now met). Now a passing API-server error is retried after a
 // per-object backoff capped at 4 s (never sooner than a 429's
 // Retry-After), and anything else after the policy's transient backoff.
 func (p *Policy) StatusWrites(r controller.Reconciler) controller.Reconciler {

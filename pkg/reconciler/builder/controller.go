@@ -76,15 +76,10 @@ func NewClusterBuilderController(cfg Config) func(context.Context, configmap.Wat
 	return func(ctx context.Context, cmw configmap.Watcher) *controller.Impl {
 		r := &ClusterBuilderReconciler{}
 		impl := clusterbuilderreconciler.NewImpl(ctx, r)
-		builders := buildsmithclient.Get(ctx).BuildsmithV1alpha1().ClusterBuilders()
 		informer := clusterbuilderinformer.Get(ctx).Informer()
-		r.Core = newCore(ctx, cmw, cfg, impl, informer, reconciler.Wiring[*v1alpha1.ClusterBuilder]{
-			Kind: "ClusterBuilder",
-			Get: func(ctx context.Context, _, name string) (*v1alpha1.ClusterBuilder, error) {
-				return builders.Get(ctx, name, metav1.GetOptions{})
-			},
-			CopyStatus: func(dst, src *v1alpha1.ClusterBuilder) { dst.Status = src.Status },
-		})
+		r.Core = newCore(ctx, cmw, cfg, impl, informer, reconciler.ClusterWiring("ClusterBuilder", cfg.Registry, cfg.Options,
+			buildsmithclient.Get(ctx).BuildsmithV1alpha1().ClusterBuilders().Get,
+			func(dst, src *v1alpha1.ClusterBuilder) { dst.Status = src.Status }))
 		informer.AddEventHandler(reconciler.EnqueueOnChange(impl.Enqueue))
 		return impl
 	}

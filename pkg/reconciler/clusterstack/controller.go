@@ -3,7 +3,6 @@ package clusterstack
 import (
 	"context"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"knative.dev/pkg/configmap"
 	"knative.dev/pkg/controller"
 
@@ -20,14 +19,9 @@ func NewController(client *registry.Client, opts reconciler.Options) func(contex
 	return func(ctx context.Context, _ configmap.Watcher) *controller.Impl {
 		r := &Reconciler{}
 		impl := clusterstackreconciler.NewImpl(ctx, r)
-		stacks := buildsmithclient.Get(ctx).BuildsmithV1alpha1().ClusterStacks()
-		r.Base = reconciler.NewBase(ctx, impl, reconciler.Wiring[*v1alpha1.ClusterStack]{
-			Kind: "ClusterStack", Registry: client, Options: opts,
-			Get: func(ctx context.Context, _, name string) (*v1alpha1.ClusterStack, error) {
-				return stacks.Get(ctx, name, metav1.GetOptions{})
-			},
-			CopyStatus: func(dst, src *v1alpha1.ClusterStack) { dst.Status = src.Status },
-		})
+		r.Base = reconciler.NewBase(ctx, impl, reconciler.ClusterWiring("ClusterStack", client, opts,
+			buildsmithclient.Get(ctx).BuildsmithV1alpha1().ClusterStacks().Get,
+			func(dst, src *v1alpha1.ClusterStack) { dst.Status = src.Status }))
 		clusterstackinformer.Get(ctx).Informer().AddEventHandler(reconciler.EnqueueOnChange(impl.Enqueue))
 		return impl
 	}

@@ -3,7 +3,6 @@ package clusterstore
 import (
 	"context"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"knative.dev/pkg/configmap"
 	"knative.dev/pkg/controller"
 
@@ -20,14 +19,9 @@ func NewController(client *registry.Client, opts reconciler.Options) func(contex
 	return func(ctx context.Context, _ configmap.Watcher) *controller.Impl {
 		r := &Reconciler{}
 		impl := clusterstorereconciler.NewImpl(ctx, r)
-		stores := buildsmithclient.Get(ctx).BuildsmithV1alpha1().ClusterStores()
-		r.Base = reconciler.NewBase(ctx, impl, reconciler.Wiring[*v1alpha1.ClusterStore]{
-			Kind: "ClusterStore", Registry: client, Options: opts,
-			Get: func(ctx context.Context, _, name string) (*v1alpha1.ClusterStore, error) {
-				return stores.Get(ctx, name, metav1.GetOptions{})
-			},
-			CopyStatus: func(dst, src *v1alpha1.ClusterStore) { dst.Status = src.Status },
-		})
+		r.Base = reconciler.NewBase(ctx, impl, reconciler.ClusterWiring("ClusterStore", client, opts,
+			buildsmithclient.Get(ctx).BuildsmithV1alpha1().ClusterStores().Get,
+			func(dst, src *v1alpha1.ClusterStore) { dst.Status = src.Status }))
 		clusterstoreinformer.Get(ctx).Informer().AddEventHandler(reconciler.EnqueueOnChange(impl.Enqueue))
 		return impl
 	}
