@@ -24,7 +24,7 @@ func TestCircuitWaitsOfKindsSharingAName(t *testing.T) {
 	client := registry.New(ctx, registry.Options{})
 	f.Down()
 	_, err := client.Resolve(ctx, f.Ref("team/app:1"), nil)
-	if registry.Reason(err) != registry.ReasonRegistryUnavailable {
+	if registry.Classify(err).Reason != registry.ReasonRegistryUnavailable {
 		t.Fatalf("Resolve: %v", err)
 	}
 	woken := make(chan string, 2)

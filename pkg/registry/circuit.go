@@ -9,6 +9,8 @@ import (
 	"sort"
 	"sync"
 	"time"
+
+	"github.com/buildsmith/buildsmith/pkg/failure"
 )
 
 // Place is where requests fail: a registry host, or one repository of it.
@@ -162,8 +164,8 @@ type closure struct {
 
 type circuit struct {
 	place Place
-	err   *Error        // what calls fail with while it is open
-	probe *http.Request // the read that failed, to send again
+	err   *failure.Error // what calls fail with while it is open
+	probe *http.Request  // the read that failed, to send again
 	// due is when it may be probed next; idleSince when its last waiter
 	// left (or it opened).
 	due, idleSince time.Time
@@ -205,7 +207,7 @@ func newCircuits(lifetime context.Context, opts CircuitOptions, holds *retryAfte
 // registry's, or the repository's), nil when requests may go there. While
 // the registry is being checked, it waits for the answer (or ctx): a
 // repository that answers must not be failed because another one did not.
-func (c *Circuits) refuse(ctx context.Context, place Place) *Error {
+func (c *Circuits) refuse(ctx context.Context, place Place) *failure.Error {
 	for {
 		open, checked := c.covering(place)
 		if open == nil {
@@ -213,13 +215,13 @@ func (c *Circuits) refuse(ctx context.Context, place Place) *Error {
 		}
 		if checked == nil {
 			left, _ := c.holds.left(open.place.Host, open.place.Repository)
-			return &Error{Class: Transient, Reason: open.err.Reason, Host: open.place.Host, Repository: open.place.Repository,
+			return &failure.Error{Class: failure.Transient, Reason: open.err.Reason, Host: open.place.Host, Repository: open.place.Repository,
 				RetryAfter: left, Err: &circuitOpenError{place: open.place, cause: open.err}}
 		}
 		select {
 		case <-checked:
 		case <-ctx.Done():
-			return &Error{Class: Transient, Reason: open.err.Reason, Host: open.place.Host, Repository: open.place.Repository,
+			return &failure.Error{Class: failure.Transient, Reason: open.err.Reason, Host: open.place.Host, Repository: open.place.Repository,
 				Err: fmt.Errorf("gave up waiting for %s to answer whether it answers at all: %w", open.place, ctx.Err())}
 		}
 	}
@@ -261,7 +263,7 @@ func (c *Circuits) covering(place Place) (*circuit, <-chan struct{}) {
 // circuitOpenError is what a call refused by an open circuit fails with.
 type circuitOpenError struct {
 	place Place
-	cause *Error
+	cause *failure.Error
 }
 
 func (e *circuitOpenError) Error() string {
@@ -273,7 +275,7 @@ func (e *circuitOpenError) Error() string {
 
 // open opens place's circuit (or refreshes an open one) with the failure
 // err and the read to probe it with.
-func (c *Circuits) open(place Place, err *Error, probe *http.Request) {
+func (c *Circuits) open(place Place, err *failure.Error, probe *http.Request) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	hc := c.host(place.Host)
@@ -309,7 +311,7 @@ func (c *Circuits) open(place Place, err *Error, probe *http.Request) {
 // outage one by one (a hang costs each of them the answer timeout); an
 // answer closes it again within milliseconds, without a sweep; no answer
 // keeps it open. c.mu must be held.
-func (c *Circuits) checkRegistry(hc *hostCircuits, failed Place, err *Error, probe *http.Request) {
+func (c *Circuits) checkRegistry(hc *hostCircuits, failed Place, err *failure.Error, probe *http.Request) {
 	now := c.now()
 	hc.checked = now
 	registry := &circuit{place: failed.hostPlace(), err: err, probe: registryProbe(probe), check: true,
@@ -660,7 +662,7 @@ func (c *Circuits) startProbe(hc *hostCircuits, cb *circuit) {
 
 // sendProbe sends req once and returns nil when the answer is not an
 // outage, else the failure.
-func (c *Circuits) sendProbe(ctx context.Context, req *http.Request) *Error {
+func (c *Circuits) sendProbe(ctx context.Context, req *http.Request) *failure.Error {
 	resp, err := c.send(req.Clone(ctx))
 	if err == nil {
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
@@ -668,7 +670,7 @@ func (c *Circuits) sendProbe(ctx context.Context, req *http.Request) *Error {
 	}
 	if c.lifetime.Err() != nil {
 		// Shutting down: an answer cut short says nothing; wake nobody.
-		return &Error{Class: Transient, Reason: ReasonRegistryUnavailable, Host: req.URL.Host, Err: c.lifetime.Err()}
+		return &failure.Error{Class: failure.Transient, Reason: ReasonRegistryUnavailable, Host: req.URL.Host, Err: c.lifetime.Err()}
 	}
 	// Judged against the lifetime, not ctx: the probe's own deadline
 	// passing is the place not answering (a hang), not a caller who gave up.

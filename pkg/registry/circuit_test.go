@@ -14,6 +14,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/random"
 
+	"github.com/buildsmith/buildsmith/pkg/failure"
 	"github.com/buildsmith/buildsmith/test/registrytest"
 )
 
@@ -76,8 +77,8 @@ func TestOutagesOpenTheRightCircuit(t *testing.T) {
 				f.Inject("", tc.path, -1, tc.fault(f))
 			}
 			_, err := c.Resolve(context.Background(), f.Ref("team/app:1"), nil)
-			if Reason(err) != tc.reason {
-				t.Fatalf("reason %q, want %q: %v", Reason(err), tc.reason, err)
+			if Classify(err).Reason != tc.reason {
+				t.Fatalf("reason %q, want %q: %v", Classify(err).Reason, tc.reason, err)
 			}
 			var want []string
 			for _, repo := range tc.open {
@@ -88,8 +89,8 @@ func TestOutagesOpenTheRightCircuit(t *testing.T) {
 			if !slices.Equal(got, want) {
 				t.Errorf("open circuits %q, want %q", got, want)
 			}
-			if len(want) > 0 && Host(err) != f.Addr {
-				t.Errorf("error's host %q", Host(err))
+			if len(want) > 0 && Classify(err).Host != f.Addr {
+				t.Errorf("error's host %q", Classify(err).Host)
 			}
 		})
 	}
@@ -123,14 +124,14 @@ func TestOpenCircuitSendsNothing(t *testing.T) {
 	f.Inject("", "/team/app/", -1, registrytest.Answer(503, nil, ""))
 	c := newTestClient(t, Options{Circuits: noProbes})
 	ctx := context.Background()
-	if _, err := c.Resolve(ctx, f.Ref("team/app:1"), nil); Reason(err) != ReasonRegistryUnavailable {
+	if _, err := c.Resolve(ctx, f.Ref("team/app:1"), nil); Classify(err).Reason != ReasonRegistryUnavailable {
 		t.Fatalf("Resolve: %v", err)
 	}
 	eventuallyOpen(c, []string{f.Addr + "/team/app"}, time.Second)
 	before := f.Count("", "/team/app/")
 	for range 20 {
 		_, err := c.ReadImage(ctx, f.Ref("team/app:1"), nil, nil)
-		if Reason(err) != ReasonRegistryUnavailable || Host(err) != f.Addr || !strings.Contains(err.Error(), f.Addr+"/team/app is failing") {
+		if Classify(err).Reason != ReasonRegistryUnavailable || Classify(err).Host != f.Addr || !strings.Contains(err.Error(), f.Addr+"/team/app is failing") {
 			t.Fatalf("while open: %v", err)
 		}
 	}
@@ -152,7 +153,7 @@ func TestProbeResendsTheFailingRead(t *testing.T) {
 	f.Inject("", "/team/app/", -1, registrytest.Answer(503, nil, ""))
 	c := newTestClient(t, Options{})
 	ctx := context.Background()
-	if _, err := c.Resolve(ctx, f.Ref("team/app:1"), nil); Reason(err) != ReasonRegistryUnavailable {
+	if _, err := c.Resolve(ctx, f.Ref("team/app:1"), nil); Classify(err).Reason != ReasonRegistryUnavailable {
 		t.Fatalf("Resolve: %v", err)
 	}
 	woken := make(chan time.Time, 1)
@@ -215,8 +216,8 @@ func TestProbeWaitsForRetryAfter(t *testing.T) {
 		f.Handler.ServeHTTP(w, r)
 	})
 	c := newTestClient(t, Options{MaxRetryAfterWait: -1})
-	if _, err := c.Resolve(context.Background(), f.Ref("team/app:1"), nil); Reason(err) != ReasonRateLimited || RetryAfter(err) < time.Second {
-		t.Fatalf("Resolve: %v (Retry-After %v)", err, RetryAfter(err))
+	if _, err := c.Resolve(context.Background(), f.Ref("team/app:1"), nil); Classify(err).Reason != ReasonRateLimited || Classify(err).RetryAfter < time.Second {
+		t.Fatalf("Resolve: %v (Retry-After %v)", err, Classify(err).RetryAfter)
 	}
 	f.ForgetRequests()
 	defer func() {
@@ -320,7 +321,7 @@ func TestManyPlacesBoundedProbes(t *testing.T) {
 				mu.Unlock()
 				continue
 			}
-			if Reason(err) != ReasonRegistryUnavailable {
+			if Classify(err).Reason != ReasonRegistryUnavailable {
 				t.Errorf("%s: %v", o.key, err)
 				continue
 			}
@@ -419,7 +420,7 @@ func TestRegistryCircuitHoldsEveryRepository(t *testing.T) {
 	time.Sleep(1500 * time.Millisecond)
 	f.ForgetRequests()
 	_, err := c.Resolve(ctx, f.Ref("team/other:1"), nil)
-	if Reason(err) != ReasonRegistryUnavailable || !strings.Contains(err.Error(), f.Addr+" is failing") {
+	if Classify(err).Reason != ReasonRegistryUnavailable || !strings.Contains(err.Error(), f.Addr+" is failing") {
 		t.Fatalf("another repository while the registry fails: %v", err)
 	}
 	if !c.Circuits().Wait(f.Addr, "team/other", "other", func() { woken <- "other" }) {
@@ -475,7 +476,7 @@ func TestHangIsNoticedInSeconds(t *testing.T) {
 	start := time.Now()
 	_, err := c.Resolve(context.Background(), f.Ref("team/app:1"), nil)
 	took := time.Since(start)
-	if Reason(err) != ReasonRegistryUnavailable || !strings.Contains(err.Error(), "no answer for 500ms") {
+	if Classify(err).Reason != ReasonRegistryUnavailable || !strings.Contains(err.Error(), "no answer for 500ms") {
 		t.Fatalf("Resolve on a hung registry: %v", err)
 	}
 	// The ping and the HEAD could each wait; nothing is retried in-call.
@@ -504,7 +505,7 @@ func TestFlappingCircuitIsDamped(t *testing.T) {
 	pushes := 0
 	for time.Since(start) < 4*time.Second {
 		pushes++
-		if _, err := c.Write(context.Background(), tag, img, nil); Reason(err) != ReasonRegistryUnavailable {
+		if _, err := c.Write(context.Background(), tag, img, nil); Classify(err).Reason != ReasonRegistryUnavailable {
 			t.Fatalf("push %d: %v", pushes, err)
 		}
 		if !c.Circuits().Wait(f.Addr, "team/app", "ns/a", func() { woken <- struct{}{} }) {
@@ -537,7 +538,7 @@ func TestHungProbeKeepsTheCircuitOpen(t *testing.T) {
 	f.Push("team/app:1")
 	f.Inject("", "/team/app/", -1, f.Hang)
 	c := newTestClient(t, Options{AnswerTimeout: 300 * time.Millisecond})
-	if _, err := c.Resolve(context.Background(), f.Ref("team/app:1"), nil); Reason(err) != ReasonRegistryUnavailable {
+	if _, err := c.Resolve(context.Background(), f.Ref("team/app:1"), nil); Classify(err).Reason != ReasonRegistryUnavailable {
 		t.Fatalf("Resolve: %v", err)
 	}
 	woken := make(chan struct{})
@@ -592,7 +593,7 @@ func TestRegistryCheckHoldsCallsWhileAsked(t *testing.T) {
 			if tc.registryHang {
 				f.Inject("", "", -1, f.Hang)
 			}
-			if _, err := c.Resolve(ctx, f.Ref("team/app:1"), nil); Reason(err) != ReasonRegistryUnavailable {
+			if _, err := c.Resolve(ctx, f.Ref("team/app:1"), nil); Classify(err).Reason != ReasonRegistryUnavailable {
 				t.Fatalf("Resolve team/app: %v", err)
 			}
 			c.Circuits().Wait(f.Addr, "team/app", "ns/app", func() {})
@@ -600,7 +601,7 @@ func TestRegistryCheckHoldsCallsWhileAsked(t *testing.T) {
 			_, err := c.Resolve(ctx, f.Ref("team/other:1"), nil)
 			sent := f.Count("", "/team/other/")
 			if tc.registryHang {
-				if Reason(err) != ReasonRegistryUnavailable || sent != 0 {
+				if Classify(err).Reason != ReasonRegistryUnavailable || sent != 0 {
 					t.Errorf("team/other of a hung registry: %v after %q", err, f.Requests())
 				}
 			} else if err != nil || sent != 1 {
@@ -637,7 +638,7 @@ func TestSweepOutlivesOneBrokenPlace(t *testing.T) {
 	woken := make(chan int, repos)
 	for i := range repos {
 		repo := fmt.Sprintf("team/app-%d", i)
-		if _, err := c.Resolve(ctx, f.Ref(repo+":1"), nil); Reason(err) != ReasonRegistryUnavailable {
+		if _, err := c.Resolve(ctx, f.Ref(repo+":1"), nil); Classify(err).Reason != ReasonRegistryUnavailable {
 			t.Fatalf("%s: %v", repo, err)
 		}
 		if !c.Circuits().Wait(f.Addr, repo, repo, func() { woken <- i }) {
@@ -692,14 +693,14 @@ func TestNoResendIntoAnOpenCircuit(t *testing.T) {
 		t.Fatal(err)
 	}
 	place := Place{Host: f.Addr, Repository: "team/app"}
-	c.circuits.open(place, &Error{Class: Transient, Reason: ReasonRegistryUnavailable, Host: f.Addr, Repository: "team/app",
+	c.circuits.open(place, &failure.Error{Class: failure.Transient, Reason: ReasonRegistryUnavailable, Host: f.Addr, Repository: "team/app",
 		Err: errors.New("503")}, probe)
 	if !c.Circuits().Wait(f.Addr, "team/app", "ns/other", func() {}) {
 		t.Fatal("no circuit")
 	}
 	select {
 	case err := <-patient:
-		if Reason(err) != ReasonRegistryUnavailable {
+		if Classify(err).Reason != ReasonRegistryUnavailable {
 			t.Errorf("the patient call: %v", err)
 		}
 	case <-time.After(5 * time.Second):
@@ -737,7 +738,7 @@ func TestRegistryCheckTimeout(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.open(Place{Host: "registry.example", Repository: "team/app"},
-		&Error{Class: Transient, Reason: ReasonRegistryUnavailable, Host: "registry.example", Err: errors.New("no answer")}, failed)
+		&failure.Error{Class: failure.Transient, Reason: ReasonRegistryUnavailable, Host: "registry.example", Err: errors.New("no answer")}, failed)
 	select {
 	case left := <-deadlines:
 		if left <= 0 || left > opts.CheckTimeout {

@@ -5,7 +5,6 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"github.com/buildsmith/buildsmith/test/registrytest"
 	"net"
 	"net/http"
 	"net/url"
@@ -17,6 +16,9 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/random"
+
+	"github.com/buildsmith/buildsmith/pkg/failure"
+	"github.com/buildsmith/buildsmith/test/registrytest"
 )
 
 // TestFaults drives the Client against a registry that injects one fault
@@ -40,81 +42,81 @@ func TestFaults(t *testing.T) {
 		fault  func(f *registrytest.Registry) func(http.ResponseWriter, *http.Request)
 		times  int // how often the fault fires; 0 means always
 		// want
-		class      Class // 0: success
+		class      failure.Class // 0: success
 		reason     string
 		retryAfter time.Duration
 		requests   int // requests with method to the manifest (or blob upload) path
 	}{
 		{name: "HEAD 404 falls back to one GET for diagnostics", op: resolve, method: "GET",
-			fault: nil, class: Waiting, reason: ReasonImageNotFound, requests: 1},
+			fault: nil, class: failure.Waiting, reason: ReasonImageNotFound, requests: 1},
 		{name: "HEAD 401", op: resolve, method: "HEAD",
 			fault: func(*registrytest.Registry) func(http.ResponseWriter, *http.Request) {
 				return registrytest.Answer(401, nil, "")
 			},
-			class: Waiting, reason: ReasonUnauthorized, requests: 1},
+			class: failure.Waiting, reason: ReasonUnauthorized, requests: 1},
 		{name: "GET 401 with diagnostics", op: read, method: "GET",
 			fault: func(*registrytest.Registry) func(http.ResponseWriter, *http.Request) {
 				return registrytest.Answer(401, nil, registrytest.OCIError("UNAUTHORIZED", "authentication required"))
 			},
-			class: Waiting, reason: ReasonUnauthorized, requests: 1},
+			class: failure.Waiting, reason: ReasonUnauthorized, requests: 1},
 		{name: "GET 403 DENIED", op: read, method: "GET",
 			fault: func(*registrytest.Registry) func(http.ResponseWriter, *http.Request) {
 				return registrytest.Answer(403, nil, registrytest.OCIError("DENIED", "requested access to the resource is denied"))
 			},
-			class: Waiting, reason: ReasonUnauthorized, requests: 1},
+			class: failure.Waiting, reason: ReasonUnauthorized, requests: 1},
 		{name: "GET 404 MANIFEST_UNKNOWN", op: read, method: "GET",
 			fault: func(*registrytest.Registry) func(http.ResponseWriter, *http.Request) {
 				return registrytest.Answer(404, nil, registrytest.OCIError("MANIFEST_UNKNOWN", "manifest unknown"))
 			},
-			class: Waiting, reason: ReasonImageNotFound, requests: 1},
+			class: failure.Waiting, reason: ReasonImageNotFound, requests: 1},
 		{name: "429 with a Retry-After longer than MaxRetryAfterWait is not waited out in-call", op: resolve, method: "HEAD",
 			fault: func(*registrytest.Registry) func(http.ResponseWriter, *http.Request) {
 				return registrytest.Answer(429, map[string]string{"Retry-After": "70"}, "")
 			},
-			class: Transient, reason: ReasonRateLimited, retryAfter: 70 * time.Second, requests: 1},
+			class: failure.Transient, reason: ReasonRateLimited, retryAfter: 70 * time.Second, requests: 1},
 		{name: "429 with Retry-After date", op: read, method: "GET",
 			fault: func(*registrytest.Registry) func(http.ResponseWriter, *http.Request) {
 				at := time.Now().Add(90 * time.Second).UTC().Format(http.TimeFormat)
 				return registrytest.Answer(429, map[string]string{"Retry-After": at}, registrytest.OCIError("TOOMANYREQUESTS", "slow down"))
 			},
-			class: Transient, reason: ReasonRateLimited, retryAfter: 89 * time.Second, requests: 1},
+			class: failure.Transient, reason: ReasonRateLimited, retryAfter: 89 * time.Second, requests: 1},
 		{name: "429 without Retry-After is retried in-call", op: resolve, method: "HEAD",
 			fault: func(*registrytest.Registry) func(http.ResponseWriter, *http.Request) {
 				return registrytest.Answer(429, nil, "")
 			},
-			class: Transient, reason: ReasonRateLimited, requests: 3},
+			class: failure.Transient, reason: ReasonRateLimited, requests: 3},
 		// ggcr retries in-call by status code only, so a 403 is not retried
 		// even when its diagnostic says rate limit; the requeue is.
 		{name: "403 TOOMANYREQUESTS is a rate limit", op: read, method: "GET",
 			fault: func(*registrytest.Registry) func(http.ResponseWriter, *http.Request) {
 				return registrytest.Answer(403, nil, registrytest.OCIError("TOOMANYREQUESTS", "pull rate limit"))
 			},
-			class: Transient, reason: ReasonRateLimited, requests: 1},
+			class: failure.Transient, reason: ReasonRateLimited, requests: 1},
 		{name: "500", op: resolve, method: "HEAD",
 			fault: func(*registrytest.Registry) func(http.ResponseWriter, *http.Request) {
 				return registrytest.Answer(500, nil, "")
 			},
-			class: Transient, reason: ReasonRegistryUnavailable, requests: 3},
+			class: failure.Transient, reason: ReasonRegistryUnavailable, requests: 3},
 		{name: "502", op: read, method: "GET",
 			fault: func(*registrytest.Registry) func(http.ResponseWriter, *http.Request) {
 				return registrytest.Answer(502, nil, "bad gateway")
 			},
-			class: Transient, reason: ReasonRegistryUnavailable, requests: 3},
+			class: failure.Transient, reason: ReasonRegistryUnavailable, requests: 3},
 		{name: "503 with Retry-After", op: resolve, method: "HEAD",
 			fault: func(*registrytest.Registry) func(http.ResponseWriter, *http.Request) {
 				return registrytest.Answer(503, map[string]string{"Retry-After": "20"}, "")
 			},
-			class: Transient, reason: ReasonRegistryUnavailable, retryAfter: 20 * time.Second, requests: 1},
+			class: failure.Transient, reason: ReasonRegistryUnavailable, retryAfter: 20 * time.Second, requests: 1},
 		{name: "503 UNAVAILABLE", op: read, method: "GET",
 			fault: func(*registrytest.Registry) func(http.ResponseWriter, *http.Request) {
 				return registrytest.Answer(503, nil, registrytest.OCIError("UNAVAILABLE", "maintenance"))
 			},
-			class: Transient, reason: ReasonRegistryUnavailable, requests: 3},
+			class: failure.Transient, reason: ReasonRegistryUnavailable, requests: 3},
 		{name: "504", op: resolve, method: "HEAD",
 			fault: func(*registrytest.Registry) func(http.ResponseWriter, *http.Request) {
 				return registrytest.Answer(504, nil, "")
 			},
-			class: Transient, reason: ReasonRegistryUnavailable, requests: 3},
+			class: failure.Transient, reason: ReasonRegistryUnavailable, requests: 3},
 		{name: "two 503s then success: in-call retries recover", op: resolve, method: "HEAD", times: 2,
 			fault: func(*registrytest.Registry) func(http.ResponseWriter, *http.Request) {
 				return registrytest.Answer(503, nil, "")
@@ -125,28 +127,28 @@ func TestFaults(t *testing.T) {
 		// connection breaks before any answer.
 		{name: "connection reset", op: read, method: "GET",
 			fault: func(*registrytest.Registry) func(http.ResponseWriter, *http.Request) { return registrytest.Reset },
-			class: Transient, reason: ReasonRegistryUnavailable, requests: 4},
+			class: failure.Transient, reason: ReasonRegistryUnavailable, requests: 4},
 		{name: "answer cut short", op: read, method: "GET",
 			fault: func(*registrytest.Registry) func(http.ResponseWriter, *http.Request) { return registrytest.CutShort },
-			class: Transient, reason: ReasonRegistryUnavailable, requests: 1},
+			class: failure.Transient, reason: ReasonRegistryUnavailable, requests: 1},
 		{name: "hang", op: resolve, method: "HEAD",
 			fault: func(f *registrytest.Registry) func(http.ResponseWriter, *http.Request) { return f.Hang },
-			class: Transient, reason: ReasonRegistryUnavailable, requests: 1},
+			class: failure.Transient, reason: ReasonRegistryUnavailable, requests: 1},
 		{name: "malformed manifest", op: read, method: "GET",
 			fault: func(*registrytest.Registry) func(http.ResponseWriter, *http.Request) {
 				return registrytest.MalformedManifest
 			},
-			class: Permanent, reason: ReasonInvalidImage, requests: 1},
+			class: failure.Permanent, reason: ReasonInvalidImage, requests: 1},
 		{name: "push rejected with 400 MANIFEST_INVALID", op: write, method: "PUT",
 			fault: func(*registrytest.Registry) func(http.ResponseWriter, *http.Request) {
 				return registrytest.Answer(400, nil, registrytest.OCIError("MANIFEST_INVALID", "manifest invalid"))
 			},
-			class: Permanent, reason: ReasonRegistryRejected, requests: 1},
+			class: failure.Permanent, reason: ReasonRegistryRejected, requests: 1},
 		{name: "push answered 503 is retried in-call", op: write, method: "PUT",
 			fault: func(*registrytest.Registry) func(http.ResponseWriter, *http.Request) {
 				return registrytest.Answer(503, nil, "")
 			},
-			class: Transient, reason: ReasonRegistryUnavailable, requests: 3},
+			class: failure.Transient, reason: ReasonRegistryUnavailable, requests: 3},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -185,17 +187,21 @@ func TestFaults(t *testing.T) {
 			}
 			elapsed := time.Since(start)
 
-			if got := Classify(err); got != tc.class {
-				t.Fatalf("Classify() = %v, want %v (err: %v)", got, tc.class, err)
+			var got failure.Error // the zero value for no error
+			if err != nil {
+				got = *Classify(err)
 			}
-			if got := Reason(err); got != tc.reason {
-				t.Errorf("Reason() = %q, want %q (err: %v)", got, tc.reason, err)
+			if got.Class != tc.class {
+				t.Fatalf("Class = %v, want %v (err: %v)", got.Class, tc.class, err)
 			}
-			if got := RetryAfter(err); got < tc.retryAfter || got > tc.retryAfter+2*time.Second || (tc.retryAfter == 0 && got != 0) {
-				t.Errorf("RetryAfter() = %v, want %v", got, tc.retryAfter)
+			if got.Reason != tc.reason {
+				t.Errorf("Reason = %q, want %q (err: %v)", got.Reason, tc.reason, err)
 			}
-			if err != nil && Host(err) != f.Addr {
-				t.Errorf("Host() = %q, want %q", Host(err), f.Addr)
+			if got.RetryAfter < tc.retryAfter || got.RetryAfter > tc.retryAfter+2*time.Second || (tc.retryAfter == 0 && got.RetryAfter != 0) {
+				t.Errorf("RetryAfter = %v, want %v", got.RetryAfter, tc.retryAfter)
+			}
+			if err != nil && got.Host != f.Addr {
+				t.Errorf("Host = %q, want %q", got.Host, f.Addr)
 			}
 			if got := f.Count(tc.method, "/manifests/"); got != tc.requests {
 				t.Errorf("%d %s requests to manifests, want %d (all: %v)", got, tc.method, tc.requests, f.Requests())
@@ -215,8 +221,8 @@ func TestRefusedConnections(t *testing.T) {
 	c := newTestClient(t, Options{})
 	before := c.Stats()
 	_, err := c.Resolve(context.Background(), f.Ref("team/app:1"), nil)
-	if Classify(err) != Transient || Reason(err) != ReasonRegistryUnavailable {
-		t.Fatalf("refused: %v / %s: %v", Classify(err), Reason(err), err)
+	if e := Classify(err); e.Class != failure.Transient || e.Reason != ReasonRegistryUnavailable {
+		t.Fatalf("refused: %v / %s: %v", e.Class, e.Reason, err)
 	}
 	if !errors.Is(err, syscall.ECONNREFUSED) {
 		t.Errorf("error does not wrap ECONNREFUSED: %v", err)
@@ -243,30 +249,37 @@ func TestClassifyErrors(t *testing.T) {
 	tests := []struct {
 		name   string
 		err    error
-		class  Class
+		class  failure.Class
 		reason string
 	}{
 		{"nil", nil, 0, ""},
-		{"connection refused in url.Error", refused, Transient, ReasonRegistryUnavailable},
-		{"wrapped twice", fmt.Errorf("resolving: %w", fmt.Errorf("HEAD: %w", refused)), Transient, ReasonRegistryUnavailable},
-		{"joined", errors.Join(errors.New("https failed"), refused), Transient, ReasonRegistryUnavailable},
+		{"connection refused in url.Error", refused, failure.Transient, ReasonRegistryUnavailable},
+		{"wrapped twice", fmt.Errorf("resolving: %w", fmt.Errorf("HEAD: %w", refused)), failure.Transient, ReasonRegistryUnavailable},
+		{"joined", errors.Join(errors.New("https failed"), refused), failure.Transient, ReasonRegistryUnavailable},
 		{"NXDOMAIN", &url.Error{Op: "Get", URL: "https://nope.invalid/v2/", Err: &net.OpError{Op: "dial", Net: "tcp",
-			Err: &net.DNSError{Err: "no such host", Name: "nope.invalid", IsNotFound: true}}}, Transient, ReasonRegistryUnavailable},
-		{"DNS timeout", &net.DNSError{Err: "i/o timeout", Name: "r.example", IsTimeout: true}, Transient, ReasonRegistryUnavailable},
-		{"deadline", fmt.Errorf("HEAD: %w", context.DeadlineExceeded), Transient, ReasonRegistryUnavailable},
-		{"unknown authority", &url.Error{Op: "Get", URL: "https://r.example/v2/", Err: x509.UnknownAuthorityError{}}, Waiting, ReasonCertificateInvalid},
-		{"hostname mismatch", x509.HostnameError{Host: "r.example", Certificate: &x509.Certificate{}}, Waiting, ReasonCertificateInvalid},
-		{"bad reference", badRefErr, Permanent, ReasonInvalidReference},
-		{"already classified, wrapped", fmt.Errorf("store: %w", waitingError(ReasonSecretNotFound, errors.New("x"))), Waiting, ReasonSecretNotFound},
-		{"unknown error", errors.New("something odd"), Transient, ReasonRegistryError},
+			Err: &net.DNSError{Err: "no such host", Name: "nope.invalid", IsNotFound: true}}}, failure.Transient, ReasonRegistryUnavailable},
+		{"DNS timeout", &net.DNSError{Err: "i/o timeout", Name: "r.example", IsTimeout: true}, failure.Transient, ReasonRegistryUnavailable},
+		{"deadline", fmt.Errorf("HEAD: %w", context.DeadlineExceeded), failure.Transient, ReasonRegistryUnavailable},
+		{"unknown authority", &url.Error{Op: "Get", URL: "https://r.example/v2/", Err: x509.UnknownAuthorityError{}}, failure.Waiting, ReasonCertificateInvalid},
+		{"hostname mismatch", x509.HostnameError{Host: "r.example", Certificate: &x509.Certificate{}}, failure.Waiting, ReasonCertificateInvalid},
+		{"bad reference", badRefErr, failure.Permanent, ReasonInvalidReference},
+		{"already classified, wrapped", fmt.Errorf("store: %w", waitingError(ReasonSecretNotFound, errors.New("x"))), failure.Waiting, ReasonSecretNotFound},
+		{"unknown error", errors.New("something odd"), failure.Transient, ReasonRegistryError},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := Classify(tc.err); got != tc.class {
-				t.Errorf("Classify() = %v, want %v", got, tc.class)
+			got := Classify(tc.err)
+			if tc.err == nil {
+				if got != nil {
+					t.Errorf("Classify(nil) = %#v, want nil", got)
+				}
+				return
 			}
-			if got := Reason(tc.err); got != tc.reason {
-				t.Errorf("Reason() = %q, want %q", got, tc.reason)
+			if got.Class != tc.class {
+				t.Errorf("Class = %v, want %v", got.Class, tc.class)
+			}
+			if got.Reason != tc.reason {
+				t.Errorf("Reason = %q, want %q", got.Reason, tc.reason)
 			}
 		})
 	}

@@ -71,10 +71,10 @@ func (t *cleartextTransport) RoundTrip(req *http.Request) (*http.Response, error
 }
 
 // cleartextRefusedError is a plain-HTTP request refused. It is not an
-// *Error: ggcr pings HTTPS and HTTP at once and joins their errors, and
+// *failure.Error: ggcr pings HTTPS and HTTP at once and joins their errors, and
 // what the HTTPS side says (a refused connection is an outage, a bad
 // certificate is CertificateInvalid) must decide the class; only when
-// nothing else failed is the refusal the reason (see classify).
+// nothing else failed is the refusal the reason (see Classify).
 type cleartextRefusedError struct{ host string }
 
 func (e *cleartextRefusedError) Error() string {

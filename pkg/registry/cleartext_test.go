@@ -18,6 +18,8 @@ import (
 	ggcrregistry "github.com/google/go-containerregistry/pkg/registry"
 	"github.com/google/go-containerregistry/pkg/v1/random"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
+
+	"github.com/buildsmith/buildsmith/pkg/failure"
 )
 
 // TestCleartextPolicy: plain HTTP goes to loopback registries and to those
@@ -59,11 +61,11 @@ func TestCleartextRefusedBeforeSending(t *testing.T) {
 	if sent {
 		t.Fatal("a plain-HTTP request went out to a private address")
 	}
-	if c := asError(err); c.Class != Waiting || c.Reason != ReasonInsecureRegistry {
+	if c := Classify(err); c.Class != failure.Waiting || c.Reason != ReasonInsecureRegistry {
 		t.Errorf("refused alone: %v %s, want a waiting %s", c.Class, c.Reason, ReasonInsecureRegistry)
 	}
 	httpsDown := &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
-	if c := asError(errors.Join(httpsDown, err)); c.Class != Transient || c.Reason != ReasonRegistryUnavailable {
+	if c := Classify(errors.Join(httpsDown, err)); c.Class != failure.Transient || c.Reason != ReasonRegistryUnavailable {
 		t.Errorf("HTTPS refused, HTTP refused by us: %v %s, want a transient %s", c.Class, c.Reason, ReasonRegistryUnavailable)
 	}
 }
@@ -100,9 +102,9 @@ func TestInsecureRegistryNamed(t *testing.T) {
 
 	c := newTestClient(t, Options{})
 	_, err = c.Resolve(context.Background(), ref, nil)
-	if Reason(err) != ReasonInsecureRegistry || requests.Load() != 0 {
+	if Classify(err).Reason != ReasonInsecureRegistry || requests.Load() != 0 {
 		t.Errorf("unnamed plain-HTTP registry: %s %v after %d plain-HTTP requests, want %s and none",
-			Reason(err), err, requests.Load(), ReasonInsecureRegistry)
+			Classify(err).Reason, err, requests.Load(), ReasonInsecureRegistry)
 	}
 	c = newTestClient(t, Options{InsecureRegistries: []string{host}})
 	if _, err := c.Resolve(context.Background(), ref, nil); err != nil {
@@ -138,8 +140,8 @@ func TestPrivateCA(t *testing.T) {
 	}
 	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
 
-	if _, err := newTestClient(t, Options{}).Resolve(context.Background(), ref, nil); Reason(err) != ReasonCertificateInvalid {
-		t.Errorf("without the CA: %s %v, want %s", Reason(err), err, ReasonCertificateInvalid)
+	if _, err := newTestClient(t, Options{}).Resolve(context.Background(), ref, nil); Classify(err).Reason != ReasonCertificateInvalid {
+		t.Errorf("without the CA: %s %v, want %s", Classify(err).Reason, err, ReasonCertificateInvalid)
 	}
 	if err := CheckCACertificates(ca); err != nil {
 		t.Fatal(err)

@@ -23,6 +23,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 	"golang.org/x/sync/singleflight"
 	"k8s.io/utils/lru"
+
+	"github.com/buildsmith/buildsmith/pkg/failure"
 )
 
 // Options tunes a Client. The zero value of every field means its default.
@@ -242,7 +244,7 @@ func (c *Client) Resolve(ctx context.Context, ref name.Reference, kc authn.Keych
 	err := c.do(ctx, ref, c.opts.Timeout, func(ctx context.Context, s *session) error {
 		desc, err := s.puller.Head(ctx, ref)
 		if err != nil {
-			if reason := Reason(err); reason == ReasonRegistryUnavailable || reason == ReasonRateLimited {
+			if reason := Classify(err).Reason; reason == ReasonRegistryUnavailable || reason == ReasonRateLimited {
 				return err
 			}
 			full, getErr := s.puller.Get(ctx, ref)
@@ -610,7 +612,7 @@ func (c *Client) do(ctx context.Context, ref name.Reference, timeout time.Durati
 	ctx, state := withCall(ctx)
 	if err := op(ctx, s); err != nil {
 		e := newError(target.Host, state.RetryAfter(), err)
-		if failed := state.outage(); failed != nil && e.Class == Transient {
+		if failed := state.outage(); failed != nil && e.Class == failure.Transient {
 			e.Host, e.Repository = failed.place.Host, failed.place.Repository
 			c.circuits.open(failed.place, e, failed.probe)
 		}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/buildsmith/buildsmith/test/registrytest"
 	"io"
 	"net/http"
 	"net/url"
@@ -21,6 +20,9 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/random"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+
+	"github.com/buildsmith/buildsmith/pkg/failure"
+	"github.com/buildsmith/buildsmith/test/registrytest"
 )
 
 func TestResolveWarmIsOneHead(t *testing.T) {
@@ -95,8 +97,8 @@ func TestReadImageChoosesPlatformFromIndex(t *testing.T) {
 		t.Errorf("platforms of a plain image (-want +got):\n%s", diff)
 	}
 	_, err = c.ReadImage(ctx, f.Ref("team/multi:1"), &v1.Platform{OS: "linux", Architecture: "s390x"}, nil)
-	if Classify(err) != Permanent || Reason(err) != ReasonPlatformNotFound {
-		t.Errorf("missing platform: %v (%s)", err, Reason(err))
+	if e := Classify(err); e.Class != failure.Permanent || e.Reason != ReasonPlatformNotFound {
+		t.Errorf("missing platform: %v (%s)", err, e.Reason)
 	}
 }
 
@@ -282,8 +284,8 @@ func TestRedact(t *testing.T) {
 	if strings.Contains(e.Error(), "SECRET") || !strings.Contains(e.Error(), "https://r.example/v2/team/app/blobs/uploads/abc?REDACTED") {
 		t.Errorf("message = %q", e.Error())
 	}
-	if !errors.Is(e, io.ErrUnexpectedEOF) || Reason(e) != ReasonRegistryUnavailable {
-		t.Errorf("redaction lost the error chain: %v, %s", e, Reason(e))
+	if !errors.Is(e, io.ErrUnexpectedEOF) || Classify(e).Reason != ReasonRegistryUnavailable {
+		t.Errorf("redaction lost the error chain: %v, %s", e, Classify(e).Reason)
 	}
 	token := newError("auth.example", 0, errors.New("no token in bearer response:\n{\"refresh_token\": \"SECRET\"}"))
 	if strings.Contains(token.Error(), "SECRET") {

@@ -6,8 +6,9 @@
 //
 // # The three classes
 //
-// Every error a Client returns is a *Error with a Class and a Reason (the
-// CamelCase reason a condition shows):
+// Every error a Client returns is a *failure.Error with a Class and a Reason
+// (the CamelCase reason a condition shows). Classify finds it under any
+// wrapping, and classifies other errors by the same rules:
 //
 //   - Transient: the registry or the network failed and will likely recover
 //     without anyone doing anything — connection refused or reset, DNS
@@ -16,7 +17,7 @@
 //     repository, or the registry) gets an open circuit (see Circuits): the
 //     caller waits on it, and is woken the moment a probe gets an answer;
 //     other transient errors are retried with a growing delay (never sooner
-//     than the registry's Retry-After, see RetryAfter).
+//     than the registry's Retry-After, the error's RetryAfter).
 //   - Waiting: the request was fine but something it needs is not there yet —
 //     an image or tag that does not exist (404), credentials that are missing
 //     or refused (401, 403), a ServiceAccount or Secret that does not exist,

@@ -20,16 +20,6 @@ import (
 	"github.com/buildsmith/buildsmith/pkg/failure"
 )
 
-// Class says what a caller should do about an error; see the package doc.
-type Class = failure.Class
-
-// The classes.
-const (
-	Transient = failure.Transient
-	Waiting   = failure.Waiting
-	Permanent = failure.Permanent
-)
-
 // Reasons, as they appear in conditions.
 const (
 	ReasonRegistryUnavailable    = "RegistryUnavailable"
@@ -50,74 +40,37 @@ const (
 	ReasonInsecureRegistry = "InsecureRegistry"
 )
 
-// Error is a classified error. Every error a Client returns is one.
-type Error = failure.Error
-
-// Classify returns the class of err; see the package doc. It is 0 for nil.
-func Classify(err error) Class {
+// Classify returns err's classification, nil for nil: the one err carries,
+// else one placed from what ggcr, net/http or the standard library said (see
+// the package doc). The order matters: the most specific evidence is looked
+// at first, and errors.As sees through the wrapping of url.Error,
+// net.OpError and ggcr's multi-errors.
+func Classify(err error) *failure.Error {
 	if err == nil {
-		return 0
+		return nil
 	}
-	return asError(err).Class
-}
-
-// Reason returns the condition reason for err, "" for nil.
-func Reason(err error) string {
-	if err == nil {
-		return ""
-	}
-	return asError(err).Reason
-}
-
-// RetryAfter returns how long the registry asked the caller to wait before
-// trying again (its Retry-After header), 0 if it did not ask.
-func RetryAfter(err error) time.Duration {
-	var e *Error
-	if errors.As(err, &e) {
-		return e.RetryAfter
-	}
-	return 0
-}
-
-// Host returns the registry host err came from, "" if none.
-func Host(err error) string {
-	var e *Error
-	if errors.As(err, &e) {
-		return e.Host
-	}
-	return ""
-}
-
-// asError returns err's *Error, classifying err if it has none.
-func asError(err error) *Error {
-	var e *Error
-	if errors.As(err, &e) {
+	if e, ok := failure.As(err); ok {
 		return e
 	}
-	class, reason := classify(err)
-	return &Error{Class: class, Reason: reason, Err: err}
-}
-
-// classify places an error from ggcr, net/http or the standard library. The
-// order matters: the most specific evidence is looked at first, and errors.As
-// sees through the wrapping of url.Error, net.OpError and ggcr's multi-errors.
-func classify(err error) (Class, string) {
+	classified := func(class failure.Class, reason string) *failure.Error {
+		return &failure.Error{Class: class, Reason: reason, Err: err}
+	}
 	var badName *name.ErrBadName
 	if errors.As(err, &badName) {
-		return Permanent, ReasonInvalidReference
+		return classified(failure.Permanent, ReasonInvalidReference)
 	}
 	// Before answers: for private and loopback hosts ggcr races https and
 	// http, and an untrusted certificate on the https side comes with the
 	// http side's 400 "HTTP request to HTTPS server".
 	if isCertificateError(err) {
-		return Waiting, ReasonCertificateInvalid
+		return classified(failure.Waiting, ReasonCertificateInvalid)
 	}
 	var te *transport.Error
 	if errors.As(err, &te) {
-		return classifyResponse(te)
+		return classified(classifyResponse(te))
 	}
 	if isNetworkError(err) {
-		return Transient, ReasonRegistryUnavailable
+		return classified(failure.Transient, ReasonRegistryUnavailable)
 	}
 	// A registry that speaks plain HTTP only, not allowed to (ours), or
 	// met over HTTPS (net/http's error has no type of its own). Waiting,
@@ -125,47 +78,47 @@ func classify(err error) (Class, string) {
 	// change, not the object.
 	var cleartext *cleartextRefusedError
 	if errors.As(err, &cleartext) || strings.Contains(err.Error(), "server gave HTTP response to HTTPS client") {
-		return Waiting, ReasonInsecureRegistry
+		return classified(failure.Waiting, ReasonInsecureRegistry)
 	}
-	return Transient, ReasonRegistryError
+	return classified(failure.Transient, ReasonRegistryError)
 }
 
 // classifyResponse places an HTTP error answer. The status decides, except
 // that a diagnostic code says more than a generic status (some registries rate
 // limit with 403 TOOMANYREQUESTS or refuse with 400 DENIED).
-func classifyResponse(te *transport.Error) (Class, string) {
+func classifyResponse(te *transport.Error) (failure.Class, string) {
 	for _, d := range te.Errors {
 		switch d.Code {
 		case transport.TooManyRequestsErrorCode:
-			return Transient, ReasonRateLimited
+			return failure.Transient, ReasonRateLimited
 		case transport.BlobUnknownErrorCode, transport.ManifestBlobUnknownErrorCode,
 			transport.BlobUploadInvalidErrorCode, transport.BlobUploadUnknownErrorCode:
 			// Mid-push: a blob vanished (garbage collection, an upload
 			// session expired). Pushing again uploads it again.
 			if te.Request == nil || te.Request.Method != http.MethodGet && te.Request.Method != http.MethodHead {
-				return Transient, ReasonRegistryUnavailable
+				return failure.Transient, ReasonRegistryUnavailable
 			}
 		case transport.UnauthorizedErrorCode, transport.DeniedErrorCode:
 			if te.StatusCode < 500 {
-				return Waiting, ReasonUnauthorized
+				return failure.Waiting, ReasonUnauthorized
 			}
 		}
 	}
 	switch code := te.StatusCode; {
 	case code == http.StatusTooManyRequests:
-		return Transient, ReasonRateLimited
+		return failure.Transient, ReasonRateLimited
 	case code == http.StatusRequestTimeout || code >= 500:
-		return Transient, ReasonRegistryUnavailable
+		return failure.Transient, ReasonRegistryUnavailable
 	case code == http.StatusUnauthorized || code == http.StatusForbidden:
-		return Waiting, ReasonUnauthorized
+		return failure.Waiting, ReasonUnauthorized
 	case code == http.StatusNotFound:
-		return Waiting, ReasonImageNotFound
+		return failure.Waiting, ReasonImageNotFound
 	case code >= 400:
-		return Permanent, ReasonRegistryRejected
+		return failure.Permanent, ReasonRegistryRejected
 	}
 	// A 2xx or 3xx that ggcr did not expect (say 200 where it wanted 201):
 	// an odd registry or proxy, most likely passing.
-	return Transient, ReasonRegistryError
+	return failure.Transient, ReasonRegistryError
 }
 
 func isCertificateError(err error) bool {
@@ -256,8 +209,8 @@ func redact(err error) error {
 
 // newError classifies err as coming from host, keeping an existing
 // classification, and redacts its message.
-func newError(host string, retryAfter time.Duration, err error) *Error {
-	e := asError(err)
+func newError(host string, retryAfter time.Duration, err error) *failure.Error {
+	e := Classify(err)
 	out := *e
 	out.Err = redact(out.Err)
 	if out.Host == "" {
@@ -270,10 +223,10 @@ func newError(host string, retryAfter time.Duration, err error) *Error {
 }
 
 // permanentError and waitingError make classified errors of our own.
-func permanentError(reason, host string, err error) *Error {
-	return &Error{Class: Permanent, Reason: reason, Host: host, Err: err}
+func permanentError(reason, host string, err error) *failure.Error {
+	return &failure.Error{Class: failure.Permanent, Reason: reason, Host: host, Err: err}
 }
 
-func waitingError(reason string, err error) *Error {
-	return &Error{Class: Waiting, Reason: reason, Err: err}
+func waitingError(reason string, err error) *failure.Error {
+	return &failure.Error{Class: failure.Waiting, Reason: reason, Err: err}
 }

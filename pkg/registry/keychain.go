@@ -10,6 +10,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	corev1listers "k8s.io/client-go/listers/core/v1"
+
+	"github.com/buildsmith/buildsmith/pkg/failure"
 )
 
 // Anonymous is the keychain without credentials.
@@ -93,7 +95,7 @@ func (k Keychains) ForServiceAccount(ctx context.Context, namespace, serviceAcco
 		// Check each secret alone so that the error can name it; the
 		// parse error itself is left out, as it may quote secret data.
 		if _, err := k8schain.NewFromPullSecrets(ctx, []corev1.Secret{*secret}); err != nil {
-			return nil, &Error{Class: Permanent, Reason: ReasonInvalidSecret, Err: fmt.Errorf(
+			return nil, &failure.Error{Class: failure.Permanent, Reason: ReasonInvalidSecret, Err: fmt.Errorf(
 				"secret %s/%s does not hold a valid docker config of type %s", namespace, secretName, secret.Type)}
 		}
 		secrets = append(secrets, *secret)
@@ -104,7 +106,7 @@ func (k Keychains) ForServiceAccount(ctx context.Context, namespace, serviceAcco
 	}
 	kc, err := k8schain.NewFromPullSecrets(ctx, secrets)
 	if err != nil {
-		return nil, &Error{Class: Permanent, Reason: ReasonInvalidSecret, Err: fmt.Errorf(
+		return nil, &failure.Error{Class: failure.Permanent, Reason: ReasonInvalidSecret, Err: fmt.Errorf(
 			"the secrets of serviceaccount %s/%s do not hold valid docker configs", namespace, serviceAccount)}
 	}
 	return keychain{Keychain: kc, key: strings.Join(key, "/")}, nil

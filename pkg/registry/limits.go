@@ -5,6 +5,8 @@ import (
 	"io"
 	"net/http"
 	"strings"
+
+	"github.com/buildsmith/buildsmith/pkg/failure"
 )
 
 // Bounds on what a registry may make the controller hold in memory. Real
@@ -59,7 +61,7 @@ func (b *limitedBody) Read(p []byte) (int, error) {
 
 // tooLarge is the permanent error of a thing of size bytes (-1: unknown,
 // a body read up to the limit) where limit are allowed.
-func tooLarge(req *http.Request, what string, size, limit int64) *Error {
+func tooLarge(req *http.Request, what string, size, limit int64) *failure.Error {
 	is := "is larger than"
 	if size >= 0 {
 		is = fmt.Sprintf("is %s, more than", byteSize(size))

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/buildsmith/buildsmith/pkg/failure"
 	"github.com/buildsmith/buildsmith/test/registrytest"
 )
 
@@ -46,8 +47,8 @@ func TestSizeLimits(t *testing.T) {
 			f.Inject("GET", "/team/app/manifests/", -1, tc.serve)
 			c := newTestClient(t, Options{})
 			_, err := c.ReadImage(context.Background(), f.Ref("team/app:1"), nil, nil)
-			e, ok := err.(*Error)
-			if !ok || e.Class != Permanent || e.Reason != ReasonInvalidImage || !strings.Contains(err.Error(), tc.message) {
+			e, ok := err.(*failure.Error)
+			if !ok || e.Class != failure.Permanent || e.Reason != ReasonInvalidImage || !strings.Contains(err.Error(), tc.message) {
 				t.Fatalf("error %v, want a permanent %s saying %q", err, ReasonInvalidImage, tc.message)
 			}
 			if n := f.Count("GET", "/team/app/manifests/"); n != 1 {

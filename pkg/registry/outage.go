@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"net/url"
 	"sync"
+
+	"github.com/buildsmith/buildsmith/pkg/failure"
 )
 
 // isOutage reports whether a request's outcome says its place is failing
@@ -31,7 +33,7 @@ func isOutage(ctx context.Context, resp *http.Response, err error) bool {
 // circuit or a Retry-After hold.
 func isRefusal(err error) bool {
 	var open *circuitOpenError
-	var e *Error
+	var e *failure.Error
 	return errors.As(err, &open) || errors.As(err, &e)
 }
 
@@ -51,7 +53,7 @@ func placeOf(req *http.Request, err error) Place {
 }
 
 // outageError describes a failed request as a classified error.
-func outageError(req *http.Request, resp *http.Response, err error) *Error {
+func outageError(req *http.Request, resp *http.Response, err error) *failure.Error {
 	if err != nil {
 		return newError(req.URL.Host, 0, err)
 	}
@@ -59,7 +61,7 @@ func outageError(req *http.Request, resp *http.Response, err error) *Error {
 	if resp.StatusCode == http.StatusTooManyRequests {
 		reason = ReasonRateLimited
 	}
-	return newError(req.URL.Host, 0, &Error{Class: Transient, Reason: reason,
+	return newError(req.URL.Host, 0, &failure.Error{Class: failure.Transient, Reason: reason,
 		Err: fmt.Errorf("%s %s: %s", req.Method, redactURL(req.URL), resp.Status)})
 }
 

@@ -65,8 +65,8 @@ func TestPingAskedAgainAfterUnauthorized(t *testing.T) {
 	}
 	f.Inject("", "/v2/team/b/", -1, registrytest.Answer(http.StatusUnauthorized,
 		map[string]string{"WWW-Authenticate": `Basic realm="test"`}, registrytest.OCIError("UNAUTHORIZED", "who are you")))
-	if _, err := c.Resolve(ctx, f.Ref("team/b:1"), nil); Reason(err) != ReasonUnauthorized {
-		t.Fatalf("Resolve of a refused repository: %v (%s), want %s", err, Reason(err), ReasonUnauthorized)
+	if _, err := c.Resolve(ctx, f.Ref("team/b:1"), nil); Classify(err).Reason != ReasonUnauthorized {
+		t.Fatalf("Resolve of a refused repository: %v (%s), want %s", err, Classify(err).Reason, ReasonUnauthorized)
 	}
 	if n := pings(f); n != 1 {
 		t.Fatalf("%d pings before the 401, want 1", n)
@@ -90,7 +90,7 @@ func TestPingKeptThroughItsOwnChallenge(t *testing.T) {
 	f.ForgetRequests()
 	c := newTestClient(t, Options{})
 	ctx := context.Background()
-	if _, err := c.Resolve(ctx, f.Ref("team/a:1"), staticKeychain{user: "robot", password: "wrong"}); Reason(err) != ReasonUnauthorized {
+	if _, err := c.Resolve(ctx, f.Ref("team/a:1"), staticKeychain{user: "robot", password: "wrong"}); Classify(err).Reason != ReasonUnauthorized {
 		t.Fatalf("wrong password: %v", err)
 	}
 	if _, err := c.Resolve(ctx, f.Ref("team/b:1"), staticKeychain{user: "robot", password: "s3cr3t"}); err != nil {

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/buildsmith/buildsmith/pkg/failure"
 )
 
 // retryAfterHolds remembers until when a registry asked to be left alone
@@ -84,7 +86,7 @@ func (h *retryAfterHolds) left(host, repo string) (time.Duration, string) {
 }
 
 // check fails a call that would have to wait longer than maxWait.
-func (h *retryAfterHolds) check(host, repo string) *Error {
+func (h *retryAfterHolds) check(host, repo string) *failure.Error {
 	if left, reason := h.left(host, repo); left > h.maxWait {
 		held := h.heldError(host, left, reason)
 		held.Repository = repo
@@ -114,8 +116,8 @@ func (h *retryAfterHolds) wait(ctx context.Context, host, repo string) error {
 	}
 }
 
-func (h *retryAfterHolds) heldError(host string, left time.Duration, reason string) *Error {
-	return &Error{Class: Transient, Reason: reason, Host: host, RetryAfter: left,
+func (h *retryAfterHolds) heldError(host string, left time.Duration, reason string) *failure.Error {
+	return &failure.Error{Class: failure.Transient, Reason: reason, Host: host, RetryAfter: left,
 		Err: fmt.Errorf("%s asked not to be called for another %s (Retry-After); not calling it until then",
 			host, left.Round(100*time.Millisecond))}
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/buildsmith/buildsmith/pkg/failure"
 	"github.com/buildsmith/buildsmith/test/registrytest"
 )
 
@@ -27,8 +28,8 @@ func TestNoCallBeforeRetryAfter(t *testing.T) {
 	c.circuits.now = clock.Now // nobody waits on the circuit: it lapses
 	ctx := context.Background()
 
-	if _, err := c.Resolve(ctx, f.Ref("team/app:1"), nil); Reason(err) != ReasonRateLimited || RetryAfter(err) != 30*time.Second {
-		t.Fatalf("first call: %s, Retry-After %v: %v", Reason(err), RetryAfter(err), err)
+	if _, err := c.Resolve(ctx, f.Ref("team/app:1"), nil); Classify(err).Reason != ReasonRateLimited || Classify(err).RetryAfter != 30*time.Second {
+		t.Fatalf("first call: %s, Retry-After %v: %v", Classify(err).Reason, Classify(err).RetryAfter, err)
 	}
 	time.Sleep(100 * time.Millisecond) // the circuit's check of /v2/
 	f.ForgetRequests()
@@ -42,8 +43,8 @@ func TestNoCallBeforeRetryAfter(t *testing.T) {
 		},
 	} {
 		err := call()
-		if Classify(err) != Transient || Reason(err) != ReasonRateLimited || RetryAfter(err) != 20*time.Second || Host(err) != f.Addr {
-			t.Errorf("%s 10 s after: %v %s, Retry-After %v, host %q: %v", name, Classify(err), Reason(err), RetryAfter(err), Host(err), err)
+		if e := Classify(err); e.Class != failure.Transient || e.Reason != ReasonRateLimited || e.RetryAfter != 20*time.Second || e.Host != f.Addr {
+			t.Errorf("%s 10 s after: %v %s, Retry-After %v, host %q: %v", name, e.Class, e.Reason, e.RetryAfter, e.Host, err)
 		}
 	}
 	if got := f.Requests(); len(got) != 0 {
