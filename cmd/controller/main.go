@@ -106,7 +106,7 @@ func main() {
 		log.Fatalf("registering metrics: %v", err)
 	}
 	builders := builder.Config{Registry: client, Options: opts, Version: version,
-		Lifecycle: builder.NewLifecycleSource(client, opts.ResyncInterval)}
+		Lifecycle: builder.NewLifecycleSource(opts.ResyncInterval)}
 	sharedmain.MainWithConfig(ctx, component, cfg,
 		clusterstore.NewController(client, opts),
 		clusterstack.NewController(client, opts),

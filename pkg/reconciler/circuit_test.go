@@ -23,7 +23,7 @@ func TestCircuitWaitsOfKindsSharingAName(t *testing.T) {
 	defer cancel()
 	client := registry.New(ctx, registry.Options{})
 	f.Down()
-	_, err := client.Resolve(ctx, f.Ref("team/app:1"), nil)
+	_, err := client.As(nil).Resolve(ctx, f.Ref("team/app:1"))
 	if registry.Classify(err).Reason != registry.ReasonRegistryUnavailable {
 		t.Fatalf("Resolve: %v", err)
 	}
@@ -56,7 +56,7 @@ func TestObjectThatMovesOnStopsWaiting(t *testing.T) {
 	defer cancel()
 	client := registry.New(ctx, registry.Options{})
 	f.Down()
-	_, err := client.Resolve(ctx, f.Ref("team/app:1"), nil)
+	_, err := client.As(nil).Resolve(ctx, f.Ref("team/app:1"))
 	policy := NewPolicy("ClusterStore", DefaultOptions(), client.Circuits(), func(types.NamespacedName) {}, nil)
 	store := &v1alpha1.ClusterStore{ObjectMeta: metav1.ObjectMeta{Name: "demo"}}
 	policy.Finish(ctx, store, err)

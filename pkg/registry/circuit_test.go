@@ -76,7 +76,7 @@ func TestOutagesOpenTheRightCircuit(t *testing.T) {
 			} else {
 				f.Inject("", tc.path, -1, tc.fault(f))
 			}
-			_, err := c.Resolve(context.Background(), f.Ref("team/app:1"), nil)
+			_, err := c.As(nil).Resolve(context.Background(), f.Ref("team/app:1"))
 			if Classify(err).Reason != tc.reason {
 				t.Fatalf("reason %q, want %q: %v", Classify(err).Reason, tc.reason, err)
 			}
@@ -124,13 +124,13 @@ func TestOpenCircuitSendsNothing(t *testing.T) {
 	f.Inject("", "/team/app/", -1, registrytest.Answer(503, nil, ""))
 	c := newTestClient(t, Options{Circuits: noProbes})
 	ctx := context.Background()
-	if _, err := c.Resolve(ctx, f.Ref("team/app:1"), nil); Classify(err).Reason != ReasonRegistryUnavailable {
+	if _, err := c.As(nil).Resolve(ctx, f.Ref("team/app:1")); Classify(err).Reason != ReasonRegistryUnavailable {
 		t.Fatalf("Resolve: %v", err)
 	}
 	eventuallyOpen(c, []string{f.Addr + "/team/app"}, time.Second)
 	before := f.Count("", "/team/app/")
 	for range 20 {
-		_, err := c.ReadImage(ctx, f.Ref("team/app:1"), nil, nil)
+		_, err := c.As(nil).ReadImage(ctx, f.Ref("team/app:1"), nil)
 		if Classify(err).Reason != ReasonRegistryUnavailable || Classify(err).Host != f.Addr || !strings.Contains(err.Error(), f.Addr+"/team/app is failing") {
 			t.Fatalf("while open: %v", err)
 		}
@@ -138,7 +138,7 @@ func TestOpenCircuitSendsNothing(t *testing.T) {
 	if n := f.Count("", "/team/app/") - before; n != 0 {
 		t.Errorf("%d requests to a repository whose circuit is open", n)
 	}
-	if _, err := c.Resolve(ctx, f.Ref("team/other:1"), nil); err != nil {
+	if _, err := c.As(nil).Resolve(ctx, f.Ref("team/other:1")); err != nil {
 		t.Errorf("another repository of the registry: %v", err)
 	}
 }
@@ -153,7 +153,7 @@ func TestProbeResendsTheFailingRead(t *testing.T) {
 	f.Inject("", "/team/app/", -1, registrytest.Answer(503, nil, ""))
 	c := newTestClient(t, Options{})
 	ctx := context.Background()
-	if _, err := c.Resolve(ctx, f.Ref("team/app:1"), nil); Classify(err).Reason != ReasonRegistryUnavailable {
+	if _, err := c.As(nil).Resolve(ctx, f.Ref("team/app:1")); Classify(err).Reason != ReasonRegistryUnavailable {
 		t.Fatalf("Resolve: %v", err)
 	}
 	woken := make(chan time.Time, 1)
@@ -216,7 +216,7 @@ func TestProbeWaitsForRetryAfter(t *testing.T) {
 		f.Handler.ServeHTTP(w, r)
 	})
 	c := newTestClient(t, Options{MaxRetryAfterWait: -1})
-	if _, err := c.Resolve(context.Background(), f.Ref("team/app:1"), nil); Classify(err).Reason != ReasonRateLimited || Classify(err).RetryAfter < time.Second {
+	if _, err := c.As(nil).Resolve(context.Background(), f.Ref("team/app:1")); Classify(err).Reason != ReasonRateLimited || Classify(err).RetryAfter < time.Second {
 		t.Fatalf("Resolve: %v (Retry-After %v)", err, Classify(err).RetryAfter)
 	}
 	f.ForgetRequests()
@@ -254,7 +254,7 @@ func TestProberStopsWhenNobodyWaits(t *testing.T) {
 	f.Push("team/app:1")
 	f.Inject("", "/team/app/", -1, registrytest.Answer(503, nil, ""))
 	c := newTestClient(t, Options{})
-	if _, err := c.Resolve(context.Background(), f.Ref("team/app:1"), nil); err == nil {
+	if _, err := c.As(nil).Resolve(context.Background(), f.Ref("team/app:1")); err == nil {
 		t.Fatal("no error")
 	}
 	time.Sleep(100 * time.Millisecond) // the check of /v2/ (it answers)
@@ -267,7 +267,7 @@ func TestProberStopsWhenNobodyWaits(t *testing.T) {
 		t.Errorf("a circuit nobody waits on is still open: %v", open)
 	}
 
-	if _, err := c.Resolve(context.Background(), f.Ref("team/app:1"), nil); err == nil {
+	if _, err := c.As(nil).Resolve(context.Background(), f.Ref("team/app:1")); err == nil {
 		t.Fatal("no error")
 	}
 	if !c.Circuits().Wait(f.Addr, "team/app", "ns/a", func() { t.Error("woken while failing") }) {
@@ -314,7 +314,7 @@ func TestManyPlacesBoundedProbes(t *testing.T) {
 			case <-ctx.Done():
 				return
 			}
-			_, err := c.Resolve(ctx, f.Ref(o.repo+":1"), nil)
+			_, err := c.As(nil).Resolve(ctx, f.Ref(o.repo+":1"))
 			if err == nil {
 				mu.Lock()
 				succeeded[o.key]++
@@ -398,12 +398,12 @@ func TestRegistryCircuitHoldsEveryRepository(t *testing.T) {
 	c := newTestClient(t, Options{})
 	ctx := context.Background()
 	for _, ref := range []string{"team/app:1", "team/other:1"} {
-		if _, err := c.Resolve(ctx, f.Ref(ref), nil); err != nil { // pinged before the fault
+		if _, err := c.As(nil).Resolve(ctx, f.Ref(ref)); err != nil { // pinged before the fault
 			t.Fatal(err)
 		}
 	}
 	f.Inject("", "/v2/", -1, registrytest.Answer(503, nil, ""))
-	if _, err := c.Resolve(ctx, f.Ref("team/app:1"), nil); err == nil {
+	if _, err := c.As(nil).Resolve(ctx, f.Ref("team/app:1")); err == nil {
 		t.Fatal("no error")
 	}
 	woken := make(chan string, 2)
@@ -419,7 +419,7 @@ func TestRegistryCircuitHoldsEveryRepository(t *testing.T) {
 	// must not lapse.
 	time.Sleep(1500 * time.Millisecond)
 	f.ForgetRequests()
-	_, err := c.Resolve(ctx, f.Ref("team/other:1"), nil)
+	_, err := c.As(nil).Resolve(ctx, f.Ref("team/other:1"))
 	if Classify(err).Reason != ReasonRegistryUnavailable || !strings.Contains(err.Error(), f.Addr+" is failing") {
 		t.Fatalf("another repository while the registry fails: %v", err)
 	}
@@ -474,7 +474,7 @@ func TestHangIsNoticedInSeconds(t *testing.T) {
 	f.Inject("", "", -1, f.Hang)
 	c := newTestClient(t, Options{AnswerTimeout: 500 * time.Millisecond})
 	start := time.Now()
-	_, err := c.Resolve(context.Background(), f.Ref("team/app:1"), nil)
+	_, err := c.As(nil).Resolve(context.Background(), f.Ref("team/app:1"))
 	took := time.Since(start)
 	if Classify(err).Reason != ReasonRegistryUnavailable || !strings.Contains(err.Error(), "no answer for 500ms") {
 		t.Fatalf("Resolve on a hung registry: %v", err)
@@ -505,7 +505,7 @@ func TestFlappingCircuitIsDamped(t *testing.T) {
 	pushes := 0
 	for time.Since(start) < 4*time.Second {
 		pushes++
-		if _, err := c.Write(context.Background(), tag, img, nil); Classify(err).Reason != ReasonRegistryUnavailable {
+		if _, err := c.As(nil).Write(context.Background(), tag, img); Classify(err).Reason != ReasonRegistryUnavailable {
 			t.Fatalf("push %d: %v", pushes, err)
 		}
 		if !c.Circuits().Wait(f.Addr, "team/app", "ns/a", func() { woken <- struct{}{} }) {
@@ -538,7 +538,7 @@ func TestHungProbeKeepsTheCircuitOpen(t *testing.T) {
 	f.Push("team/app:1")
 	f.Inject("", "/team/app/", -1, f.Hang)
 	c := newTestClient(t, Options{AnswerTimeout: 300 * time.Millisecond})
-	if _, err := c.Resolve(context.Background(), f.Ref("team/app:1"), nil); Classify(err).Reason != ReasonRegistryUnavailable {
+	if _, err := c.As(nil).Resolve(context.Background(), f.Ref("team/app:1")); Classify(err).Reason != ReasonRegistryUnavailable {
 		t.Fatalf("Resolve: %v", err)
 	}
 	woken := make(chan struct{})
@@ -585,7 +585,7 @@ func TestRegistryCheckHoldsCallsWhileAsked(t *testing.T) {
 			c := newTestClient(t, Options{AnswerTimeout: answerTimeout})
 			ctx := context.Background()
 			for _, ref := range []string{"team/app:1", "team/other:1"} {
-				if _, err := c.Resolve(ctx, f.Ref(ref), nil); err != nil { // before the fault: pinged, authorized
+				if _, err := c.As(nil).Resolve(ctx, f.Ref(ref)); err != nil { // before the fault: pinged, authorized
 					t.Fatal(err)
 				}
 			}
@@ -593,12 +593,12 @@ func TestRegistryCheckHoldsCallsWhileAsked(t *testing.T) {
 			if tc.registryHang {
 				f.Inject("", "", -1, f.Hang)
 			}
-			if _, err := c.Resolve(ctx, f.Ref("team/app:1"), nil); Classify(err).Reason != ReasonRegistryUnavailable {
+			if _, err := c.As(nil).Resolve(ctx, f.Ref("team/app:1")); Classify(err).Reason != ReasonRegistryUnavailable {
 				t.Fatalf("Resolve team/app: %v", err)
 			}
 			c.Circuits().Wait(f.Addr, "team/app", "ns/app", func() {})
 			f.ForgetRequests()
-			_, err := c.Resolve(ctx, f.Ref("team/other:1"), nil)
+			_, err := c.As(nil).Resolve(ctx, f.Ref("team/other:1"))
 			sent := f.Count("", "/team/other/")
 			if tc.registryHang {
 				if Classify(err).Reason != ReasonRegistryUnavailable || sent != 0 {
@@ -631,14 +631,14 @@ func TestSweepOutlivesOneBrokenPlace(t *testing.T) {
 	}
 	c := newTestClient(t, Options{})
 	ctx := context.Background()
-	if _, err := c.Resolve(ctx, f.Ref("team/app-0:1"), nil); err != nil { // pinged before the fault
+	if _, err := c.As(nil).Resolve(ctx, f.Ref("team/app-0:1")); err != nil { // pinged before the fault
 		t.Fatal(err)
 	}
 	f.Inject("", "/team/app-", -1, registrytest.Answer(503, nil, ""))
 	woken := make(chan int, repos)
 	for i := range repos {
 		repo := fmt.Sprintf("team/app-%d", i)
-		if _, err := c.Resolve(ctx, f.Ref(repo+":1"), nil); Classify(err).Reason != ReasonRegistryUnavailable {
+		if _, err := c.As(nil).Resolve(ctx, f.Ref(repo+":1")); Classify(err).Reason != ReasonRegistryUnavailable {
 			t.Fatalf("%s: %v", repo, err)
 		}
 		if !c.Circuits().Wait(f.Addr, repo, repo, func() { woken <- i }) {
@@ -675,14 +675,14 @@ func TestNoResendIntoAnOpenCircuit(t *testing.T) {
 	f := registrytest.New(t)
 	f.Push("team/app:1")
 	c := newTestClient(t, Options{})
-	if _, err := c.Resolve(context.Background(), f.Ref("team/app:1"), nil); err != nil { // pinged before the fault
+	if _, err := c.As(nil).Resolve(context.Background(), f.Ref("team/app:1")); err != nil { // pinged before the fault
 		t.Fatal(err)
 	}
 	f.Inject("", "/team/app/", -1, registrytest.Answer(503, map[string]string{"Retry-After": "1"}, ""))
 	f.ForgetRequests()
 	patient := make(chan error)
 	go func() {
-		_, err := c.Resolve(context.Background(), f.Ref("team/app:1"), nil)
+		_, err := c.As(nil).Resolve(context.Background(), f.Ref("team/app:1"))
 		patient <- err
 	}()
 	// While the patient call waits out its Retry-After, another call (played

@@ -175,13 +175,13 @@ func TestFaults(t *testing.T) {
 			var err error
 			switch tc.op {
 			case resolve:
-				_, err = c.Resolve(context.Background(), f.Ref(tag), nil)
+				_, err = c.As(nil).Resolve(context.Background(), f.Ref(tag))
 			case read:
-				_, err = c.ReadImage(context.Background(), f.Ref(tag), nil, nil)
+				_, err = c.As(nil).ReadImage(context.Background(), f.Ref(tag), nil)
 			case write:
 				img, _ := random.Image(256, 1)
 				err = func() error {
-					_, err := c.Write(context.Background(), f.Ref("team/out:1").(name.Tag), img, nil)
+					_, err := c.As(nil).Write(context.Background(), f.Ref("team/out:1").(name.Tag), img)
 					return err
 				}()
 			}
@@ -220,7 +220,7 @@ func TestRefusedConnections(t *testing.T) {
 	f.Down()
 	c := newTestClient(t, Options{})
 	before := c.Stats()
-	_, err := c.Resolve(context.Background(), f.Ref("team/app:1"), nil)
+	_, err := c.As(nil).Resolve(context.Background(), f.Ref("team/app:1"))
 	if e := Classify(err); e.Class != failure.Transient || e.Reason != ReasonRegistryUnavailable {
 		t.Fatalf("refused: %v / %s: %v", e.Class, e.Reason, err)
 	}
@@ -320,7 +320,7 @@ func TestErrorsCarryNoSecrets(t *testing.T) {
 	f.Inject("", "/manifests/", -1, registrytest.Answer(401, nil, registrytest.OCIError("UNAUTHORIZED", "bad credentials")))
 	c := newTestClient(t, Options{})
 	kc := staticKeychain{user: "robot", password: "s3cr3t-p4ss"}
-	_, err := c.ReadImage(context.Background(), f.Ref("team/app:1"), nil, kc)
+	_, err := c.As(kc).ReadImage(context.Background(), f.Ref("team/app:1"), nil)
 	if err == nil {
 		t.Fatal("no error")
 	}

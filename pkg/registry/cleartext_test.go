@@ -101,13 +101,13 @@ func TestInsecureRegistryNamed(t *testing.T) {
 	ref, _ := name.ParseReference(host + "/team/app:1")
 
 	c := newTestClient(t, Options{})
-	_, err = c.Resolve(context.Background(), ref, nil)
+	_, err = c.As(nil).Resolve(context.Background(), ref)
 	if Classify(err).Reason != ReasonInsecureRegistry || requests.Load() != 0 {
 		t.Errorf("unnamed plain-HTTP registry: %s %v after %d plain-HTTP requests, want %s and none",
 			Classify(err).Reason, err, requests.Load(), ReasonInsecureRegistry)
 	}
 	c = newTestClient(t, Options{InsecureRegistries: []string{host}})
-	if _, err := c.Resolve(context.Background(), ref, nil); err != nil {
+	if _, err := c.As(nil).Resolve(context.Background(), ref); err != nil {
 		t.Errorf("named plain-HTTP registry: %v", err)
 	}
 }
@@ -140,13 +140,13 @@ func TestPrivateCA(t *testing.T) {
 	}
 	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
 
-	if _, err := newTestClient(t, Options{}).Resolve(context.Background(), ref, nil); Classify(err).Reason != ReasonCertificateInvalid {
+	if _, err := newTestClient(t, Options{}).As(nil).Resolve(context.Background(), ref); Classify(err).Reason != ReasonCertificateInvalid {
 		t.Errorf("without the CA: %s %v, want %s", Classify(err).Reason, err, ReasonCertificateInvalid)
 	}
 	if err := CheckCACertificates(ca); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := newTestClient(t, Options{CACertificates: ca}).Resolve(context.Background(), ref, nil); err != nil {
+	if _, err := newTestClient(t, Options{CACertificates: ca}).As(nil).Resolve(context.Background(), ref); err != nil {
 		t.Errorf("with the CA: %v", err)
 	}
 	if err := CheckCACertificates([]byte("not a certificate")); err == nil {

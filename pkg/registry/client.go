@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"golang.org/x/sync/singleflight"
 	"k8s.io/utils/lru"
@@ -204,3 +205,14 @@ func (c *Client) Circuits() *Circuits { return c.circuits }
 
 // Stats returns the requests and bytes exchanged so far.
 func (c *Client) Stats() Stats { return c.transport.stats() }
+
+// Access is the client acting with one set of credentials: every read and
+// write through it authenticates with them (and shares sessions and cached
+// images with other Accesses of the same credentials only).
+type Access struct {
+	client   *Client
+	keychain authn.Keychain
+}
+
+// As returns the client acting with kc; nil is anonymous.
+func (c *Client) As(kc authn.Keychain) Access { return Access{client: c, keychain: kc} }

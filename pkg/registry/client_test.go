@@ -31,7 +31,7 @@ func TestResolveWarmIsOneHead(t *testing.T) {
 	c := newTestClient(t, Options{})
 	ctx := context.Background()
 
-	desc, err := c.Resolve(ctx, f.Ref("team/app:1"), nil)
+	desc, err := c.As(nil).Resolve(ctx, f.Ref("team/app:1"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,7 +40,7 @@ func TestResolveWarmIsOneHead(t *testing.T) {
 		t.Errorf("Resolve = %s, want %s@%s", desc.Ref, f.Addr+"/team/app", want)
 	}
 	before := c.Stats()
-	if _, err := c.Resolve(ctx, f.Ref("team/app:1"), Anonymous); err != nil {
+	if _, err := c.As(Anonymous).Resolve(ctx, f.Ref("team/app:1")); err != nil {
 		t.Fatal(err)
 	}
 	if d := c.Stats().Sub(before); d.Total() != 1 || d.Total("HEAD") != 1 {
@@ -73,7 +73,7 @@ func TestReadImageChoosesPlatformFromIndex(t *testing.T) {
 		{&v1.Platform{OS: "linux", Architecture: "arm64"}, arm64},
 		{&v1.Platform{OS: "linux", Architecture: "arm64", Variant: "v8"}, arm64},
 	} {
-		got, err := c.ReadImage(ctx, f.Ref("team/multi:1"), tc.platform, nil)
+		got, err := c.As(nil).ReadImage(ctx, f.Ref("team/multi:1"), tc.platform)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -89,14 +89,14 @@ func TestReadImageChoosesPlatformFromIndex(t *testing.T) {
 			t.Errorf("platform %v: platforms of the index (-want +got):\n%s", tc.platform, diff)
 		}
 	}
-	plain, err := c.ReadImage(ctx, f.Ref("team/multi@"+mustDigest(t, arm64).String()), nil, nil)
+	plain, err := c.As(nil).ReadImage(ctx, f.Ref("team/multi@"+mustDigest(t, arm64).String()), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if diff := cmp.Diff([]v1.Platform{{OS: "linux", Architecture: "arm64", Variant: "v8"}}, plain.Platforms); diff != "" {
 		t.Errorf("platforms of a plain image (-want +got):\n%s", diff)
 	}
-	_, err = c.ReadImage(ctx, f.Ref("team/multi:1"), &v1.Platform{OS: "linux", Architecture: "s390x"}, nil)
+	_, err = c.As(nil).ReadImage(ctx, f.Ref("team/multi:1"), &v1.Platform{OS: "linux", Architecture: "s390x"})
 	if e := Classify(err); e.Class != failure.Permanent || e.Reason != ReasonPlatformNotFound {
 		t.Errorf("missing platform: %v (%s)", err, e.Reason)
 	}
@@ -111,7 +111,7 @@ func TestWriteKeepsLayersLazy(t *testing.T) {
 	c := newTestClient(t, Options{})
 	ctx := context.Background()
 
-	base, err := c.ReadImage(ctx, f.Ref("team/base:1"), nil, nil)
+	base, err := c.As(nil).ReadImage(ctx, f.Ref("team/base:1"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,7 +123,7 @@ func TestWriteKeepsLayersLazy(t *testing.T) {
 	f.ForgetRequests()
 	before := c.Stats()
 	tag := f.Ref("team/builder:latest").(name.Tag)
-	pushed, err := c.Write(ctx, tag, built, nil)
+	pushed, err := c.As(nil).Write(ctx, tag, built)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,7 +144,7 @@ func TestWriteKeepsLayersLazy(t *testing.T) {
 
 	f.ForgetRequests()
 	before = c.Stats()
-	if _, err := c.Write(ctx, tag, built, nil); err != nil {
+	if _, err := c.As(nil).Write(ctx, tag, built); err != nil {
 		t.Fatal(err)
 	}
 	second := c.Stats().Sub(before)
@@ -161,7 +161,7 @@ func TestLazyLayersOutliveTheCall(t *testing.T) {
 	f.Push("team/base:1")
 	c := newTestClient(t, Options{})
 	ctx, cancel := context.WithCancel(context.Background())
-	img, err := c.ReadImage(ctx, f.Ref("team/base:1"), nil, nil)
+	img, err := c.As(nil).ReadImage(ctx, f.Ref("team/base:1"), nil)
 	cancel()
 	if err != nil {
 		t.Fatal(err)
@@ -188,14 +188,14 @@ func BenchmarkResolve(b *testing.B) {
 	c := newTestClient(b, Options{})
 	ctx := context.Background()
 	ref := f.Ref("team/app:1")
-	if _, err := c.Resolve(ctx, ref, Anonymous); err != nil { // warm: ping and session
+	if _, err := c.As(Anonymous).Resolve(ctx, ref); err != nil { // warm: ping and session
 		b.Fatal(err)
 	}
 	before := c.Stats()
 	b.ReportAllocs()
 	b.ResetTimer()
 	for b.Loop() {
-		if _, err := c.Resolve(ctx, ref, Anonymous); err != nil {
+		if _, err := c.As(Anonymous).Resolve(ctx, ref); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -242,11 +242,11 @@ func TestBuildingOnReadLayersDownloadsNothing(t *testing.T) {
 	}
 	c := newTestClient(t, Options{})
 	ctx := context.Background()
-	base, err := c.ReadImage(ctx, f.Ref("stack/build:1"), nil, nil)
+	base, err := c.As(nil).ReadImage(ctx, f.Ref("stack/build:1"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	buildpack, err := c.ReadImage(ctx, f.Ref("buildpacks/go:1"), nil, nil)
+	buildpack, err := c.As(nil).ReadImage(ctx, f.Ref("buildpacks/go:1"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -260,7 +260,7 @@ func TestBuildingOnReadLayersDownloadsNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Write(ctx, f.Ref("builders/go:latest").(name.Tag), built, nil); err != nil {
+	if _, err := c.As(nil).Write(ctx, f.Ref("builders/go:latest").(name.Tag), built); err != nil {
 		t.Fatal(err)
 	}
 	if n := f.Count("GET", "/blobs/"); n != 0 {
@@ -302,12 +302,12 @@ func TestReadByDigestIsCached(t *testing.T) {
 	c := newTestClient(t, Options{})
 	ctx := context.Background()
 	byDigest := f.Ref("team/app@" + digest.String())
-	if _, err := c.ReadImage(ctx, byDigest, nil, nil); err != nil {
+	if _, err := c.As(nil).ReadImage(ctx, byDigest, nil); err != nil {
 		t.Fatal(err)
 	}
 	before := c.Stats()
 	for range 5 {
-		if _, err := c.ReadImage(ctx, byDigest, nil, Anonymous); err != nil {
+		if _, err := c.As(Anonymous).ReadImage(ctx, byDigest, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -316,10 +316,10 @@ func TestReadByDigestIsCached(t *testing.T) {
 	}
 	f.ForgetRequests()
 	other := staticKeychain{user: "u", password: "p"} // not cacheable: read anew
-	if _, err := c.ReadImage(ctx, byDigest, nil, other); err != nil {
+	if _, err := c.As(other).ReadImage(ctx, byDigest, nil); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.ReadImage(ctx, f.Ref("team/app:1"), nil, nil); err != nil {
+	if _, err := c.As(nil).ReadImage(ctx, f.Ref("team/app:1"), nil); err != nil {
 		t.Fatal(err)
 	}
 	config, _ := img.ConfigName()
@@ -353,7 +353,7 @@ func TestWriteIndex(t *testing.T) {
 	ctx := context.Background()
 	var adds []mutate.IndexAddendum
 	for _, tag := range []string{"amd64", "arm64"} {
-		read, err := c.ReadImage(ctx, f.Ref("team/base:"+tag), nil, nil)
+		read, err := c.As(nil).ReadImage(ctx, f.Ref("team/base:"+tag), nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -367,7 +367,7 @@ func TestWriteIndex(t *testing.T) {
 	index := mutate.AppendManifests(mutate.IndexMediaType(empty.Index, types.OCIImageIndex), adds...)
 	f.ForgetRequests()
 
-	pushed, err := c.Write(ctx, f.Ref("team/out:1").(name.Tag), index, nil)
+	pushed, err := c.As(nil).Write(ctx, f.Ref("team/out:1").(name.Tag), index)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -401,12 +401,12 @@ func TestReadTagAgainIsOneRequest(t *testing.T) {
 	c := newTestClient(t, Options{})
 	ctx := context.Background()
 	tag := f.Ref("team/app:1")
-	first, err := c.ReadImage(ctx, tag, nil, nil)
+	first, err := c.As(nil).ReadImage(ctx, tag, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	before := c.Stats()
-	again, err := c.ReadImage(ctx, tag, nil, nil)
+	again, err := c.As(nil).ReadImage(ctx, tag, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -415,7 +415,7 @@ func TestReadTagAgainIsOneRequest(t *testing.T) {
 	}
 	moved := f.Push("team/app:1")
 	before = c.Stats()
-	after, err := c.ReadImage(ctx, tag, nil, nil)
+	after, err := c.As(nil).ReadImage(ctx, tag, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -439,17 +439,17 @@ func TestReadImageCachedWhateverPlatformAsked(t *testing.T) {
 		ref      string
 		platform *v1.Platform
 	}{{"team/plain:1", nil}, {"team/multi:1", armPlatform}} {
-		if _, err := c.ReadImage(ctx, f.Ref(read.ref), read.platform, nil); err != nil {
+		if _, err := c.As(nil).ReadImage(ctx, f.Ref(read.ref), read.platform); err != nil {
 			t.Fatal(err)
 		}
 	}
 	before := c.Stats()
-	fromPlain, err := c.ReadImage(ctx, f.Ref("team/plain@"+mustDigest(t, plain).String()), armPlatform, nil)
+	fromPlain, err := c.As(nil).ReadImage(ctx, f.Ref("team/plain@"+mustDigest(t, plain).String()), armPlatform)
 	if err != nil {
 		t.Fatal(err)
 	}
 	child := "team/multi@" + mustDigest(t, arm64).String()
-	fromIndex, err := c.ReadImage(ctx, f.Ref(child), nil, nil)
+	fromIndex, err := c.As(nil).ReadImage(ctx, f.Ref(child), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -484,7 +484,7 @@ func TestConcurrentReadsAreShared(t *testing.T) {
 		errs := make(chan error, 8)
 		for range 8 {
 			wg.Go(func() {
-				_, err := c.ReadImage(context.Background(), f.Ref(ref), nil, nil)
+				_, err := c.As(nil).ReadImage(context.Background(), f.Ref(ref), nil)
 				errs <- err
 			})
 		}
@@ -525,7 +525,7 @@ func TestIndexCachedPerPlatform(t *testing.T) {
 		{byDigest, nil, amd64, 1}, // the default platform: the index, then amd64 from memory
 	} {
 		f.ForgetRequests()
-		got, err := c.ReadImage(ctx, read.ref, read.platform, nil)
+		got, err := c.As(nil).ReadImage(ctx, read.ref, read.platform)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -539,11 +539,11 @@ func TestIndexCachedPerPlatform(t *testing.T) {
 	// Read for the default platform first, the index serves the platform
 	// it chose.
 	c = newTestClient(t, Options{})
-	if _, err := c.ReadImage(ctx, byDigest, nil, nil); err != nil {
+	if _, err := c.As(nil).ReadImage(ctx, byDigest, nil); err != nil {
 		t.Fatal(err)
 	}
 	f.ForgetRequests()
-	got, err := c.ReadImage(ctx, byDigest, amdPlatform, nil)
+	got, err := c.As(nil).ReadImage(ctx, byDigest, amdPlatform)
 	if err != nil {
 		t.Fatal(err)
 	}

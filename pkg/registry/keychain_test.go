@@ -166,7 +166,7 @@ func TestKeychainFromServiceAccount(t *testing.T) {
 				t.Fatalf("ForServiceAccount: %v", err)
 			}
 			c := newTestClient(t, Options{})
-			_, err = c.Resolve(ctx, f.Ref("team/app:1"), kc)
+			_, err = c.As(kc).Resolve(ctx, f.Ref("team/app:1"))
 			var reason string // "" for no error
 			if err != nil {
 				reason = Classify(err).Reason

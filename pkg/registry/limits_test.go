@@ -46,7 +46,7 @@ func TestSizeLimits(t *testing.T) {
 			f := registrytest.New(t)
 			f.Inject("GET", "/team/app/manifests/", -1, tc.serve)
 			c := newTestClient(t, Options{})
-			_, err := c.ReadImage(context.Background(), f.Ref("team/app:1"), nil, nil)
+			_, err := c.As(nil).ReadImage(context.Background(), f.Ref("team/app:1"), nil)
 			e, ok := err.(*failure.Error)
 			if !ok || e.Class != failure.Permanent || e.Reason != ReasonInvalidImage || !strings.Contains(err.Error(), tc.message) {
 				t.Fatalf("error %v, want a permanent %s saying %q", err, ReasonInvalidImage, tc.message)

@@ -34,13 +34,13 @@ func TestRegistryIsPingedOnce(t *testing.T) {
 	c := newTestClient(t, Options{})
 	ctx := context.Background()
 	for _, repo := range []string{"a", "b", "c"} {
-		if _, err := c.ReadImage(ctx, f.Ref("team/"+repo+":1"), nil, nil); err != nil {
+		if _, err := c.As(nil).ReadImage(ctx, f.Ref("team/"+repo+":1"), nil); err != nil {
 			t.Fatal(err)
 		}
 	}
 	for _, repo := range []string{"x", "y"} {
 		img, _ := random.Image(64, 1)
-		if _, err := c.Write(ctx, f.Ref("out/"+repo+":1").(name.Tag), img, nil); err != nil {
+		if _, err := c.As(nil).Write(ctx, f.Ref("out/"+repo+":1").(name.Tag), img); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -60,18 +60,18 @@ func TestPingAskedAgainAfterUnauthorized(t *testing.T) {
 	f.ForgetRequests()
 	c := newTestClient(t, Options{})
 	ctx := context.Background()
-	if _, err := c.Resolve(ctx, f.Ref("team/a:1"), nil); err != nil {
+	if _, err := c.As(nil).Resolve(ctx, f.Ref("team/a:1")); err != nil {
 		t.Fatal(err)
 	}
 	f.Inject("", "/v2/team/b/", -1, registrytest.Answer(http.StatusUnauthorized,
 		map[string]string{"WWW-Authenticate": `Basic realm="test"`}, registrytest.OCIError("UNAUTHORIZED", "who are you")))
-	if _, err := c.Resolve(ctx, f.Ref("team/b:1"), nil); Classify(err).Reason != ReasonUnauthorized {
+	if _, err := c.As(nil).Resolve(ctx, f.Ref("team/b:1")); Classify(err).Reason != ReasonUnauthorized {
 		t.Fatalf("Resolve of a refused repository: %v (%s), want %s", err, Classify(err).Reason, ReasonUnauthorized)
 	}
 	if n := pings(f); n != 1 {
 		t.Fatalf("%d pings before the 401, want 1", n)
 	}
-	if _, err := c.Resolve(ctx, f.Ref("team/c:1"), nil); err != nil {
+	if _, err := c.As(nil).Resolve(ctx, f.Ref("team/c:1")); err != nil {
 		t.Fatal(err)
 	}
 	if n := pings(f); n != 2 {
@@ -90,10 +90,10 @@ func TestPingKeptThroughItsOwnChallenge(t *testing.T) {
 	f.ForgetRequests()
 	c := newTestClient(t, Options{})
 	ctx := context.Background()
-	if _, err := c.Resolve(ctx, f.Ref("team/a:1"), staticKeychain{user: "robot", password: "wrong"}); Classify(err).Reason != ReasonUnauthorized {
+	if _, err := c.As(staticKeychain{user: "robot", password: "wrong"}).Resolve(ctx, f.Ref("team/a:1")); Classify(err).Reason != ReasonUnauthorized {
 		t.Fatalf("wrong password: %v", err)
 	}
-	if _, err := c.Resolve(ctx, f.Ref("team/b:1"), staticKeychain{user: "robot", password: "s3cr3t"}); err != nil {
+	if _, err := c.As(staticKeychain{user: "robot", password: "s3cr3t"}).Resolve(ctx, f.Ref("team/b:1")); err != nil {
 		t.Fatal(err)
 	}
 	if n := pings(f); n != 1 {
@@ -119,7 +119,7 @@ func TestOnePingInFlight(t *testing.T) {
 	var wg sync.WaitGroup
 	for _, repo := range repos {
 		wg.Go(func() {
-			if _, err := c.Resolve(context.Background(), f.Ref("team/"+repo+":1"), nil); err != nil {
+			if _, err := c.As(nil).Resolve(context.Background(), f.Ref("team/"+repo+":1")); err != nil {
 				t.Error(err)
 			}
 		})

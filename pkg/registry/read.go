@@ -27,7 +27,8 @@ type Descriptor struct {
 // caused by an unavailable or rate-limiting registry, a GET follows: HEAD
 // answers carry no diagnostics (a missing tag and a missing repository look
 // the same), and some registries answer HEAD badly (no digest header).
-func (c *Client) Resolve(ctx context.Context, ref name.Reference, kc authn.Keychain) (Descriptor, error) {
+func (a Access) Resolve(ctx context.Context, ref name.Reference) (Descriptor, error) {
+	c, kc := a.client, a.keychain
 	ref = c.cleartext.reference(ref)
 	var out Descriptor
 	err := c.do(ctx, ref, c.opts.Timeout, func(ctx context.Context, s *session) error {
@@ -80,7 +81,8 @@ type Image struct {
 // image is read once and then served from memory: by digest without a
 // request (a thousand builders on one stack read its build image once), by
 // tag for the one request that says the tag still names it.
-func (c *Client) ReadImage(ctx context.Context, ref name.Reference, platform *v1.Platform, kc authn.Keychain) (*Image, error) {
+func (a Access) ReadImage(ctx context.Context, ref name.Reference, platform *v1.Platform) (*Image, error) {
+	c, kc := a.client, a.keychain
 	ref = c.cleartext.reference(ref)
 	keyer, cacheable := orAnonymous(kc).(cacheKeyer)
 	if !cacheable {
@@ -93,10 +95,10 @@ func (c *Client) ReadImage(ctx context.Context, ref name.Reference, platform *v1
 		}
 	}
 	// Builders reconciled at once ask for the same images at once: one
-	// read serves them all (make bench counted 94 reads of 64 images at
-	// 200 builders and 4 workers without this). The shared read outlives
-	// any one caller's cancellation (each call has its own deadline in
-	// do); a caller whose context ends leaves without waiting for it.
+	// read serves them all (bench/results.md § 1 counts the reads). The
+	// shared read outlives any one caller's cancellation (each call has
+	// its own deadline in do); a caller whose context ends leaves without
+	// waiting for it.
 	shared := context.WithoutCancel(ctx)
 	result := c.reads.DoChan(cache.key(ref, cache.askedFor()), func() (any, error) {
 		return c.readImage(shared, ref, platform, kc, cache)

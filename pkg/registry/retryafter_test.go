@@ -28,7 +28,7 @@ func TestNoCallBeforeRetryAfter(t *testing.T) {
 	c.circuits.now = clock.Now // nobody waits on the circuit: it lapses
 	ctx := context.Background()
 
-	if _, err := c.Resolve(ctx, f.Ref("team/app:1"), nil); Classify(err).Reason != ReasonRateLimited || Classify(err).RetryAfter != 30*time.Second {
+	if _, err := c.As(nil).Resolve(ctx, f.Ref("team/app:1")); Classify(err).Reason != ReasonRateLimited || Classify(err).RetryAfter != 30*time.Second {
 		t.Fatalf("first call: %s, Retry-After %v: %v", Classify(err).Reason, Classify(err).RetryAfter, err)
 	}
 	time.Sleep(100 * time.Millisecond) // the circuit's check of /v2/
@@ -36,9 +36,9 @@ func TestNoCallBeforeRetryAfter(t *testing.T) {
 
 	clock.Add(10 * time.Second)
 	for name, call := range map[string]func() error{
-		"resolve of the same tag": func() error { _, err := c.Resolve(ctx, f.Ref("team/app:1"), nil); return err },
+		"resolve of the same tag": func() error { _, err := c.As(nil).Resolve(ctx, f.Ref("team/app:1")); return err },
 		"read of another tag of the repository": func() error {
-			_, err := c.ReadImage(ctx, f.Ref("team/app:2"), nil, nil)
+			_, err := c.As(nil).ReadImage(ctx, f.Ref("team/app:2"), nil)
 			return err
 		},
 	} {
@@ -50,12 +50,12 @@ func TestNoCallBeforeRetryAfter(t *testing.T) {
 	if got := f.Requests(); len(got) != 0 {
 		t.Errorf("requests reached the repository before its Retry-After: %v", got)
 	}
-	if _, err := c.ReadImage(ctx, f.Ref("team/other:1"), nil, nil); err != nil {
+	if _, err := c.As(nil).ReadImage(ctx, f.Ref("team/other:1"), nil); err != nil {
 		t.Errorf("another repository is held too: %v", err)
 	}
 
 	clock.Add(20 * time.Second)
-	if _, err := c.Resolve(ctx, f.Ref("team/app:1"), nil); err != nil {
+	if _, err := c.As(nil).Resolve(ctx, f.Ref("team/app:1")); err != nil {
 		t.Fatalf("after Retry-After: %v", err)
 	}
 }
@@ -100,7 +100,7 @@ func TestShortRetryAfterIsWaitedOut(t *testing.T) {
 	})
 	c := newTestClient(t, Options{})
 	ctx := context.Background()
-	if _, err := c.Resolve(ctx, f.Ref("team/app:2"), nil); err != nil { // the /v2/ ping, out of the way
+	if _, err := c.As(nil).Resolve(ctx, f.Ref("team/app:2")); err != nil { // the /v2/ ping, out of the way
 		t.Fatal(err)
 	}
 	f.Inject("", "/v2/team/app/", -1, func(w http.ResponseWriter, r *http.Request) {
@@ -110,7 +110,7 @@ func TestShortRetryAfterIsWaitedOut(t *testing.T) {
 
 	done := make(chan error, 1)
 	go func() {
-		_, err := c.Resolve(ctx, f.Ref("team/app:1"), nil)
+		_, err := c.As(nil).Resolve(ctx, f.Ref("team/app:1"))
 		done <- err
 	}()
 	limited := <-limitedAt
@@ -121,7 +121,7 @@ func TestShortRetryAfterIsWaitedOut(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	if _, err := c.ReadImage(ctx, f.Ref("team/app:2"), nil, nil); err != nil {
+	if _, err := c.As(nil).ReadImage(ctx, f.Ref("team/app:2"), nil); err != nil {
 		t.Errorf("the other tag's read: %v", err)
 	}
 	if err := <-done; err != nil {

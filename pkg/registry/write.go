@@ -3,7 +3,6 @@ package registry
 import (
 	"context"
 
-	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
@@ -21,7 +20,8 @@ type Artifact interface {
 // uses a fresh ggcr Pusher: a Pusher remembers every blob it ever uploaded
 // and skips it without asking, which outlives a registry's garbage
 // collection, and accumulates the scopes of every repository it mounted from.
-func (c *Client) Write(ctx context.Context, tag name.Tag, img Artifact, kc authn.Keychain) (name.Digest, error) {
+func (a Access) Write(ctx context.Context, tag name.Tag, img Artifact) (name.Digest, error) {
+	c, kc := a.client, a.keychain
 	tag = c.cleartext.tag(tag)
 	var out name.Digest
 	err := c.do(ctx, tag, c.opts.WriteTimeout, func(ctx context.Context, s *session) error {

@@ -132,7 +132,7 @@ func (r *Core) reconcile(ctx context.Context, obj object, spec *v1alpha1.Builder
 		// Nothing changed since the last push: one HEAD to check that the
 		// tag still points at it. The status is refreshed all the same (a
 		// new stack or store generation may resolve to the same inputs).
-		desc, err := r.Registry.Resolve(ctx, in.tag, in.keychain)
+		desc, err := in.registry.Resolve(ctx, in.tag)
 		if err == nil && desc.Ref.String() == last.latestImage {
 			next.LatestImage, next.Platforms = last.latestImage, last.platforms
 			*status = next
@@ -156,7 +156,7 @@ type inputs struct {
 	tag      name.Tag
 	stack    *v1alpha1.ClusterStack
 	store    *v1alpha1.ClusterStore
-	keychain authn.Keychain
+	registry registry.Access // with the builder's credentials
 	resolved *cnb.ResolvedOrder
 	builds   []platformBuild
 	skipped  []string
@@ -186,13 +186,15 @@ func (r *Core) resolveInputs(ctx context.Context, obj object, spec *v1alpha1.Bui
 	if err := cnb.ValidateEnv(buildEnv(spec.Env)); err != nil {
 		return nil, err
 	}
-	if in.keychain, err = keychain(); err != nil {
+	kc, err := keychain()
+	if err != nil {
 		return nil, err
 	}
+	in.registry = r.Registry.As(kc)
 	if in.resolved, err = cnb.ResolveOrder(spec.Order, in.store.Status.Buildpacks); err != nil {
 		return nil, err
 	}
-	if in.builds, in.skipped, err = r.platforms(ctx, in.stack, in.resolved, spec.Targets, in.keychain); err != nil {
+	if in.builds, in.skipped, err = r.platforms(ctx, in.registry, in.stack, in.resolved, spec.Targets); err != nil {
 		return nil, err
 	}
 	in.fingerprint = fingerprintOf(in.stack, in.builds, in.resolved, spec, r.Version)
@@ -225,7 +227,7 @@ func (in *inputs) status(status *v1alpha1.BuilderStatus) v1alpha1.BuilderStatus 
 func (r *Core) buildAndPush(ctx context.Context, in *inputs, spec *v1alpha1.BuilderSpec) (string, []v1alpha1.BuiltPlatform, error) {
 	images := make([]cnb.PlatformImage, len(in.builds))
 	for i, b := range in.builds {
-		img, err := r.assemble(ctx, in.stack, b, spec, in.keychain)
+		img, err := r.assemble(ctx, in.registry, in.stack, b, spec)
 		if err != nil {
 			return "", nil, err
 		}
@@ -241,7 +243,7 @@ func (r *Core) buildAndPush(ctx context.Context, in *inputs, spec *v1alpha1.Buil
 		}
 		artifact = index
 	}
-	pushed, err := r.Registry.Write(ctx, in.tag, artifact, in.keychain)
+	pushed, err := in.registry.Write(ctx, in.tag, artifact)
 	if err != nil {
 		return "", nil, err
 	}
@@ -286,10 +288,10 @@ type platformBuild struct {
 // of the order have, and checks the buildpacks against each platform's
 // lifecycle and stack. skipped says which of the stack's platforms a
 // default build leaves out, and why.
-func (r *Core) platforms(ctx context.Context, stack *v1alpha1.ClusterStack, resolved *cnb.ResolvedOrder,
-	targets []v1alpha1.Platform, kc authn.Keychain) ([]platformBuild, []string, error) {
+func (r *Core) platforms(ctx context.Context, reg registry.Access, stack *v1alpha1.ClusterStack, resolved *cnb.ResolvedOrder,
+	targets []v1alpha1.Platform) ([]platformBuild, []string, error) {
 	stackPlatforms := cnb.PlatformsOf(stack.Status.Platforms)
-	lifecycleImage, err := r.Lifecycle.Image(ctx, kc)
+	lifecycleImage, err := r.Lifecycle.Image(ctx, reg)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -317,7 +319,7 @@ func (r *Core) platforms(ctx context.Context, stack *v1alpha1.ClusterStack, reso
 
 	builds := make([]platformBuild, len(selected))
 	for i, p := range selected {
-		lifecycle, err := lifecycleImage.For(ctx, p.V1(), kc)
+		lifecycle, err := lifecycleImage.For(ctx, reg, p.V1())
 		if err != nil {
 			return nil, nil, err
 		}
@@ -349,20 +351,20 @@ func buildEnv(env []v1alpha1.BuildEnv) []cnb.EnvVar {
 // assemble reads the build image and the buildpacks' layers for b's
 // platform (lazily, and by digest, so from the registry client's cache
 // after the first builder) and puts the builder image together.
-func (r *Core) assemble(ctx context.Context, stack *v1alpha1.ClusterStack, b platformBuild,
-	spec *v1alpha1.BuilderSpec, kc authn.Keychain) (v1.Image, error) {
+func (r *Core) assemble(ctx context.Context, reg registry.Access, stack *v1alpha1.ClusterStack, b platformBuild,
+	spec *v1alpha1.BuilderSpec) (v1.Image, error) {
 	platform := b.platform.V1()
 	buildRef, err := name.NewDigest(stack.Status.BuildImage.LatestImage)
 	if err != nil {
 		return nil, failure.Permanentf(ReasonStackNotReady, "ClusterStack %s: build image %q: %v", stack.Name, stack.Status.BuildImage.LatestImage, err)
 	}
-	build, err := r.Registry.ReadImage(ctx, buildRef, &platform, kc)
+	build, err := reg.ReadImage(ctx, buildRef, &platform)
 	if err != nil {
 		return nil, err
 	}
 	layers := make([]cnb.BuildpackLayer, 0, len(b.order.Buildpacks))
 	for _, bp := range b.order.Buildpacks {
-		layer, err := r.buildpackLayer(ctx, bp, platform, kc)
+		layer, err := buildpackLayer(ctx, reg, bp, platform)
 		if err != nil {
 			return nil, err
 		}
@@ -385,12 +387,12 @@ func (r *Core) assemble(ctx context.Context, stack *v1alpha1.ClusterStack, b pla
 // buildpackLayer finds the layer holding bp in its store image's image for
 // platform, by the layers label of that image: each platform of a
 // buildpackage index has its own layer.
-func (r *Core) buildpackLayer(ctx context.Context, bp v1alpha1.StoreBuildpack, platform v1.Platform, kc authn.Keychain) (v1.Layer, error) {
+func buildpackLayer(ctx context.Context, reg registry.Access, bp v1alpha1.StoreBuildpack, platform v1.Platform) (v1.Layer, error) {
 	storeRef, err := name.NewDigest(bp.StoreImage.Image)
 	if err != nil {
 		return nil, failure.Permanentf(ReasonStoreNotReady, "buildpack %s@%s: store image %q: %v", bp.ID, bp.Version, bp.StoreImage.Image, err)
 	}
-	img, err := r.Registry.ReadImage(ctx, storeRef, &platform, kc)
+	img, err := reg.ReadImage(ctx, storeRef, &platform)
 	if err != nil {
 		return nil, err
 	}

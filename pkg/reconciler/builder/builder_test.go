@@ -84,7 +84,7 @@ func newFixture(t *testing.T) *fixture {
 	t.Cleanup(cancel)
 	client := registry.New(ctx, registry.Options{Timeout: 5 * time.Second})
 	return &fixture{f: f, stack: stack, store: store, client: client,
-		lifecycle: NewLifecycleSource(client, time.Hour)}
+		lifecycle: NewLifecycleSource(time.Hour)}
 }
 
 func (x *fixture) builder(mutate func(*v1alpha1.Builder)) *v1alpha1.Builder {
@@ -389,14 +389,14 @@ func BenchmarkAssembleBuilder(b *testing.B) {
 		RunImage:   v1alpha1.ResolvedRunImage{Image: f.Addr + "/stack/run:1"}}}
 	ctx := context.Background()
 	client := registry.New(ctx, registry.Options{})
-	core := &Core{Base: reconciler.Base{Registry: client}, Lifecycle: NewLifecycleSource(client, time.Hour), Version: "bench"}
+	core := &Core{Base: reconciler.Base{Registry: client}, Lifecycle: NewLifecycleSource(time.Hour), Version: "bench"}
 	core.Lifecycle.Update(lifecycleConfigMap(f.Addr + "/lifecycle:0.21.0"))
 	platform := v1.Platform{OS: "linux", Architecture: "amd64"}
-	lifecycleImage, err := core.Lifecycle.Image(ctx, nil)
+	lifecycleImage, err := core.Lifecycle.Image(ctx, client.As(nil))
 	if err != nil {
 		b.Fatal(err)
 	}
-	lifecycle, err := lifecycleImage.For(ctx, platform, nil)
+	lifecycle, err := lifecycleImage.For(ctx, client.As(nil), platform)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -408,12 +408,12 @@ func BenchmarkAssembleBuilder(b *testing.B) {
 	i := 0
 	for b.Loop() {
 		spec := &v1alpha1.BuilderSpec{AdditionalLabels: map[string]string{"n": fmt.Sprint(i)}} // a new image each time
-		img, err := core.assemble(ctx, stack, pb, spec, nil)
+		img, err := core.assemble(ctx, client.As(nil), stack, pb, spec)
 		if err != nil {
 			b.Fatal(err)
 		}
 		tag, _ := name.NewTag(fmt.Sprintf("%s/builders/bench:%d", f.Addr, i))
-		if _, err := client.Write(ctx, tag, img, nil); err != nil {
+		if _, err := client.As(nil).Write(ctx, tag, img); err != nil {
 			b.Fatal(err)
 		}
 		i++

@@ -5,7 +5,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -40,7 +39,6 @@ const ReasonLifecycleNotConfigured = "LifecycleNotConfigured"
 // another's secrets.
 // What the image says of the lifecycle, cnb.ReadLifecycle reads.
 type LifecycleSource struct {
-	Registry *registry.Client
 	// Refresh is how long a resolved tag is trusted (the resync interval).
 	Refresh time.Duration
 
@@ -57,8 +55,8 @@ type resolvedLifecycle struct {
 // NewLifecycleSource returns the lifecycle source of the builder
 // controllers; a resolved tag is trusted for the resync interval (at least
 // a minute).
-func NewLifecycleSource(client *registry.Client, resync time.Duration) *LifecycleSource {
-	return &LifecycleSource{Registry: client, Refresh: max(resync, time.Minute)}
+func NewLifecycleSource(resync time.Duration) *LifecycleSource {
+	return &LifecycleSource{Refresh: max(resync, time.Minute)}
 }
 
 // Watch follows the lifecycle-image ConfigMap through cmw and calls
@@ -103,7 +101,6 @@ func (s *LifecycleSource) Update(cm *corev1.ConfigMap) bool {
 type LifecycleImage struct {
 	Ref       name.Digest   // an index's, for an index
 	Platforms []v1.Platform // every platform it has
-	registry  *registry.Client
 }
 
 // PlatformLifecycle is the lifecycle of one platform and the digest of its
@@ -114,7 +111,7 @@ type PlatformLifecycle struct {
 }
 
 // Image returns the configured lifecycle image, read with kc.
-func (s *LifecycleSource) Image(ctx context.Context, kc authn.Keychain) (LifecycleImage, error) {
+func (s *LifecycleSource) Image(ctx context.Context, reg registry.Access) (LifecycleImage, error) {
 	s.mu.Lock()
 	ref, resolved := s.ref, s.resolved
 	s.mu.Unlock()
@@ -133,7 +130,7 @@ func (s *LifecycleSource) Image(ctx context.Context, kc authn.Keychain) (Lifecyc
 		}
 		read = parsed
 	}
-	img, err := s.Registry.ReadImage(ctx, read, nil, kc)
+	img, err := reg.ReadImage(ctx, read, nil)
 	if err != nil {
 		return LifecycleImage{}, err
 	}
@@ -144,12 +141,12 @@ func (s *LifecycleSource) Image(ctx context.Context, kc authn.Keychain) (Lifecyc
 		}
 		s.mu.Unlock()
 	}
-	return LifecycleImage{Ref: img.Ref, Platforms: img.Platforms, registry: s.Registry}, nil
+	return LifecycleImage{Ref: img.Ref, Platforms: img.Platforms}, nil
 }
 
 // For returns the lifecycle for platform, read with kc.
-func (i LifecycleImage) For(ctx context.Context, platform v1.Platform, kc authn.Keychain) (PlatformLifecycle, error) {
-	img, err := i.registry.ReadImage(ctx, i.Ref, &platform, kc)
+func (i LifecycleImage) For(ctx context.Context, reg registry.Access, platform v1.Platform) (PlatformLifecycle, error) {
+	img, err := reg.ReadImage(ctx, i.Ref, &platform)
 	if err != nil {
 		return PlatformLifecycle{}, err
 	}

@@ -55,9 +55,9 @@ func TestLifecycleImageIsOneDigest(t *testing.T) {
 		{0, "0.21.0"},         // read again
 	} {
 		push("0.20.0")
-		source := &LifecycleSource{Registry: client, Refresh: tc.refresh}
+		source := &LifecycleSource{Refresh: tc.refresh}
 		source.Update(&corev1.ConfigMap{Data: map[string]string{LifecycleImageKey: f.Addr + "/lifecycle:latest"}})
-		image, err := source.Image(ctx, nil)
+		image, err := source.Image(ctx, client.As(nil))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -66,7 +66,7 @@ func TestLifecycleImageIsOneDigest(t *testing.T) {
 		}
 		push("0.21.0") // the tag moves while the builder is being made
 		for _, arch := range []string{"amd64", "arm64"} {
-			lifecycle, err := image.For(ctx, v1.Platform{OS: "linux", Architecture: arch}, nil)
+			lifecycle, err := image.For(ctx, client.As(nil), v1.Platform{OS: "linux", Architecture: arch})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -74,11 +74,11 @@ func TestLifecycleImageIsOneDigest(t *testing.T) {
 				t.Errorf("refresh %s: the first builder's %s lifecycle is %s, want the one it started with (0.20.0)", tc.refresh, arch, lifecycle.Version)
 			}
 		}
-		next, err := source.Image(ctx, nil)
+		next, err := source.Image(ctx, client.As(nil))
 		if err != nil {
 			t.Fatal(err)
 		}
-		lifecycle, err := next.For(ctx, v1.Platform{OS: "linux", Architecture: "arm64"}, nil)
+		lifecycle, err := next.For(ctx, client.As(nil), v1.Platform{OS: "linux", Architecture: "arm64"})
 		if err != nil {
 			t.Fatal(err)
 		}

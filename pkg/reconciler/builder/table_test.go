@@ -87,7 +87,7 @@ func TestTable(t *testing.T) {
 	rows.Test(t, func(t *testing.T, row *pkgtesting.TableRow) (controller.Reconciler, pkgtesting.ActionRecorderList, pkgtesting.EventList) {
 		ctx, clients := rt.Setup(t, row.Objects...)
 		ref, _ := row.OtherTestData["lifecycle"].(string)
-		x.lifecycle = NewLifecycleSource(x.client, time.Hour) // each row resolves the lifecycle afresh
+		x.lifecycle = NewLifecycleSource(time.Hour) // each row resolves the lifecycle afresh
 		rec := x.builderController(ctx, ref).Reconciler
 		return rec, pkgtesting.ActionRecorderList{clients.Buildsmith}, pkgtesting.EventList{Recorder: clients.Recorder}
 	})

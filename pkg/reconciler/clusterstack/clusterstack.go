@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	pkgreconciler "knative.dev/pkg/reconciler"
@@ -37,15 +36,16 @@ func (r *Reconciler) reconcile(ctx context.Context, stack *v1alpha1.ClusterStack
 	if err != nil {
 		return err
 	}
+	reg := r.Registry.As(keychain)
 
 	// The build image first: when the run image is an index, the image
 	// for the build image's platform is the one that matters.
-	build, err := r.read(ctx, spec.BuildImage.Image, nil, keychain)
+	build, err := read(ctx, reg, spec.BuildImage.Image, nil)
 	if err != nil {
 		return err
 	}
 	first := cnb.Platform{OS: build.Config.OS, Arch: build.Config.Architecture, Variant: build.Config.Variant}
-	run, err := r.read(ctx, spec.RunImage.Image, ptr(first.V1()), keychain)
+	run, err := read(ctx, reg, spec.RunImage.Image, ptr(first.V1()))
 	if err != nil {
 		return err
 	}
@@ -64,7 +64,7 @@ func (r *Reconciler) reconcile(ctx context.Context, stack *v1alpha1.ClusterStack
 			return err
 		}
 		for _, p := range platforms {
-			if err := r.checkPlatform(ctx, build.Ref, run.Ref, p, s, keychain); err != nil {
+			if err := checkPlatform(ctx, reg, build.Ref, run.Ref, p, s); err != nil {
 				return err
 			}
 		}
@@ -87,12 +87,12 @@ func (r *Reconciler) reconcile(ctx context.Context, stack *v1alpha1.ClusterStack
 // checkPlatform reads the build and run images of platform p from their
 // indexes (by digest: from the client's cache when read before) and checks
 // them as a stack that agrees with first on the user and the distro.
-func (r *Reconciler) checkPlatform(ctx context.Context, buildIndex, runIndex name.Digest, p cnb.Platform, first *cnb.Stack, keychain authn.Keychain) error {
-	build, err := r.Registry.ReadImage(ctx, buildIndex, ptr(p.V1()), keychain)
+func checkPlatform(ctx context.Context, reg registry.Access, buildIndex, runIndex name.Digest, p cnb.Platform, first *cnb.Stack) error {
+	build, err := reg.ReadImage(ctx, buildIndex, ptr(p.V1()))
 	if err != nil {
 		return err
 	}
-	run, err := r.Registry.ReadImage(ctx, runIndex, ptr(p.V1()), keychain)
+	run, err := reg.ReadImage(ctx, runIndex, ptr(p.V1()))
 	if err != nil {
 		return err
 	}
@@ -109,10 +109,10 @@ func (r *Reconciler) checkPlatform(ctx context.Context, buildIndex, runIndex nam
 
 func ptr[T any](v T) *T { return &v }
 
-func (r *Reconciler) read(ctx context.Context, image string, platform *v1.Platform, keychain authn.Keychain) (*registry.Image, error) {
+func read(ctx context.Context, reg registry.Access, image string, platform *v1.Platform) (*registry.Image, error) {
 	ref, err := name.ParseReference(image)
 	if err != nil { // Validate parsed it already; kept for safety
 		return nil, failure.Permanentf(registry.ReasonInvalidReference, "%v", err)
 	}
-	return r.Registry.ReadImage(ctx, ref, platform, keychain)
+	return reg.ReadImage(ctx, ref, platform)
 }

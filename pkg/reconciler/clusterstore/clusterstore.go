@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
 	"golang.org/x/sync/errgroup"
 	pkgreconciler "knative.dev/pkg/reconciler"
@@ -49,7 +48,7 @@ func (r *Reconciler) reconcile(ctx context.Context, store *v1alpha1.ClusterStore
 	g.SetLimit(parallelReads)
 	for i, source := range store.Spec.Sources {
 		g.Go(func() error {
-			errs[i] = r.readSource(ctx, source.Image, keychain, &perSource[i])
+			errs[i] = readSource(ctx, r.Registry.As(keychain), source.Image, &perSource[i])
 			return nil
 		})
 	}
@@ -70,12 +69,12 @@ func (r *Reconciler) reconcile(ctx context.Context, store *v1alpha1.ClusterStore
 // readSource reads one buildpackage and lists its buildpacks into out, each
 // with the platforms the buildpackage has it for: an index is read
 // platform by platform (each has its own layers).
-func (r *Reconciler) readSource(ctx context.Context, image string, keychain authn.Keychain, out *[]v1alpha1.StoreBuildpack) error {
+func readSource(ctx context.Context, reg registry.Access, image string, out *[]v1alpha1.StoreBuildpack) error {
 	ref, err := name.ParseReference(image)
 	if err != nil { // Validate parsed it already
 		return failure.Permanentf(registry.ReasonInvalidReference, "%v", err)
 	}
-	img, err := r.Registry.ReadImage(ctx, ref, nil, keychain)
+	img, err := reg.ReadImage(ctx, ref, nil)
 	if err != nil {
 		return err
 	}
@@ -89,7 +88,7 @@ func (r *Reconciler) readSource(ctx context.Context, image string, keychain auth
 	}
 	images := make([]cnb.PlatformBuildpacks, len(img.Platforms))
 	for i, p := range img.Platforms {
-		child, err := r.Registry.ReadImage(ctx, img.Ref, &p, keychain)
+		child, err := reg.ReadImage(ctx, img.Ref, &p)
 		if err != nil {
 			return err
 		}
