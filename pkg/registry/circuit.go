@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"net/http"
 	"sort"
@@ -77,6 +78,16 @@ func (o CircuitOptions) withDefaults() CircuitOptions {
 // answered one is swept.
 const sweepParallel = 8
 
+// widespreadAfter is how many of a registry's repositories may fail in a
+// row, none of its places answering in between, before the registry is
+// taken to fail as a whole though its /v2/ answers (its storage or its
+// rate limit fails, not its front door). Its own circuit then opens,
+// widespread: calls to its repositories that have no circuit of their own
+// are let through one per probe interval, each finding out for the others,
+// instead of every new repository costing a request of its own — the
+// repository of each of a thousand new builders would.
+const widespreadAfter = 8
+
 // A circuit that opens again within flapWindow of closing waits twice as
 // long for its first probe as the last time, up to maxFlapDelay: a place
 // whose probe answers while its waiters' work still fails there (a
@@ -141,6 +152,10 @@ type hostCircuits struct {
 	nextProbe time.Time
 	// checked is when a repository's failure last checked /v2/.
 	checked time.Time
+	// answered is when one of its repositories last answered while a
+	// circuit was open; admitted is when a call was last let through a
+	// widespread failure, and offered when a waiter was last woken to be.
+	answered, admitted, offered time.Time
 	// sweeping: a place answered, so the others are probed at once; it
 	// stops after sweepParallel probes sent since sweepStarted fail (the
 	// registry has not recovered as a whole), not at the first: a probe
@@ -178,6 +193,11 @@ type circuit struct {
 	// checked is closed then.
 	check   bool
 	checked chan struct{}
+	// widespread: the registry's circuit opened because its repositories
+	// fail one after another (see widespreadAfter); it closes when any of
+	// its places answers.
+	widespread bool
+	opened     time.Time
 }
 
 // endCheck ends a registry check: calls waiting for it look again.
@@ -209,14 +229,14 @@ func newCircuits(lifetime context.Context, opts CircuitOptions, holds *retryAfte
 // repository that answers must not be failed because another one did not.
 func (c *Circuits) refuse(ctx context.Context, place Place) *failure.Error {
 	for {
-		open, checked := c.covering(place)
+		open, checked := c.covering(place, callFrom(ctx))
 		if open == nil {
 			return nil
 		}
 		if checked == nil {
 			left, _ := c.holds.left(open.place.Host, open.place.Repository)
 			return &failure.Error{Class: failure.Transient, Reason: open.err.Reason, Host: open.place.Host, Repository: open.place.Repository,
-				RetryAfter: left, Err: &circuitOpenError{place: open.place, cause: open.err}}
+				RetryAfter: left, Err: &circuitOpenError{place: open.place, cause: open.err, widespread: open.widespread}}
 		}
 		select {
 		case <-checked:
@@ -229,13 +249,15 @@ func (c *Circuits) refuse(ctx context.Context, place Place) *failure.Error {
 
 // isOpen reports whether a circuit covering place is open (or checking).
 func (c *Circuits) isOpen(place Place) bool {
-	open, _ := c.covering(place)
+	open, _ := c.covering(place, nil)
 	return open != nil
 }
 
 // covering returns the open circuit covering place, if any, and while it
 // is a registry check in flight, a channel closed when that is answered.
-func (c *Circuits) covering(place Place) (*circuit, <-chan struct{}) {
+// A call (nil: none) to a repository without a circuit of its own may be
+// let through a widespread failure of its registry: see admit.
+func (c *Circuits) covering(place Place, call *call) (*circuit, <-chan struct{}) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	hc := c.hosts[place.Host]
@@ -243,6 +265,13 @@ func (c *Circuits) covering(place Place) (*circuit, <-chan struct{}) {
 		return nil, nil
 	}
 	open := hc.open[""]
+	if open != nil && open.widespread && place.Repository != "" {
+		if own := hc.open[place.Repository]; own != nil {
+			open = own // its own failure, and its own probe
+		} else if c.admit(hc, place, call) {
+			return nil, nil
+		}
+	}
 	if open == nil && place.Repository != "" {
 		open = hc.open[place.Repository]
 	}
@@ -260,13 +289,38 @@ func (c *Circuits) covering(place Place) (*circuit, <-chan struct{}) {
 	return open, nil
 }
 
+// admit reports whether call may go to place through its registry's
+// widespread failure: one call per probe interval is let through (a probe
+// of a place nobody has tried), and once let through, all of its requests
+// to the registry are. c.mu must be held.
+func (c *Circuits) admit(hc *hostCircuits, place Place, call *call) bool {
+	if call == nil {
+		return false
+	}
+	if call.admittedTo(place.Host) {
+		return true
+	}
+	now := c.now()
+	if now.Sub(hc.admitted) < c.opts.ProbeInterval {
+		return false
+	}
+	hc.admitted = now
+	call.admit(place.Host)
+	return true
+}
+
 // circuitOpenError is what a call refused by an open circuit fails with.
 type circuitOpenError struct {
-	place Place
-	cause *failure.Error
+	place      Place
+	cause      *failure.Error
+	widespread bool
 }
 
 func (e *circuitOpenError) Error() string {
+	if e.widespread {
+		return fmt.Sprintf("%s answers, but its repositories fail one after another, so calls to the others are let through "+
+			"one a second until one of them answers: %v", e.place, e.cause)
+	}
 	return fmt.Sprintf("%s is failing, so nothing is sent there until a probe gets an answer: %v", e.place, e.cause)
 }
 
@@ -293,15 +347,32 @@ func (c *Circuits) open(place Place, err *failure.Error, probe *http.Request) {
 	delete(hc.closed, place.Repository)
 	first := min(c.opts.FirstProbe<<min(streak, 20), maxFlapDelay)
 	hc.open[place.Repository] = &circuit{place: place, err: err, probe: probe, streak: streak,
-		due: now.Add(c.jittered(first)), idleSince: now, waiters: map[string]func(){}}
-	// A failure with a Retry-After is the registry answering (and saying
-	// when to come back): nothing to check, and asking /v2/ now would be a
-	// request before it.
-	if place.Repository != "" && hc.open[""] == nil && now.Sub(hc.checked) >= c.opts.ProbeInterval &&
-		err.RetryAfter == 0 && c.holdLeft(place) == 0 {
+		due: now.Add(c.jittered(first)), idleSince: now, opened: now, waiters: map[string]func(){}}
+	switch {
+	case place.Repository == "" || hc.open[""] != nil:
+	case failingInARow(hc) >= widespreadAfter:
+		hc.open[""] = &circuit{place: place.hostPlace(), err: err, probe: registryProbe(probe), widespread: true,
+			due: now, idleSince: now, opened: now, waiters: map[string]func(){}}
+		hc.admitted = now
+	case now.Sub(hc.checked) >= c.opts.ProbeInterval && err.RetryAfter == 0 && c.holdLeft(place) == 0:
+		// A failure with a Retry-After is the registry answering (and
+		// saying when to come back): nothing to check, and asking /v2/
+		// now would be a request before it.
 		c.checkRegistry(hc, place, err, probe)
 	}
 	c.startProber(place.Host, hc)
+}
+
+// failingInARow counts hc's repository circuits opened since any of its
+// repositories last answered; c.mu must be held.
+func failingInARow(hc *hostCircuits) int {
+	n := 0
+	for repo, cb := range hc.open {
+		if repo != "" && cb.opened.After(hc.answered) {
+			n++
+		}
+	}
+	return n
 }
 
 // checkRegistry asks the registry's /v2/ whether it answers at all, after
@@ -329,6 +400,9 @@ func (c *Circuits) answered(place Place) {
 	if hc == nil || len(hc.open) == 0 {
 		c.mu.Unlock()
 		return
+	}
+	if place.Repository != "" { // /v2/ answering says nothing of the storage
+		hc.answered = c.now()
 	}
 	var wake []func()
 	wake = append(wake, c.closeLocked(hc, place.Repository, true)...)
@@ -476,7 +550,10 @@ func (c *Circuits) runProber(host string, hc *hostCircuits) {
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	for {
-		next, ok := c.probeDue(host, hc)
+		next, wake, ok := c.probeDue(host, hc)
+		if wake != nil {
+			wake()
+		}
 		if !ok {
 			return
 		}
@@ -500,8 +577,9 @@ func (c *Circuits) runProber(host string, hc *hostCircuits) {
 }
 
 // probeDue drops the circuits nobody waits on, starts the probes that are
-// due, and returns when to look again; false when no circuit is left.
-func (c *Circuits) probeDue(host string, hc *hostCircuits) (time.Time, bool) {
+// due, and returns when to look again, and a waiter to wake (see
+// admitWaiter); false when no circuit is left.
+func (c *Circuits) probeDue(host string, hc *hostCircuits) (time.Time, func(), bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	now := c.now()
@@ -520,8 +598,9 @@ func (c *Circuits) probeDue(host string, hc *hostCircuits) (time.Time, bool) {
 		if len(hc.closed) == 0 && now.Sub(hc.checked) >= c.opts.ProbeInterval {
 			delete(c.hosts, host) // nothing left to remember
 		}
-		return time.Time{}, false
+		return time.Time{}, nil, false
 	}
+	wake, admitAt := c.admitWaiter(hc, now)
 	due, next := c.dueCircuits(hc, now)
 	if hc.sweeping {
 		if len(due) == 0 && hc.inFlight == 0 {
@@ -533,11 +612,11 @@ func (c *Circuits) probeDue(host string, hc *hostCircuits) (time.Time, bool) {
 			}
 			c.startProbe(hc, cb)
 		}
-		return next, true
+		return next, wake, true
 	}
 	if len(due) > 0 {
 		if now.Before(hc.nextProbe) {
-			return later(now, hc.nextProbe), true
+			return later(now, hc.nextProbe), wake, true
 		}
 		c.startProbe(hc, due[0])
 		hc.nextProbe = now.Add(c.jittered(time.Duration(float64(time.Second) / c.opts.ProbesPerSecond)))
@@ -545,7 +624,36 @@ func (c *Circuits) probeDue(host string, hc *hostCircuits) (time.Time, bool) {
 			next = hc.nextProbe
 		}
 	}
-	return next, true
+	if !admitAt.IsZero() && admitAt.Before(next) {
+		next = admitAt
+	}
+	return next, wake, true
+}
+
+// admitWaiter returns, when hc's registry fails widespread and its
+// admission is free, the wake-up of one object waiting on it, whose call
+// will be let through (see admit): the repositories of waiting objects are
+// tried one per probe interval as the failing ones are probed, so a
+// repository that answers ends the wait of every object, and none waits
+// for its safety net because nobody new came to be let through. Else it
+// returns when to look again (zero: not widespread). c.mu must be held.
+func (c *Circuits) admitWaiter(hc *hostCircuits, now time.Time) (func(), time.Time) {
+	own := hc.open[""]
+	if own == nil || !own.widespread || len(own.waiters) == 0 {
+		return nil, time.Time{}
+	}
+	if at := later(hc.admitted, hc.offered).Add(c.opts.ProbeInterval); now.Before(at) {
+		return nil, at
+	}
+	for key, wake := range own.waiters { // any one: map order
+		delete(own.waiters, key)
+		if len(own.waiters) == 0 {
+			own.idleSince = now
+		}
+		hc.offered = now
+		return wake, now.Add(c.opts.ProbeInterval)
+	}
+	return nil, time.Time{}
 }
 
 // dueCircuits returns hc's circuits whose probe is due, oldest first, and
@@ -553,10 +661,15 @@ func (c *Circuits) probeDue(host string, hc *hostCircuits) (time.Time, bool) {
 // held.
 func (c *Circuits) dueCircuits(hc *hostCircuits, now time.Time) ([]*circuit, time.Time) {
 	// Until the registry answers at all, its repositories cannot be told
-	// apart: probe only its own circuit.
+	// apart: probe only its own circuit. A widespread failure is probed
+	// through its repositories (its /v2/ answers), and with /v2/ only
+	// when none is left open.
 	candidates := hc.open
-	if own := hc.open[""]; own != nil {
+	if own := hc.open[""]; own != nil && (!own.widespread || len(hc.open) == 1) {
 		candidates = map[string]*circuit{"": own}
+	} else if own != nil {
+		candidates = maps.Clone(hc.open)
+		delete(candidates, "")
 	}
 	next := now.Add(c.opts.ProbeInterval)
 	var due []*circuit
@@ -630,10 +743,16 @@ func (c *Circuits) startProbe(hc *hostCircuits, cb *circuit) {
 		c.probes[ProbeResult{Host: cb.place.Host, Answered: fail == nil}]++
 		var wake []func()
 		if fail == nil {
+			if cb.place.Repository != "" {
+				hc.answered = c.now()
+			}
 			if hc.open[cb.place.Repository] == cb {
 				// A registry check that answers says only that the
 				// failure was its repository's: nothing to sweep.
 				wake = c.closeLocked(hc, cb.place.Repository, !cb.check)
+			}
+			if own := hc.open[""]; own != nil && own.widespread && cb.place.Repository != "" {
+				wake = append(wake, c.closeLocked(hc, "", true)...)
 			}
 		} else {
 			cb.endCheck()

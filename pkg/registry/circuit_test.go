@@ -284,10 +284,14 @@ func TestProberStopsWhenNobodyWaits(t *testing.T) {
 }
 
 // TestManyPlacesBoundedProbes: 30 repositories of one registry fail (its
-// /v2/ answers) with 300 objects waiting on them: the probes stay within
-// the registry's budget, in turn; when the repositories answer again, one
-// probe's answer sweeps the rest and every object, reconciled again by one
-// worker as a controller would, succeeds once, within seconds.
+// /v2/ answers) with 300 objects waiting on them. The first widespreadAfter
+// repositories are found failing by a request each; then the registry's
+// circuit opens, widespread, and the other repositories' calls fail at once
+// (one a second let through), so discovering the outage does not cost a
+// request per repository. The probes stay within the registry's budget, in
+// turn; when the repositories answer again, one probe's answer sweeps the
+// rest and every object, reconciled again by one worker as a controller
+// would, succeeds once, within seconds.
 func TestManyPlacesBoundedProbes(t *testing.T) {
 	f := registrytest.New(t)
 	const repos, perRepo = 30, 10
@@ -336,26 +340,27 @@ func TestManyPlacesBoundedProbes(t *testing.T) {
 			queue <- object{key: fmt.Sprintf("%s/%d", repo, j), repo: repo}
 		}
 	}
-	var want []string
-	for i := range repos {
+	want := []string{f.Addr}
+	for i := range widespreadAfter {
 		want = append(want, fmt.Sprintf("%s/team/app-%d", f.Addr, i))
 	}
 	slices.Sort(want)
 	if open := eventuallyOpen(c, want, 5*time.Second); !slices.Equal(open, want) {
-		t.Fatalf("open circuits: %q", open)
+		t.Fatalf("open circuits: %q, want the registry's and its first %d repositories'", open, widespreadAfter)
 	}
 	// The first failure was retried in-call; the others were not (the
-	// registry was failing by then), and each repository was found
-	// failing by one request; a probe or two fell due meanwhile.
-	if n := f.Count("", "/team/app-"); n > repos+2+2 {
-		t.Errorf("%d requests to discover %d failing repositories", n, repos)
+	// registry was failing by then); widespreadAfter repositories were
+	// found failing by one request each; a probe or two fell due meanwhile.
+	if n := f.Count("", "/team/app-"); n > widespreadAfter+2+2 {
+		t.Errorf("%d requests to discover that %d repositories fail", n, repos)
 	}
 	f.ForgetRequests()
 	const watch = 3 * time.Second
 	time.Sleep(watch)
 	probes := f.Requests()
-	// A probe a second, jittered: 2 to 4 in 3s.
-	if len(probes) < 2 || len(probes) > 4 {
+	// A probe a second, jittered, and an object let through to try its
+	// repository a second: 2 to 8 in 3s.
+	if len(probes) < 2 || len(probes) > 8 {
 		t.Errorf("%d probes in %v for %d failing repositories: %q", len(probes), watch, repos, probes)
 	}
 	if len(probes) != len(slices.Compact(slices.Sorted(slices.Values(probes)))) {
@@ -746,5 +751,67 @@ func TestRegistryCheckTimeout(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("no /v2/ check was sent")
+	}
+}
+
+// TestWidespreadFailureLetsCallsThroughInTurn: widespreadAfter repositories
+// of a registry fail one after another while its /v2/ answers: its own
+// circuit opens, widespread, and a call to another repository fails at once
+// without a request, saying so. Its object, waiting on the registry, is
+// woken within about a probe interval to try its repository; that one
+// answers, which ends the widespread failure for everyone (the failing
+// repositories keep their circuits).
+func TestWidespreadFailureLetsCallsThroughInTurn(t *testing.T) {
+	f := registrytest.New(t)
+	f.Push("team/good:1")
+	for i := range widespreadAfter {
+		f.Push(fmt.Sprintf("team/bad-%d:1", i))
+	}
+	f.Inject("", "/team/bad-", -1, registrytest.Answer(503, nil, ""))
+	f.ForgetRequests()
+	c := newTestClient(t, Options{})
+	ctx := context.Background()
+	for i := range widespreadAfter {
+		if _, err := c.As(nil).Resolve(ctx, f.Ref(fmt.Sprintf("team/bad-%d:1", i))); Classify(err).Reason != ReasonRegistryUnavailable {
+			t.Fatalf("team/bad-%d: %v", i, err)
+		}
+	}
+	registryOpen := func() bool {
+		for _, o := range c.Circuits().Open() {
+			if o.Place == (Place{Host: f.Addr}) {
+				return true
+			}
+		}
+		return false
+	}
+	if !registryOpen() {
+		t.Fatalf("open circuits %v: the registry's is not", c.Circuits().Open())
+	}
+
+	_, err := c.As(nil).Resolve(ctx, f.Ref("team/good:1"))
+	if e := Classify(err); e == nil || e.Reason != ReasonRegistryUnavailable || e.Repository != "" ||
+		!strings.Contains(err.Error(), "let through one a second") {
+		t.Fatalf("a repository without a circuit during a widespread failure: %v", err)
+	}
+	if n := f.Count("", "/team/good/"); n != 0 {
+		t.Fatalf("%d requests to team/good while it was refused", n)
+	}
+	woken := make(chan struct{}, 1)
+	if !c.Circuits().Wait(f.Addr, "team/good", "good", func() { woken <- struct{}{} }) {
+		t.Fatal("nothing to wait on")
+	}
+	select {
+	case <-woken:
+	case <-time.After(3 * time.Second):
+		t.Fatal("the waiting object was not woken to try its repository")
+	}
+	if _, err := c.As(nil).Resolve(ctx, f.Ref("team/good:1")); err != nil {
+		t.Fatalf("woken, team/good was not let through: %v", err)
+	}
+	if registryOpen() {
+		t.Errorf("a repository answered, and the registry's circuit is still open: %v", c.Circuits().Open())
+	}
+	if _, err := c.As(nil).Resolve(ctx, f.Ref("team/bad-0:1")); Classify(err).Repository != "team/bad-0" {
+		t.Errorf("a failing repository after the widespread failure ended: %v", err)
 	}
 }

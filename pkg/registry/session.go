@@ -31,6 +31,7 @@ type session struct {
 // outage.
 func (c *Client) do(ctx context.Context, ref name.Reference, timeout time.Duration, op func(context.Context, *session) error, kc authn.Keychain) error {
 	target := Place{Host: ref.Context().RegistryStr(), Repository: ref.Context().RepositoryStr()}
+	ctx, state := withCall(ctx)
 	// The circuit first: its error names the place to wait on (and carries
 	// the hold's Retry-After, before which it is not probed).
 	if refused := c.circuits.refuse(ctx, target); refused != nil {
@@ -48,7 +49,6 @@ func (c *Client) do(ctx context.Context, ref name.Reference, timeout time.Durati
 		ctx, cancel = context.WithTimeout(ctx, timeout)
 		defer cancel()
 	}
-	ctx, state := withCall(ctx)
 	if err := op(ctx, s); err != nil {
 		e := newError(target.Host, state.RetryAfter(), err)
 		if failed := state.outage(); failed != nil && e.Class == failure.Transient {

@@ -225,7 +225,13 @@ func parseRetryAfter(resp *http.Response, now time.Time) time.Duration {
 type call struct {
 	retryAfter atomic.Int64 // the longest Retry-After seen, in ns
 	callOutage
+	// admitted: the registries whose widespread failure let this call
+	// through (Circuits.admit).
+	admitted sync.Map // host → true
 }
+
+func (c *call) admit(host string)           { c.admitted.Store(host, true) }
+func (c *call) admittedTo(host string) bool { _, ok := c.admitted.Load(host); return ok }
 
 func (c *call) noteRetryAfter(d time.Duration) {
 	for {
