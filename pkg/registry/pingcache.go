@@ -17,10 +17,10 @@ const pingTTL = 5 * time.Minute
 // pingCache answers ggcr's /v2/ pings from the registry's last answer.
 // ggcr pings before the first request of every authenticated transport: for
 // each repository of a read session, and for each push and each repository
-// a push mounts from. Those pings were a tenth of a cold start's requests
-// (make bench, scenario 1), and under a rate limit each one answered 429
-// held the whole registry, a ping being about no repository (scenario 4: the
-// registry was held most of the time and no builder got Ready).
+// a push mounts from. Those pings were a good part of a cold start's
+// requests (bench/results.md § 1), and under a rate limit each one answered
+// 429 held the whole registry, a ping being about no repository (§ 4: no
+// builder got Ready while they did).
 //
 // Only answers that describe the registry are kept: 200 (no authentication)
 // and 401 (its challenge). A 401 to another request whose challenge differs

@@ -17,9 +17,9 @@ import (
 // spec, a resync, another object on the same images. A hold covers the
 // repository the answer was about, or the whole host when the answer was
 // about none (the /v2/ ping): holding the host for one repository's 429
-// stalled every other repository there for as long (make bench, scenario
-// 4), and a registry that limits per account answers each repository's
-// first request with its own 429 anyway.
+// stalled every other repository there for as long (bench/results.md § 4),
+// and a registry that limits per account answers each repository's first
+// request with its own 429 anyway.
 //
 // A short hold (up to maxWait) is waited out inside the call, when its
 // deadline allows: under a steady rate limit, calls then make progress a
