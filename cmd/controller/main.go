@@ -69,9 +69,9 @@ func main() {
 	// No client-side rate limit by default: the API server's priority and
 	// fairness (on since Kubernetes 1.20) is what protects it, and its 429s
 	// are retried on the policy's terms (StatusWrites). A token bucket here
-	// only queued status writes behind each other: 200 builders failing at
-	// once showed their reason after 6.5 s at 50 queries/s, 2 s without
-	// (bench/results.md § 6). controller-runtime and Flux made the same
+	// only queued status writes behind each other: builders failing at once
+	// showed their reason seconds later (bench/results.md § 6 measures the
+	// reporting). controller-runtime and Flux made the same
 	// choice. --kube-api-qps/--kube-api-burst (or KUBE_API_QPS) still set one.
 	if cfg.QPS == 0 {
 		cfg.QPS = -1
