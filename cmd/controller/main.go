@@ -14,10 +14,12 @@ import (
 	"os"
 	"strconv"
 
+	"k8s.io/client-go/kubernetes"
 	"knative.dev/pkg/controller"
 	"knative.dev/pkg/injection"
 	"knative.dev/pkg/injection/sharedmain"
 	"knative.dev/pkg/signals"
+	"knative.dev/pkg/system"
 
 	"github.com/buildsmith/buildsmith/pkg/reconciler"
 	"github.com/buildsmith/buildsmith/pkg/reconciler/builder"
@@ -95,9 +97,16 @@ func main() {
 	}
 
 	ctx := signals.NewContext()
-	if *disableHA {
-		ctx = sharedmain.WithHADisabled(ctx)
+	if !*disableHA {
+		// knative's bucket election, with replicas taking their share of
+		// the buckets (buckets.go). sharedmain would set up its own elector
+		// builder: it is told HA is off, and finds ours in ctx.
+		var err error
+		if ctx, err = withSharedBuckets(ctx, kubernetes.NewForConfigOrDie(cfg), system.Namespace(), component); err != nil {
+			log.Fatalf("leader election: %v", err)
+		}
 	}
+	ctx = sharedmain.WithHADisabled(ctx)
 	if !*healthProbes {
 		ctx = sharedmain.WithHealthProbesDisabled(ctx)
 	}
