@@ -26,6 +26,7 @@ import (
 	"github.com/buildsmith/buildsmith/pkg/reconciler/clusterstack"
 	"github.com/buildsmith/buildsmith/pkg/reconciler/clusterstore"
 	"github.com/buildsmith/buildsmith/pkg/registry"
+	"github.com/buildsmith/buildsmith/pkg/replicas"
 )
 
 const component = "buildsmith-controller"
@@ -99,10 +100,10 @@ func main() {
 	ctx := signals.NewContext()
 	if !*disableHA {
 		// knative's bucket election, with replicas taking their share of
-		// the buckets (buckets.go). sharedmain would set up its own elector
+		// the buckets (pkg/replicas). sharedmain would set up its own elector
 		// builder: it is told HA is off, and finds ours in ctx.
 		var err error
-		if ctx, err = withSharedBuckets(ctx, kubernetes.NewForConfigOrDie(cfg), system.Namespace(), component); err != nil {
+		if ctx, err = replicas.WithSharedBuckets(ctx, kubernetes.NewForConfigOrDie(cfg), system.Namespace(), component); err != nil {
 			log.Fatalf("leader election: %v", err)
 		}
 	}

@@ -1,4 +1,7 @@
-package main
+// Package replicas lets the replicas of the controller share the work:
+// knative's standard bucket election, with a replica taking only its share
+// of the buckets (docs/design.md § Replicas share the work).
+package replicas
 
 import (
 	"context"
@@ -85,11 +88,11 @@ func (l *seenLease) held(now time.Time) bool {
 // <component>.<queue>.<NN>-of-<MM>.
 var bucketLease = regexp.MustCompile(`^(.+)\.(\d+)-of-(\d+)$`)
 
-// withSharedBuckets sets up knative's standard bucket election for the
+// WithSharedBuckets sets up knative's standard bucket election for the
 // controllers sharedmain starts, its Lease writes gated by bucketShares, and
 // starts announcing this replica. It reads config-leader-election itself,
 // as sharedmain would.
-func withSharedBuckets(ctx context.Context, kc kubernetes.Interface, namespace, component string) (context.Context, error) {
+func WithSharedBuckets(ctx context.Context, kc kubernetes.Interface, namespace, component string) (context.Context, error) {
 	cm, err := kc.CoreV1().ConfigMaps(namespace).Get(ctx, leaderelection.ConfigMapName(), metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		cm, err = nil, nil
