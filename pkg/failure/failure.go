@@ -55,6 +55,11 @@ type Error struct {
 	Repository string
 	// RetryAfter is how long the server asked the caller to wait, if it did.
 	RetryAfter time.Duration
+	// Untried: nothing was sent to the failing place's Repository; the
+	// call was held back because others of the registry fail (the
+	// registry's widespread failure). What it says of the object's own
+	// images is nothing yet.
+	Untried bool
 	// Err is the underlying error; its message is the condition's message.
 	Err error
 }

@@ -2,11 +2,14 @@ package reconciler
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"knative.dev/pkg/controller"
 
 	"github.com/buildsmith/buildsmith/pkg/apis/build/v1alpha1"
 	"github.com/buildsmith/buildsmith/pkg/failure"
@@ -66,5 +69,46 @@ func TestObjectThatMovesOnStopsWaiting(t *testing.T) {
 	policy.Finish(ctx, store, failure.Waitingf(registry.ReasonSecretNotFound, "secret gone"))
 	if open := client.Circuits().Open(); len(open) != 1 || open[0].Waiters != 0 {
 		t.Errorf("open circuits %+v, want the one circuit, nobody waiting", open)
+	}
+}
+
+// TestHeldBackDuringWidespreadFailure: during a widespread failure of a
+// registry (many of its repositories failing, none answering), a call to a
+// repository not tried yet is held back. A Ready object so held stays
+// Ready, Reconciling saying what it waits for, with no event; an object
+// not Ready yet shows Ready=False with the reason, as any waiting one.
+func TestHeldBackDuringWidespreadFailure(t *testing.T) {
+	f := registrytest.New(t)
+	f.Inject("", "/team/bad-", -1, registrytest.Answer(503, nil, ""))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	client := registry.New(ctx, registry.Options{})
+	var err error
+	for i := 0; ; i++ {
+		if _, err = client.As(nil).Resolve(ctx, f.Ref(fmt.Sprintf("team/bad-%d:1", i))); registry.Classify(err).Untried {
+			break // the registry's failure is widespread now
+		}
+		if i == 20 {
+			t.Fatalf("20 repositories failing, and calls are still sent: %v", err)
+		}
+	}
+	policy := NewPolicy("ClusterStore", DefaultOptions(), client.Circuits(), func(types.NamespacedName) {}, nil)
+
+	ready := &v1alpha1.ClusterStore{ObjectMeta: metav1.ObjectMeta{Name: "ready"}}
+	ready.Status.MarkReady()
+	if event := policy.Finish(ctx, ready, err); controller.IsPermanentError(event) {
+		t.Fatalf("Finish = %v", event)
+	}
+	c := ready.Status.GetCondition(v1alpha1.ConditionReconciling)
+	if !ready.Status.IsReady() || c == nil || !c.IsTrue() || c.Reason != registry.ReasonRegistryUnavailable ||
+		!strings.HasPrefix(c.Message, "retrying when "+f.Addr+" answers again") {
+		t.Errorf("a Ready store held back: Ready %+v, Reconciling %+v; want Ready kept, Reconciling saying why",
+			ready.Status.GetCondition(v1alpha1.ConditionReady), c)
+	}
+
+	fresh := &v1alpha1.ClusterStore{ObjectMeta: metav1.ObjectMeta{Name: "new"}}
+	policy.Finish(ctx, fresh, err)
+	if r := fresh.Status.GetCondition(v1alpha1.ConditionReady); r == nil || !r.IsFalse() || r.Reason != registry.ReasonRegistryUnavailable {
+		t.Errorf("a new store held back: Ready %+v, want False %s", r, registry.ReasonRegistryUnavailable)
 	}
 }

@@ -233,8 +233,14 @@ func (p *Policy) transient(key types.NamespacedName, f *failure.Error, condition
 		// The place failed for everyone: its circuit's probe tries again
 		// for all its waiters, so this object's own backoff would only
 		// add requests and delay.
-		conditions.MarkRetrying(f.Reason, message,
-			WaitingMessage(registry.Place{Host: f.Host, Repository: f.Repository}, p.opts.RetryMaxDelay))
+		waiting := WaitingMessage(registry.Place{Host: f.Host, Repository: f.Repository}, p.opts.RetryMaxDelay)
+		if f.Untried && conditions.IsReady() {
+			// Held back before its own images were asked: a Ready object
+			// stays Ready, saying what it waits for.
+			conditions.MarkQueued(f.Reason, waiting+" ("+message+")")
+		} else {
+			conditions.MarkRetrying(f.Reason, message, waiting)
+		}
 		return max(p.jittered(p.opts.RetryMaxDelay), f.RetryAfter)
 	}
 	p.forgetWaits(key) // it moved on from any failing place

@@ -117,13 +117,17 @@ const (
 // at most ProbesPerSecond per registry, in turn. An answer that is not an
 // outage closes the circuit and wakes its waiters; since a registry that
 // answers one place has likely recovered as a whole, its other open places
-// are then probed at once (a sweep, stopped by the first probe that fails).
+// are then probed at once (a sweep, stopped once sweepParallel of its
+// probes have failed).
 // A repository's failure also checks the registry's /v2/ once: when that
 // fails too, the registry's own circuit opens, and new calls to any of its
 // repositories fail at once rather than discovering the outage one by one
 // (a hang costs a worker seconds per discovery). /v2/ answering closes only
 // the registry's circuit: a repository's stays open until its own read
-// answers. A circuit nobody waits on is dropped without a probe.
+// answers. When many of its repositories fail in a row while /v2/ answers,
+// the registry's circuit opens widespread (see widespreadAfter): calls to
+// its other repositories are let through one at a time. A circuit nobody
+// waits on is dropped without a probe.
 //
 // So an outage costs O(failing places) requests per second, capped per
 // registry, whatever the number of objects; and recovery is noticed within
@@ -145,6 +149,7 @@ type Circuits struct {
 
 // hostCircuits are the open circuits of one registry and its prober's state.
 type hostCircuits struct {
+	host    string
 	open    map[string]*circuit // by repository; "" is the registry's own
 	probing bool                // a prober runs
 	nudge   chan struct{}       // wakes the prober early (new circuit, sweep)
@@ -236,7 +241,8 @@ func (c *Circuits) refuse(ctx context.Context, place Place) *failure.Error {
 		if checked == nil {
 			left, _ := c.holds.left(open.place.Host, open.place.Repository)
 			return &failure.Error{Class: failure.Transient, Reason: open.err.Reason, Host: open.place.Host, Repository: open.place.Repository,
-				RetryAfter: left, Err: &circuitOpenError{place: open.place, cause: open.err, widespread: open.widespread}}
+				RetryAfter: left, Untried: open.widespread && open.place.Repository != place.Repository,
+				Err: &circuitOpenError{place: open.place, cause: open.err, widespread: open.widespread}}
 		}
 		select {
 		case <-checked:
@@ -265,10 +271,16 @@ func (c *Circuits) covering(place Place, call *call) (*circuit, <-chan struct{})
 		return nil, nil
 	}
 	open := hc.open[""]
-	if open != nil && open.widespread && place.Repository != "" {
-		if own := hc.open[place.Repository]; own != nil {
+	if open != nil && open.widespread {
+		own := hc.open[place.Repository]
+		switch {
+		case place.Repository != "" && own != nil:
 			open = own // its own failure, and its own probe
-		} else if c.admit(hc, place, call) {
+		case call != nil && call.admittedTo(place.Host):
+			// Let through, or begun before the failure was widespread:
+			// its pings and token requests (about no repository) too.
+			return nil, nil
+		case place.Repository != "" && c.admit(hc, call):
 			return nil, nil
 		}
 	}
@@ -289,23 +301,17 @@ func (c *Circuits) covering(place Place, call *call) (*circuit, <-chan struct{})
 	return open, nil
 }
 
-// admit reports whether call may go to place through its registry's
-// widespread failure: one call per probe interval is let through (a probe
-// of a place nobody has tried), and once let through, all of its requests
-// to the registry are. c.mu must be held.
-func (c *Circuits) admit(hc *hostCircuits, place Place, call *call) bool {
-	if call == nil {
-		return false
-	}
-	if call.admittedTo(place.Host) {
-		return true
-	}
+// admit reports whether call may go through its registry's widespread
+// failure: one call per probe interval is let through (a probe of a place
+// nobody has tried), and once let through, all of its requests to the
+// registry are. c.mu must be held.
+func (c *Circuits) admit(hc *hostCircuits, call *call) bool {
 	now := c.now()
-	if now.Sub(hc.admitted) < c.opts.ProbeInterval {
+	if call == nil || now.Sub(hc.admitted) < c.opts.ProbeInterval {
 		return false
 	}
 	hc.admitted = now
-	call.admit(place.Host)
+	call.admit(hc.host)
 	return true
 }
 
@@ -334,9 +340,19 @@ func (c *Circuits) open(place Place, err *failure.Error, probe *http.Request) {
 	defer c.mu.Unlock()
 	hc := c.host(place.Host)
 	now := c.now()
+	if own := hc.open[""]; own != nil && own.widespread && err.RetryAfter > 0 {
+		// A call let through was asked to wait: so are the next.
+		hc.admitted = later(hc.admitted, now.Add(err.RetryAfter))
+	}
 	if cb := hc.open[place.Repository]; cb != nil {
 		if cb.err.Reason != err.Reason {
 			cb.err = err
+		}
+		if cb.widespread && place.Repository == "" {
+			// A call let through failed about no repository (the
+			// connection, /v2/): the registry fails as a whole after
+			// all. Only its /v2/ is probed from now on.
+			cb.widespread, cb.probe, cb.due = false, probe, now.Add(c.jittered(c.opts.FirstProbe))
 		}
 		return
 	}
@@ -353,7 +369,7 @@ func (c *Circuits) open(place Place, err *failure.Error, probe *http.Request) {
 	case failingInARow(hc) >= widespreadAfter:
 		hc.open[""] = &circuit{place: place.hostPlace(), err: err, probe: registryProbe(probe), widespread: true,
 			due: now, idleSince: now, opened: now, waiters: map[string]func(){}}
-		hc.admitted = now
+		hc.admitted = now.Add(err.RetryAfter) // never before a Retry-After
 	case now.Sub(hc.checked) >= c.opts.ProbeInterval && err.RetryAfter == 0 && c.holdLeft(place) == 0:
 		// A failure with a Retry-After is the registry answering (and
 		// saying when to come back): nothing to check, and asking /v2/
@@ -521,7 +537,7 @@ func (c *Circuits) ProbeResults() map[ProbeResult]int64 {
 func (c *Circuits) host(host string) *hostCircuits {
 	hc := c.hosts[host]
 	if hc == nil {
-		hc = &hostCircuits{open: map[string]*circuit{}, closed: map[string]closure{}, nudge: make(chan struct{}, 1)}
+		hc = &hostCircuits{host: host, open: map[string]*circuit{}, closed: map[string]closure{}, nudge: make(chan struct{}, 1)}
 		c.hosts[host] = hc
 	}
 	return hc

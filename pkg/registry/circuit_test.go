@@ -815,3 +815,42 @@ func TestWidespreadFailureLetsCallsThroughInTurn(t *testing.T) {
 		t.Errorf("a failing repository after the widespread failure ended: %v", err)
 	}
 }
+
+// TestWidespreadFailureBecomesWhole: a call let through a widespread
+// failure that fails on the registry itself (it stopped taking
+// connections) turns the widespread failure into the registry's: calls are
+// no longer let through, and the registry's circuit is probed with /v2/,
+// whose answer ends it.
+func TestWidespreadFailureBecomesWhole(t *testing.T) {
+	f := registrytest.New(t)
+	f.Inject("", "/team/bad-", -1, registrytest.Answer(503, nil, ""))
+	c := newTestClient(t, Options{})
+	ctx := context.Background()
+	for i := range widespreadAfter {
+		repo := fmt.Sprintf("team/bad-%d", i)
+		if _, err := c.As(nil).Resolve(ctx, f.Ref(repo+":1")); Classify(err).Reason != ReasonRegistryUnavailable {
+			t.Fatalf("%s: %v", repo, err)
+		}
+		c.Circuits().Wait(f.Addr, repo, repo, func() {}) // its object waits, as a controller's would
+	}
+	f.Down()
+	time.Sleep(1100 * time.Millisecond) // a call's turn to be let through
+	if _, err := c.As(nil).Resolve(ctx, f.Ref("team/other:1")); Classify(err).Untried {
+		t.Fatalf("not let through: %v", err)
+	}
+	time.Sleep(1100 * time.Millisecond)
+	_, err := c.As(nil).Resolve(ctx, f.Ref("team/third:1"))
+	if e := Classify(err); e == nil || e.Untried || e.Repository != "" || !strings.Contains(err.Error(), "nothing is sent there") {
+		t.Fatalf("after a call let through could not connect: %v, want a refusal by the registry's own circuit", err)
+	}
+	woken := make(chan struct{}, 1)
+	if !c.Circuits().Wait(f.Addr, "team/third", "third", func() { woken <- struct{}{} }) {
+		t.Fatal("nothing to wait on")
+	}
+	f.Up()
+	select {
+	case <-woken:
+	case <-time.After(4 * time.Second):
+		t.Fatalf("not woken after the registry took connections again: %v", c.Circuits().Open())
+	}
+}

@@ -2,7 +2,6 @@ package registry
 
 import (
 	"fmt"
-	"strings"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -91,12 +90,4 @@ func choosePlatform(manifests []v1.Descriptor, want v1.Platform) (v1.Descriptor,
 		}
 	}
 	return v1.Descriptor{}, false
-}
-
-func platformString(p v1.Platform) string {
-	parts := []string{p.OS, p.Architecture}
-	if p.Variant != "" {
-		parts = append(parts, p.Variant)
-	}
-	return strings.Join(parts, "/")
 }

@@ -12,6 +12,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
+
+	"github.com/buildsmith/buildsmith/pkg/cnb"
 )
 
 // Descriptor is what a reference resolves to.
@@ -73,6 +75,17 @@ type Image struct {
 	Image v1.Image
 
 	memory int64 // about what it holds in memory, for the cache's bound
+}
+
+// Lookup is Resolve for a reference that may name nothing yet: found is
+// false, with no error, when the registry says there is no such image (a
+// tag never pushed, or deleted).
+func (a Access) Lookup(ctx context.Context, ref name.Reference) (desc Descriptor, found bool, err error) {
+	desc, err = a.Resolve(ctx, ref)
+	if err != nil && Classify(err).Reason == ReasonImageNotFound {
+		return Descriptor{}, false, nil
+	}
+	return desc, err == nil, err
 }
 
 // ReadImage reads the manifest and config of the image ref names. When ref
@@ -138,7 +151,7 @@ func (c *imageCache) askedFor() string {
 	if c.platform == nil {
 		return "default"
 	}
-	return platformString(*c.platform)
+	return cnb.PlatformOf(*c.platform).String()
 }
 
 func (c *imageCache) get(digest name.Digest) (*Image, bool) {
@@ -162,7 +175,7 @@ func (c *imageCache) add(img *Image) {
 	c.images.Add(c.key(img.Ref, c.askedFor()), img, img.memory)
 	// And for the platform chosen, which is what asking for it chooses
 	// (the lifecycle image is read for any platform first, then for each).
-	c.images.Add(c.key(img.Ref, platformString(*img.Platform)), img, img.memory)
+	c.images.Add(c.key(img.Ref, cnb.PlatformOf(*img.Platform).String()), img, img.memory)
 	plain := *img
 	plain.Ref = img.Ref.Context().Digest(img.Digest.String())
 	plain.Platform, plain.Platforms = nil, []v1.Platform{configPlatform(img.Config)}
@@ -252,14 +265,14 @@ func (c *Client) indexChild(ctx context.Context, s *session, img *Image, raw []b
 	if platform != nil {
 		want = *platform
 	} else if platforms := indexPlatforms(index); len(platforms) > 0 && !slices.ContainsFunc(platforms, func(p v1.Platform) bool {
-		return p.OS == want.OS && p.Architecture == want.Architecture
+		return cnb.PlatformOf(p).Matches(cnb.PlatformOf(want))
 	}) {
 		want = platforms[0] // no linux/amd64: any platform will do
 	}
 	child, ok := choosePlatform(index.Manifests, want)
 	if !ok {
 		return nil, nil, permanentError(ReasonPlatformNotFound, host,
-			fmt.Errorf("index %s has no image for %s", img.Ref, platformString(want)))
+			fmt.Errorf("index %s has no image for %s", img.Ref, cnb.PlatformOf(want)))
 	}
 	img.Platform = child.Platform
 	img.Platforms = indexPlatforms(index)

@@ -37,6 +37,9 @@ func (c *Client) do(ctx context.Context, ref name.Reference, timeout time.Durati
 	if refused := c.circuits.refuse(ctx, target); refused != nil {
 		return refused
 	}
+	// Begun (or let through): a widespread failure of the registry found
+	// meanwhile does not cut the call's requests short.
+	state.admit(target.Host)
 	if wait := c.waits.check(target.Host, target.Repository); wait != nil {
 		return wait
 	}

@@ -132,14 +132,14 @@ func (r *Core) reconcile(ctx context.Context, obj object, spec *v1alpha1.Builder
 		// Nothing changed since the last push: one HEAD to check that the
 		// tag still points at it. The status is refreshed all the same (a
 		// new stack or store generation may resolve to the same inputs).
-		desc, err := in.registry.Resolve(ctx, in.tag)
-		if err == nil && desc.Ref.String() == last.latestImage {
+		desc, found, err := in.registry.Lookup(ctx, in.tag)
+		if err != nil {
+			return err
+		}
+		if found && desc.Ref.String() == last.latestImage {
 			next.LatestImage, next.Platforms = last.latestImage, last.platforms
 			*status = next
 			return nil
-		}
-		if err != nil && reconciler.Classify(err).Class == failure.Transient {
-			return err // the policy retries it; anything else means push again
 		}
 		// The tag moved or is gone: push again.
 	}
