@@ -62,33 +62,19 @@ func TestBuilderRunsTheRealLifecycle(t *testing.T) {
 	startController(t)
 
 	bs := client.BuildsmithV1alpha1()
-	if _, err := bs.ClusterStores().Create(ctx, &v1alpha1.ClusterStore{ObjectMeta: metav1.ObjectMeta{Name: "conformance"},
-		Spec: v1alpha1.ClusterStoreSpec{Sources: []v1alpha1.ImageSource{
-			{Image: f.Addr + "/buildpacks/hello:1.0.0"}, {Image: f.Addr + "/buildpacks/never:1.0.0"}}}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := bs.ClusterStacks().Create(ctx, &v1alpha1.ClusterStack{ObjectMeta: metav1.ObjectMeta{Name: "conformance"},
-		Spec: v1alpha1.ClusterStackSpec{ID: "io.buildpacks.stacks.test",
-			BuildImage: v1alpha1.ImageSource{Image: f.Addr + "/stack/build:1"},
-			RunImage:   v1alpha1.RunImageSource{Image: f.Addr + "/stack/run:1"}}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := bs.Builders(ns).Create(ctx, &v1alpha1.Builder{ObjectMeta: metav1.ObjectMeta{Name: "conformance", Namespace: ns},
-		Spec: v1alpha1.NamespacedBuilderSpec{BuilderSpec: v1alpha1.BuilderSpec{
-			Tag:   f.Addr + "/builders/conformance:latest",
-			Stack: v1alpha1.StackRef{Name: "conformance"},
-			Store: v1alpha1.StoreRef{Name: "conformance"},
-			// "never" fails detection: the lifecycle must fall through
-			// to the second group.
-			Order: []v1alpha1.OrderEntry{
-				{Group: []v1alpha1.BuildpackRef{{ID: "example/never"}}},
-				{Group: []v1alpha1.BuildpackRef{{ID: "example/hello"}}},
-			},
-			// bin/build of example/hello writes it into its marker.
-			Env: []v1alpha1.BuildEnv{{Name: "HELLO_GREETING", Value: "from the builder's env", Suffix: "override"}},
-		}}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	objects := storeStack{Addr: f.Addr, Name: "conformance",
+		Buildpackages: []string{"buildpacks/hello:1.0.0", "buildpacks/never:1.0.0"}, StackID: "io.buildpacks.stacks.test"}
+	objects.create(t)
+	objects.createBuilder(t, ns, "conformance", v1alpha1.NamespacedBuilderSpec{BuilderSpec: v1alpha1.BuilderSpec{
+		// "never" fails detection: the lifecycle must fall through to the
+		// second group.
+		Order: []v1alpha1.OrderEntry{
+			{Group: []v1alpha1.BuildpackRef{{ID: "example/never"}}},
+			{Group: []v1alpha1.BuildpackRef{{ID: "example/hello"}}},
+		},
+		// bin/build of example/hello writes it into its marker.
+		Env: []v1alpha1.BuildEnv{{Name: "HELLO_GREETING", Value: "from the builder's env", Suffix: "override"}},
+	}})
 	// No lifecycle image configured yet: the builder waits, and says so.
 	eventually(t, 30*time.Second, "Builder waiting for the lifecycle", func() (bool, string) {
 		b, err := bs.Builders(ns).Get(ctx, "conformance", metav1.GetOptions{})

@@ -178,22 +178,9 @@ func TestChartInstallAndRBAC(t *testing.T) {
 		ImagePullSecrets: []corev1.LocalObjectReference{{Name: "registry"}}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := bs.ClusterStores().Create(ctx, &v1alpha1.ClusterStore{ObjectMeta: metav1.ObjectMeta{Name: "chart"},
-		Spec: v1alpha1.ClusterStoreSpec{Sources: []v1alpha1.ImageSource{{Image: f.Addr + "/buildpacks/hello:1.0.0"}}}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := bs.ClusterStacks().Create(ctx, &v1alpha1.ClusterStack{ObjectMeta: metav1.ObjectMeta{Name: "chart"},
-		Spec: v1alpha1.ClusterStackSpec{ID: "io.buildpacks.stacks.chart",
-			BuildImage: v1alpha1.ImageSource{Image: f.Addr + "/stack/build:1"},
-			RunImage:   v1alpha1.RunImageSource{Image: f.Addr + "/stack/run:1"}}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := bs.Builders(ns).Create(ctx, &v1alpha1.Builder{ObjectMeta: metav1.ObjectMeta{Name: "chart", Namespace: ns},
-		Spec: v1alpha1.NamespacedBuilderSpec{BuilderSpec: v1alpha1.BuilderSpec{
-			Tag: f.Addr + "/builders/chart:latest", Stack: v1alpha1.StackRef{Name: "chart"}, Store: v1alpha1.StoreRef{Name: "chart"},
-			Order: []v1alpha1.OrderEntry{{Group: []v1alpha1.BuildpackRef{{ID: "example/hello"}}}}}}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	objects := storeStack{Addr: f.Addr, Name: "chart", Buildpackages: []string{"buildpacks/hello:1.0.0"}, StackID: "io.buildpacks.stacks.chart"}
+	objects.create(t)
+	objects.createBuilder(t, ns, "chart", v1alpha1.NamespacedBuilderSpec{BuilderSpec: v1alpha1.BuilderSpec{Order: helloOrder()}})
 	wait := env.Kubectl("wait", "--for=condition=Ready", "--timeout=60s", "clusterstore/chart", "clusterstack/chart",
 		"-n", ns, "builder/chart")
 	if out, err := wait.CombinedOutput(); err != nil {

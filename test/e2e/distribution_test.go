@@ -96,25 +96,12 @@ func TestAuthenticatingRegistry(t *testing.T) {
 	useLifecycleImage(t, d.Addr+"/buildsmith/lifecycle:0.21.0")
 	startController(t)
 
-	account := &v1alpha1.ServiceAccountRef{Name: "builder", Namespace: ns}
 	bs := client.BuildsmithV1alpha1()
-	if _, err := bs.ClusterStores().Create(ctx, &v1alpha1.ClusterStore{ObjectMeta: metav1.ObjectMeta{Name: "auth"},
-		Spec: v1alpha1.ClusterStoreSpec{ServiceAccountRef: account,
-			Sources: []v1alpha1.ImageSource{{Image: d.Addr + "/buildpacks/hello:1.0.0"}}}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := bs.ClusterStacks().Create(ctx, &v1alpha1.ClusterStack{ObjectMeta: metav1.ObjectMeta{Name: "auth"},
-		Spec: v1alpha1.ClusterStackSpec{ID: "io.buildpacks.stacks.auth", ServiceAccountRef: account,
-			BuildImage: v1alpha1.ImageSource{Image: d.Addr + "/stack/build:1"},
-			RunImage:   v1alpha1.RunImageSource{Image: d.Addr + "/stack/run:1"}}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := bs.Builders(ns).Create(ctx, &v1alpha1.Builder{ObjectMeta: metav1.ObjectMeta{Name: "auth", Namespace: ns},
-		Spec: v1alpha1.NamespacedBuilderSpec{ServiceAccountName: "builder", BuilderSpec: v1alpha1.BuilderSpec{
-			Tag: d.Addr + "/builders/auth:latest", Stack: v1alpha1.StackRef{Name: "auth"}, Store: v1alpha1.StoreRef{Name: "auth"},
-			Order: []v1alpha1.OrderEntry{{Group: []v1alpha1.BuildpackRef{{ID: "example/hello"}}}}}}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	objects := storeStack{Addr: d.Addr, Name: "auth", Buildpackages: []string{"buildpacks/hello:1.0.0"}, StackID: "io.buildpacks.stacks.auth",
+		Account: &v1alpha1.ServiceAccountRef{Name: "builder", Namespace: ns}}
+	objects.create(t)
+	objects.createBuilder(t, ns, "auth", v1alpha1.NamespacedBuilderSpec{ServiceAccountName: "builder",
+		BuilderSpec: v1alpha1.BuilderSpec{Order: helloOrder()}})
 
 	eventually(t, 30*time.Second, "the store to report the refused credentials", func() (bool, string) {
 		s, err := bs.ClusterStores().Get(ctx, "auth", metav1.GetOptions{})

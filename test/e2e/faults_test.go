@@ -27,10 +27,11 @@ import (
 // the lifecycle; and the objects over them, in a namespace of their own
 // whose default ServiceAccount has the registry's pull Secret.
 type faultWorld struct {
-	d    *distribution.Registry
-	f    *registrytest.Registry // the proxy the controller talks to
-	ns   string
-	name string
+	d       *distribution.Registry
+	f       *registrytest.Registry // the proxy the controller talks to
+	ns      string
+	name    string
+	objects storeStack // named name, over f, with the namespace's default ServiceAccount
 }
 
 func newFaultWorld(t *testing.T, name string) *faultWorld {
@@ -39,6 +40,8 @@ func newFaultWorld(t *testing.T, name string) *faultWorld {
 	d := startDistribution(t)
 	w := &faultWorld{d: d, f: registrytest.InFrontOf(t, d.Addr, &authn.Basic{Username: registryUser, Password: registryPassword}),
 		ns: "faults-" + name, name: name}
+	w.objects = storeStack{Addr: w.f.Addr, Name: name, Buildpackages: []string{"buildpacks/hello:1.0.0"}, StackID: "io.buildpacks.stacks.faults",
+		Account: &v1alpha1.ServiceAccountRef{Name: "default", Namespace: w.ns}}
 	lifecycle, err := sampleimages.Lifecycle(filepath.Join(env.Root, "bin", "lifecycle"), "0.21.0")
 	push(t, w.f, "buildsmith/lifecycle:0.21.0", lifecycle, err)
 	hello, err := sampleimages.Buildpackage(helloBuildpack)
@@ -68,28 +71,8 @@ func newFaultWorld(t *testing.T, name string) *faultWorld {
 // apply creates the store, the stack and a builder.
 func (w *faultWorld) apply(t *testing.T) {
 	t.Helper()
-	ctx := context.Background()
-	bs := client.BuildsmithV1alpha1()
-	account := &v1alpha1.ServiceAccountRef{Name: "default", Namespace: w.ns}
-	if _, err := bs.ClusterStores().Create(ctx, &v1alpha1.ClusterStore{ObjectMeta: metav1.ObjectMeta{Name: w.name},
-		Spec: v1alpha1.ClusterStoreSpec{ServiceAccountRef: account,
-			Sources: []v1alpha1.ImageSource{{Image: w.f.Addr + "/buildpacks/hello:1.0.0"}}}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := bs.ClusterStacks().Create(ctx, &v1alpha1.ClusterStack{ObjectMeta: metav1.ObjectMeta{Name: w.name},
-		Spec: w.stackSpec("stack/run:1")}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	w.objects.create(t)
 	w.createBuilder(t, w.name)
-}
-
-// stackSpec is a ClusterStack over the world's build image and runImage,
-// with the world's credentials.
-func (w *faultWorld) stackSpec(runImage string) v1alpha1.ClusterStackSpec {
-	return v1alpha1.ClusterStackSpec{ID: "io.buildpacks.stacks.faults",
-		ServiceAccountRef: &v1alpha1.ServiceAccountRef{Name: "default", Namespace: w.ns},
-		BuildImage:        v1alpha1.ImageSource{Image: w.f.Addr + "/stack/build:1"},
-		RunImage:          v1alpha1.RunImageSource{Image: w.f.Addr + "/" + runImage}}
 }
 
 // waitReady waits with kubectl for the three objects.
@@ -228,7 +211,7 @@ func TestStackImagePushedLater(t *testing.T) {
 	startController(t, "--poll-interval", "2s")
 	bs := client.BuildsmithV1alpha1()
 	if _, err := bs.ClusterStacks().Create(ctx, &v1alpha1.ClusterStack{ObjectMeta: metav1.ObjectMeta{Name: "late"},
-		Spec: w.stackSpec("stack/run-later:1")}, metav1.CreateOptions{}); err != nil {
+		Spec: w.objects.stackSpec("stack/run-later:1")}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, 20*time.Second, "the stack waiting for its run image", func() (bool, string) {
@@ -298,7 +281,7 @@ func TestTwoReplicas(t *testing.T) {
 	create := func(names ...string) {
 		for _, name := range names {
 			if _, err := stacks.Create(ctx, &v1alpha1.ClusterStack{ObjectMeta: metav1.ObjectMeta{Name: name},
-				Spec: w.stackSpec("stack/run:1")}, metav1.CreateOptions{}); err != nil {
+				Spec: w.objects.stackSpec("stack/run:1")}, metav1.CreateOptions{}); err != nil {
 				t.Fatal(err)
 			}
 		}

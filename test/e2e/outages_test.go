@@ -127,13 +127,7 @@ func TestOutagesRecoverWithinSeconds(t *testing.T) {
 // tag of its own.
 func (w *faultWorld) createBuilder(t *testing.T, name string) {
 	t.Helper()
-	if _, err := client.BuildsmithV1alpha1().Builders(w.ns).Create(context.Background(), &v1alpha1.Builder{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: w.ns},
-		Spec: v1alpha1.NamespacedBuilderSpec{BuilderSpec: v1alpha1.BuilderSpec{
-			Tag: w.f.Addr + "/builders/" + name + ":latest", Stack: v1alpha1.StackRef{Name: w.name}, Store: v1alpha1.StoreRef{Name: w.name},
-			Order: []v1alpha1.OrderEntry{{Group: []v1alpha1.BuildpackRef{{ID: "example/hello"}}}}}}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	w.objects.createBuilder(t, w.ns, name, v1alpha1.NamespacedBuilderSpec{BuilderSpec: v1alpha1.BuilderSpec{Order: helloOrder()}})
 }
 
 // requestReconcile asks for a reconcile of each object now, as a user would

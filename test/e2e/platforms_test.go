@@ -66,25 +66,13 @@ func TestMultiPlatformBuilder(t *testing.T) {
 	startController(t)
 
 	bs := client.BuildsmithV1alpha1()
-	if _, err := bs.ClusterStores().Create(ctx, &v1alpha1.ClusterStore{ObjectMeta: metav1.ObjectMeta{Name: "platforms"},
-		Spec: v1alpha1.ClusterStoreSpec{Sources: []v1alpha1.ImageSource{
-			{Image: f.Addr + "/buildpacks/hello:1"}, {Image: f.Addr + "/buildpacks/x86:1"}}}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := bs.ClusterStacks().Create(ctx, &v1alpha1.ClusterStack{ObjectMeta: metav1.ObjectMeta{Name: "platforms"},
-		Spec: v1alpha1.ClusterStackSpec{ID: "io.buildpacks.stacks.multi",
-			BuildImage: v1alpha1.ImageSource{Image: f.Addr + "/stack/build:1"},
-			RunImage:   v1alpha1.RunImageSource{Image: f.Addr + "/stack/run:1"}}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := bs.Builders(ns).Create(ctx, &v1alpha1.Builder{ObjectMeta: metav1.ObjectMeta{Name: "multi", Namespace: ns},
-		Spec: v1alpha1.NamespacedBuilderSpec{BuilderSpec: v1alpha1.BuilderSpec{
-			Tag: f.Addr + "/builders/multi:latest", Stack: v1alpha1.StackRef{Name: "platforms"}, Store: v1alpha1.StoreRef{Name: "platforms"},
-			Order: []v1alpha1.OrderEntry{{Group: []v1alpha1.BuildpackRef{{ID: "example/hello"}}}},
-			Env:   []v1alpha1.BuildEnv{{Name: "HELLO_GREETING", Value: "on amd64"}},
-		}}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	objects := storeStack{Addr: f.Addr, Name: "platforms",
+		Buildpackages: []string{"buildpacks/hello:1", "buildpacks/x86:1"}, StackID: "io.buildpacks.stacks.multi"}
+	objects.create(t)
+	objects.createBuilder(t, ns, "multi", v1alpha1.NamespacedBuilderSpec{BuilderSpec: v1alpha1.BuilderSpec{
+		Order: helloOrder(),
+		Env:   []v1alpha1.BuildEnv{{Name: "HELLO_GREETING", Value: "on amd64"}},
+	}})
 	if out, err := env.Kubectl("wait", "--for=condition=Ready", "--timeout=60s", "-n", ns, "builder/multi").CombinedOutput(); err != nil {
 		b, _ := bs.Builders(ns).Get(ctx, "multi", metav1.GetOptions{})
 		t.Fatalf("kubectl wait: %v\n%s\n%+v", err, out, b.Status.Conditions)

@@ -77,6 +77,7 @@ func TestReplicas(t *testing.T) {
 	f.PushImage("stack/run:1", labels)
 	f.PushImage("stack/run:2", labels)
 	run2 := f.Addr + "/stack/run:2"
+	stack := storeStack{Addr: f.Addr, StackID: "io.buildpacks.stacks.replicas"}
 	stacks := client.BuildsmithV1alpha1().ClusterStacks()
 	var names []string
 	t.Cleanup(func() {
@@ -89,9 +90,7 @@ func TestReplicas(t *testing.T) {
 		for range n {
 			name := fmt.Sprintf("replicas-%02d", len(names)+1)
 			if _, err := stacks.Create(ctx, &v1alpha1.ClusterStack{ObjectMeta: metav1.ObjectMeta{Name: name},
-				Spec: v1alpha1.ClusterStackSpec{ID: "io.buildpacks.stacks.replicas",
-					BuildImage: v1alpha1.ImageSource{Image: f.Addr + "/stack/build:1"},
-					RunImage:   v1alpha1.RunImageSource{Image: f.Addr + "/stack/run:1"}}}, metav1.CreateOptions{}); err != nil {
+				Spec: stack.stackSpec("stack/run:1")}, metav1.CreateOptions{}); err != nil {
 				t.Fatal(err)
 			}
 			names = append(names, name)

@@ -34,23 +34,9 @@ func TestStoreAndStackRecoverFromRegistryOutage(t *testing.T) {
 	// wake-up.
 	startController(t, "--retry-base-delay", "30s", "--retry-max-delay", "5m")
 
+	storeStack{Addr: f.Addr, Name: "outage", Buildpackages: []string{"bp/go:1"}, StackID: "io.buildpacks.stacks.jammy"}.create(t)
 	stores := client.BuildsmithV1alpha1().ClusterStores()
-	store, err := stores.Create(ctx, &v1alpha1.ClusterStore{
-		ObjectMeta: metav1.ObjectMeta{Name: "outage"},
-		Spec:       v1alpha1.ClusterStoreSpec{Sources: []v1alpha1.ImageSource{{Image: f.Addr + "/bp/go:1"}}},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	stacks := client.BuildsmithV1alpha1().ClusterStacks()
-	if _, err := stacks.Create(ctx, &v1alpha1.ClusterStack{
-		ObjectMeta: metav1.ObjectMeta{Name: "outage"},
-		Spec: v1alpha1.ClusterStackSpec{ID: "io.buildpacks.stacks.jammy",
-			BuildImage: v1alpha1.ImageSource{Image: f.Addr + "/stack/build:1"},
-			RunImage:   v1alpha1.RunImageSource{Image: f.Addr + "/stack/run:1"}},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
 
 	eventually(t, 30*time.Second, "store and stack Ready", func() (bool, string) {
 		s, err1 := stores.Get(ctx, "outage", metav1.GetOptions{})
@@ -61,7 +47,7 @@ func TestStoreAndStackRecoverFromRegistryOutage(t *testing.T) {
 		return s.Status.IsReady() && k.Status.IsReady() && kstatusOf(t, s) == status.CurrentStatus,
 			fmt.Sprintf("store %+v, stack %+v", s.Status.Conditions, k.Status.Conditions)
 	})
-	store, _ = stores.Get(ctx, "outage", metav1.GetOptions{})
+	store, _ := stores.Get(ctx, "outage", metav1.GetOptions{})
 	goodBuildpacks := store.Status.Buildpacks
 	if len(goodBuildpacks) != 1 || goodBuildpacks[0].ID != "example/go" {
 		t.Fatalf("buildpacks = %+v", goodBuildpacks)

@@ -1,0 +1,73 @@
+package e2e
+
+import (
+	"context"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/buildsmith/buildsmith/pkg/apis/build/v1alpha1"
+)
+
+// storeStack is how the tests create their objects: a ClusterStore and a
+// ClusterStack, both named Name, over images of the registry at Addr, and
+// Builders over the two.
+type storeStack struct {
+	// Addr is the registry's host:port.
+	Addr string
+	Name string
+	// Buildpackages are the store's sources: repositories under Addr.
+	Buildpackages []string
+	// StackID is the stack's id; its build image is stack/build:1 under
+	// Addr.
+	StackID string
+	// Account holds the credentials of the store and the stack; nil for
+	// none.
+	Account *v1alpha1.ServiceAccountRef
+}
+
+// helloOrder is an order of example/hello alone.
+func helloOrder() []v1alpha1.OrderEntry {
+	return []v1alpha1.OrderEntry{{Group: []v1alpha1.BuildpackRef{{ID: "example/hello"}}}}
+}
+
+// create creates the store, then the stack over stack/run:1.
+func (s storeStack) create(t *testing.T) {
+	t.Helper()
+	ctx := context.Background()
+	bs := client.BuildsmithV1alpha1()
+	sources := make([]v1alpha1.ImageSource, 0, len(s.Buildpackages))
+	for _, repo := range s.Buildpackages {
+		sources = append(sources, v1alpha1.ImageSource{Image: s.Addr + "/" + repo})
+	}
+	if _, err := bs.ClusterStores().Create(ctx, &v1alpha1.ClusterStore{ObjectMeta: metav1.ObjectMeta{Name: s.Name},
+		Spec: v1alpha1.ClusterStoreSpec{ServiceAccountRef: s.Account, Sources: sources}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bs.ClusterStacks().Create(ctx, &v1alpha1.ClusterStack{ObjectMeta: metav1.ObjectMeta{Name: s.Name},
+		Spec: s.stackSpec("stack/run:1")}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// stackSpec is a ClusterStack over the build image and runImage (a
+// repository under Addr), with the credentials.
+func (s storeStack) stackSpec(runImage string) v1alpha1.ClusterStackSpec {
+	return v1alpha1.ClusterStackSpec{ID: s.StackID, ServiceAccountRef: s.Account,
+		BuildImage: v1alpha1.ImageSource{Image: s.Addr + "/stack/build:1"},
+		RunImage:   v1alpha1.RunImageSource{Image: s.Addr + "/" + runImage}}
+}
+
+// createBuilder creates the Builder name in namespace ns over the store and
+// the stack, tagged builders/<name>:latest under Addr; spec says the rest
+// (its order, env, ServiceAccount).
+func (s storeStack) createBuilder(t *testing.T, ns, name string, spec v1alpha1.NamespacedBuilderSpec) {
+	t.Helper()
+	spec.Tag = s.Addr + "/builders/" + name + ":latest"
+	spec.Stack = v1alpha1.StackRef{Name: s.Name}
+	spec.Store = v1alpha1.StoreRef{Name: s.Name}
+	if _, err := client.BuildsmithV1alpha1().Builders(ns).Create(context.Background(), &v1alpha1.Builder{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: spec}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
