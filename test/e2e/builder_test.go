@@ -40,16 +40,11 @@ func TestBuilderRunsTheRealLifecycle(t *testing.T) {
 	}
 	ctx := context.Background()
 	f := registrytest.New(t)
-	lifecycle, err := sampleimages.Lifecycle(filepath.Join(env.Root, "bin", "lifecycle"), "0.21.0")
-	push(t, f, "buildsmith/lifecycle:0.21.0", lifecycle, err)
-	hello, err := sampleimages.Buildpackage(helloBuildpack)
-	push(t, f, "buildpacks/hello:1.0.0", hello, err)
+	objects := storeStack{Addr: f.Addr, Name: "conformance",
+		Buildpackages: []string{"buildpacks/hello:1.0.0", "buildpacks/never:1.0.0"}, StackID: "io.buildpacks.stacks.test"}
+	objects.pushSamples(t, func(repo string, img v1.Image, err error) { push(t, f, repo, img, err) })
 	never, err := sampleimages.Buildpackage(neverBuildpack)
 	push(t, f, "buildpacks/never:1.0.0", never, err)
-	build, err := sampleimages.StackImage("io.buildpacks.stacks.test", cnbUID)
-	push(t, f, "stack/build:1", build, err)
-	run, err := sampleimages.StackImage("io.buildpacks.stacks.test", 0)
-	push(t, f, "stack/run:1", run, err)
 
 	const ns = "conformance"
 	if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
@@ -62,8 +57,6 @@ func TestBuilderRunsTheRealLifecycle(t *testing.T) {
 	startController(t)
 
 	bs := client.BuildsmithV1alpha1()
-	objects := storeStack{Addr: f.Addr, Name: "conformance",
-		Buildpackages: []string{"buildpacks/hello:1.0.0", "buildpacks/never:1.0.0"}, StackID: "io.buildpacks.stacks.test"}
 	objects.create(t)
 	objects.createBuilder(t, ns, "conformance", v1alpha1.NamespacedBuilderSpec{BuilderSpec: v1alpha1.BuilderSpec{
 		// "never" fails detection: the lifecycle must fall through to the

@@ -10,13 +10,13 @@ import (
 	"testing"
 	"time"
 
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/buildsmith/buildsmith/pkg/apis/build/v1alpha1"
 	"github.com/buildsmith/buildsmith/test/registrytest"
-	"github.com/buildsmith/buildsmith/test/sampleimages"
 )
 
 func helm(args ...string) *exec.Cmd {
@@ -133,14 +133,8 @@ func TestChartInstallAndRBAC(t *testing.T) {
 	ctx := context.Background()
 	const ns = "buildsmith-chart"
 	f := registrytest.New(t)
-	lifecycle, err := sampleimages.Lifecycle(filepath.Join(env.Root, "bin", "lifecycle"), "0.21.0")
-	push(t, f, "buildsmith/lifecycle:0.21.0", lifecycle, err)
-	hello, err := sampleimages.Buildpackage(helloBuildpack)
-	push(t, f, "buildpacks/hello:1.0.0", hello, err)
-	build, err := sampleimages.StackImage("io.buildpacks.stacks.chart", cnbUID)
-	push(t, f, "stack/build:1", build, err)
-	run, err := sampleimages.StackImage("io.buildpacks.stacks.chart", 0)
-	push(t, f, "stack/run:1", run, err)
+	objects := storeStack{Addr: f.Addr, Name: "chart", Buildpackages: []string{"buildpacks/hello:1.0.0"}, StackID: "io.buildpacks.stacks.chart"}
+	objects.pushSamples(t, func(repo string, img v1.Image, err error) { push(t, f, repo, img, err) })
 
 	out, err := helm("install", "buildsmith", "charts/buildsmith", "--kubeconfig", env.Kubeconfig,
 		"--namespace", ns, "--create-namespace", "--set", "lifecycleImage="+f.Addr+"/buildsmith/lifecycle:0.21.0",
@@ -178,7 +172,6 @@ func TestChartInstallAndRBAC(t *testing.T) {
 		ImagePullSecrets: []corev1.LocalObjectReference{{Name: "registry"}}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	objects := storeStack{Addr: f.Addr, Name: "chart", Buildpackages: []string{"buildpacks/hello:1.0.0"}, StackID: "io.buildpacks.stacks.chart"}
 	objects.create(t)
 	objects.createBuilder(t, ns, "chart", v1alpha1.NamespacedBuilderSpec{BuilderSpec: v1alpha1.BuilderSpec{Order: helloOrder()}})
 	wait := env.Kubectl("wait", "--for=condition=Ready", "--timeout=60s", "clusterstore/chart", "clusterstack/chart",

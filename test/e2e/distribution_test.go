@@ -19,7 +19,6 @@ import (
 
 	"github.com/buildsmith/buildsmith/pkg/apis/build/v1alpha1"
 	"github.com/buildsmith/buildsmith/test/distribution"
-	"github.com/buildsmith/buildsmith/test/sampleimages"
 )
 
 // The user of the authenticating registry, and the bcrypt hash of its
@@ -68,16 +67,11 @@ func dockerConfig(registry, user, password string) []byte {
 func TestAuthenticatingRegistry(t *testing.T) {
 	ctx := context.Background()
 	d := startDistribution(t)
-	lifecycle, err := sampleimages.Lifecycle(filepath.Join(env.Root, "bin", "lifecycle"), "0.21.0")
-	pushAuthenticated(t, d.Addr, "buildsmith/lifecycle:0.21.0", lifecycle, err)
-	hello, err := sampleimages.Buildpackage(helloBuildpack)
-	pushAuthenticated(t, d.Addr, "buildpacks/hello:1.0.0", hello, err)
-	build, err := sampleimages.StackImage("io.buildpacks.stacks.auth", cnbUID)
-	pushAuthenticated(t, d.Addr, "stack/build:1", build, err)
-	run, err := sampleimages.StackImage("io.buildpacks.stacks.auth", 0)
-	pushAuthenticated(t, d.Addr, "stack/run:1", run, err)
-
 	const ns = "auth"
+	objects := storeStack{Addr: d.Addr, Name: "auth", Buildpackages: []string{"buildpacks/hello:1.0.0"}, StackID: "io.buildpacks.stacks.auth",
+		Account: &v1alpha1.ServiceAccountRef{Name: "builder", Namespace: ns}}
+	objects.pushSamples(t, func(repo string, img v1.Image, err error) { pushAuthenticated(t, d.Addr, repo, img, err) })
+
 	if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -97,8 +91,6 @@ func TestAuthenticatingRegistry(t *testing.T) {
 	startController(t)
 
 	bs := client.BuildsmithV1alpha1()
-	objects := storeStack{Addr: d.Addr, Name: "auth", Buildpackages: []string{"buildpacks/hello:1.0.0"}, StackID: "io.buildpacks.stacks.auth",
-		Account: &v1alpha1.ServiceAccountRef{Name: "builder", Namespace: ns}}
 	objects.create(t)
 	objects.createBuilder(t, ns, "auth", v1alpha1.NamespacedBuilderSpec{ServiceAccountName: "builder",
 		BuilderSpec: v1alpha1.BuilderSpec{Order: helloOrder()}})

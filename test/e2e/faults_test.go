@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"path/filepath"
 	"reflect"
 	"strings"
 	"sync"
@@ -13,6 +12,7 @@ import (
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/authn"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -42,14 +42,7 @@ func newFaultWorld(t *testing.T, name string) *faultWorld {
 		ns: "faults-" + name, name: name}
 	w.objects = storeStack{Addr: w.f.Addr, Name: name, Buildpackages: []string{"buildpacks/hello:1.0.0"}, StackID: "io.buildpacks.stacks.faults",
 		Account: &v1alpha1.ServiceAccountRef{Name: "default", Namespace: w.ns}}
-	lifecycle, err := sampleimages.Lifecycle(filepath.Join(env.Root, "bin", "lifecycle"), "0.21.0")
-	push(t, w.f, "buildsmith/lifecycle:0.21.0", lifecycle, err)
-	hello, err := sampleimages.Buildpackage(helloBuildpack)
-	push(t, w.f, "buildpacks/hello:1.0.0", hello, err)
-	build, err := sampleimages.StackImage("io.buildpacks.stacks.faults", cnbUID)
-	push(t, w.f, "stack/build:1", build, err)
-	run, err := sampleimages.StackImage("io.buildpacks.stacks.faults", 0)
-	push(t, w.f, "stack/run:1", run, err)
+	w.objects.pushSamples(t, func(repo string, img v1.Image, err error) { push(t, w.f, repo, img, err) })
 	w.f.ForgetRequests()
 
 	if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: w.ns}}, metav1.CreateOptions{}); err != nil {

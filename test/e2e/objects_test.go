@@ -2,11 +2,14 @@ package e2e
 
 import (
 	"context"
+	"path/filepath"
 	"testing"
 
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/buildsmith/buildsmith/pkg/apis/build/v1alpha1"
+	"github.com/buildsmith/buildsmith/test/sampleimages"
 )
 
 // storeStack is how the tests create their objects: a ClusterStore and a
@@ -29,6 +32,22 @@ type storeStack struct {
 // helloOrder is an order of example/hello alone.
 func helloOrder() []v1alpha1.OrderEntry {
 	return []v1alpha1.OrderEntry{{Group: []v1alpha1.BuildpackRef{{ID: "example/hello"}}}}
+}
+
+// pushSamples pushes with push the images the objects are over: the real
+// lifecycle 0.21.0 (buildsmith/lifecycle:0.21.0), the hello buildpackage
+// (buildpacks/hello:1.0.0), and StackID's build and run images
+// (stack/build:1, stack/run:1).
+func (s storeStack) pushSamples(t *testing.T, push func(repo string, img v1.Image, err error)) {
+	t.Helper()
+	lifecycle, err := sampleimages.Lifecycle(filepath.Join(env.Root, "bin", "lifecycle"), "0.21.0")
+	push("buildsmith/lifecycle:0.21.0", lifecycle, err)
+	hello, err := sampleimages.Buildpackage(helloBuildpack)
+	push("buildpacks/hello:1.0.0", hello, err)
+	build, err := sampleimages.StackImage(s.StackID, cnbUID)
+	push("stack/build:1", build, err)
+	run, err := sampleimages.StackImage(s.StackID, 0)
+	push("stack/run:1", run, err)
 }
 
 // create creates the store, then the stack over stack/run:1.
