@@ -3,7 +3,6 @@
 package apiserver
 
 import (
-	"fmt"
 	"os"
 	"testing"
 
@@ -20,27 +19,15 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	os.Exit(run(m))
-}
-
-func run(m *testing.M) int {
-	var err error
-	if env, err = envtest.Start(); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer func() {
-		if err := env.Stop(); err != nil {
-			fmt.Fprintln(os.Stderr, "stopping the control plane:", err)
+	os.Exit(envtest.Main(func(e *envtest.Env) (int, error) {
+		env = e
+		var err error
+		if client, err = versioned.NewForConfig(env.Config); err != nil {
+			return 0, err
 		}
-	}()
-	if client, err = versioned.NewForConfig(env.Config); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	if dynamicClient, err = dynamic.NewForConfig(env.Config); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	return m.Run()
+		if dynamicClient, err = dynamic.NewForConfig(env.Config); err != nil {
+			return 0, err
+		}
+		return m.Run(), nil
+	}))
 }

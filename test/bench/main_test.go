@@ -21,7 +21,6 @@ package bench
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"testing"
 
@@ -45,59 +44,31 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	os.Exit(run(m))
-}
-
-func run(m *testing.M) int {
-	var err error
-	if env, err = envtest.Start(); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer func() { _ = env.Stop() }()
-	builtFrom = commit()
-	// The benchmark creates objects fast: no client-side throttling of its
-	// own (the controller keeps its defaults, as users run it).
-	cfg := *env.Config
-	cfg.QPS, cfg.Burst = 1000, 2000
-	if client, err = versioned.NewForConfig(&cfg); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	if kube, err = kubernetes.NewForConfig(&cfg); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	ctx := context.Background()
-	if _, err := kube.CoreV1().Namespaces().Create(ctx,
-		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: systemNamespace}}, metav1.CreateOptions{}); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	// Metrics (the controller's own count of registry requests, refused
-	// connections included) and profiling on.
-	if _, err := kube.CoreV1().ConfigMaps(systemNamespace).Create(ctx, &corev1.ConfigMap{
-		ObjectMeta: metav1.ObjectMeta{Name: "config-observability"},
-		Data:       map[string]string{"metrics-protocol": "prometheus", "runtime-profiling": "enabled"}}, metav1.CreateOptions{}); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	dir, err := os.MkdirTemp("", "buildsmith-bench-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
-	if controller, err = controllertest.Build(env.Root, dir); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	code := m.Run()
-	if full {
-		if err := writeReport(); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 1
+	os.Exit(envtest.Main(func(e *envtest.Env) (int, error) {
+		env = e
+		builtFrom = commit()
+		// The benchmark creates objects fast: no client-side throttling of
+		// its own (the controller keeps its defaults, as users run it).
+		cfg := *env.Config
+		cfg.QPS, cfg.Burst = 1000, 2000
+		c, err := controllertest.Setup(env, &cfg, systemNamespace)
+		if err != nil {
+			return 0, err
 		}
-	}
-	return code
+		client, kube, controller = c.Client, c.Kube, c.Binary
+		// Metrics (the controller's own count of registry requests, refused
+		// connections included) and profiling on.
+		if _, err := kube.CoreV1().ConfigMaps(systemNamespace).Create(context.Background(), &corev1.ConfigMap{
+			ObjectMeta: metav1.ObjectMeta{Name: "config-observability"},
+			Data:       map[string]string{"metrics-protocol": "prometheus", "runtime-profiling": "enabled"}}, metav1.CreateOptions{}); err != nil {
+			return 0, err
+		}
+		code := m.Run()
+		if full {
+			if err := writeReport(); err != nil {
+				return 0, err
+			}
+		}
+		return code, nil
+	}))
 }

@@ -1,11 +1,13 @@
 // Package controllertest builds the controller binary once and runs it as
 // users run it outside a cluster (--kubeconfig), for the black-box tests
-// (test/e2e) and the benchmarks (test/bench): start with arguments, kill,
-// print its log when the test fails, and read its peak memory.
+// (test/e2e) and the benchmarks (test/bench): set a control plane up for it,
+// start with arguments, kill, print its log when the test fails, and read its
+// peak memory.
 package controllertest
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -16,6 +18,13 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/buildsmith/buildsmith/pkg/client/clientset/versioned"
+	"github.com/buildsmith/buildsmith/test/envtest"
 	"github.com/buildsmith/buildsmith/test/localhost"
 )
 
@@ -29,6 +38,36 @@ func Build(root, dir string) (string, error) {
 		return "", fmt.Errorf("building the controller: %v\n%s", err, out)
 	}
 	return binary, nil
+}
+
+// Cluster is a control plane made ready for the controller, as the
+// black-box suites start from: the clientsets the tests use, the
+// controller's namespace, and the controller binary.
+type Cluster struct {
+	Client versioned.Interface
+	Kube   kubernetes.Interface
+	// Binary is the path of the built controller.
+	Binary string
+}
+
+// Setup makes the clientsets of cfg (env.Config, or a copy of it with
+// other client settings), creates namespace (the controller's
+// SYSTEM_NAMESPACE) and builds the controller into env.Dir.
+func Setup(env *envtest.Env, cfg *rest.Config, namespace string) (Cluster, error) {
+	var c Cluster
+	var err error
+	if c.Client, err = versioned.NewForConfig(cfg); err != nil {
+		return c, err
+	}
+	if c.Kube, err = kubernetes.NewForConfig(cfg); err != nil {
+		return c, err
+	}
+	if _, err := c.Kube.CoreV1().Namespaces().Create(context.Background(),
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}, metav1.CreateOptions{}); err != nil {
+		return c, err
+	}
+	c.Binary, err = Build(env.Root, env.Dir)
+	return c, err
 }
 
 // Options say how to run the controller.

@@ -5,7 +5,6 @@ package e2e
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"testing"
 	"time"
@@ -31,40 +30,15 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	os.Exit(run(m))
-}
-
-func run(m *testing.M) int {
-	var err error
-	if env, err = envtest.Start(); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer func() { _ = env.Stop() }()
-	if client, err = versioned.NewForConfig(env.Config); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	if kube, err = kubernetes.NewForConfig(env.Config); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	if _, err := kube.CoreV1().Namespaces().Create(context.Background(),
-		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: systemNamespace}}, metav1.CreateOptions{}); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	dir, err := os.MkdirTemp("", "buildsmith-e2e-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
-	if controller, err = controllertest.Build(env.Root, dir); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	return m.Run()
+	os.Exit(envtest.Main(func(e *envtest.Env) (int, error) {
+		env = e
+		c, err := controllertest.Setup(env, env.Config, systemNamespace)
+		if err != nil {
+			return 0, err
+		}
+		client, kube, controller = c.Client, c.Kube, c.Binary
+		return m.Run(), nil
+	}))
 }
 
 // startController runs the controller binary until the test ends; its log is

@@ -22,9 +22,12 @@ type Env struct {
 	Kubeconfig string
 	// Root is the repository's root directory.
 	Root string
+	// Dir holds the control plane's files (the kubeconfig) and is removed
+	// by Stop; a suite may keep its own files there (the controller
+	// binary).
+	Dir string
 
 	env *crenvtest.Environment
-	dir string
 }
 
 // Start starts etcd and kube-apiserver and installs the CRDs. The binaries
@@ -57,6 +60,30 @@ func Start() (*Env, error) {
 	return e, nil
 }
 
+// Main is the body of a suite's TestMain: it starts a control plane, calls
+// run with it (run sets the suite up and runs its tests), stops the control
+// plane and returns run's exit code, for os.Exit. When the control plane
+// does not start or run returns an error, it prints why and returns 1; it
+// prints a failure to stop too.
+func Main(run func(*Env) (code int, err error)) int {
+	env, err := Start()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer func() {
+		if err := env.Stop(); err != nil {
+			fmt.Fprintln(os.Stderr, "stopping the control plane:", err)
+		}
+	}()
+	code, err := run(env)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return code
+}
+
 func (e *Env) writeKubeconfig() error {
 	user, err := e.env.AddUser(crenvtest.User{Name: "buildsmith-test-admin", Groups: []string{"system:masters"}}, e.Config)
 	if err != nil {
@@ -66,18 +93,18 @@ func (e *Env) writeKubeconfig() error {
 	if err != nil {
 		return err
 	}
-	if e.dir, err = os.MkdirTemp("", "buildsmith-envtest-"); err != nil {
+	if e.Dir, err = os.MkdirTemp("", "buildsmith-envtest-"); err != nil {
 		return err
 	}
-	e.Kubeconfig = filepath.Join(e.dir, "kubeconfig")
+	e.Kubeconfig = filepath.Join(e.Dir, "kubeconfig")
 	return os.WriteFile(e.Kubeconfig, data, 0o600)
 }
 
 // Stop stops the control plane and removes its files.
 func (e *Env) Stop() error {
 	err := e.env.Stop()
-	if e.dir != "" {
-		_ = os.RemoveAll(e.dir)
+	if e.Dir != "" {
+		_ = os.RemoveAll(e.Dir)
 	}
 	return err
 }
