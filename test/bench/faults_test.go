@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/buildsmith/buildsmith/pkg/apis/build/v1alpha1"
+	"github.com/buildsmith/buildsmith/test/localhost"
 	"github.com/buildsmith/buildsmith/test/registrytest"
 )
 
@@ -120,23 +121,24 @@ func firstCalls(requests []string) int {
 // waitAllReporting waits until the first n builders all show Ready=False
 // with a reason, and returns how long that took (timeout when they do not).
 func (w *world) waitAllReporting(t *testing.T, n int, timeout time.Duration) time.Duration {
-	start := time.Now()
-	for time.Since(start) < timeout {
-		list, err := client.BuildsmithV1alpha1().Builders(w.ns).List(context.Background(), metav1.ListOptions{})
-		if err == nil {
-			reporting := 0
-			for _, b := range list.Items {
-				if c := b.Status.GetCondition(v1alpha1.ConditionReady); c != nil && c.Reason != "" && b.Name < fmt.Sprintf("b-%04d", n) {
-					reporting++
-				}
-			}
-			if reporting >= n {
-				return time.Since(start)
+	ctx := context.Background()
+	took, err := localhost.Poll(ctx, timeout, 250*time.Millisecond, "builders reporting", func() (bool, string) {
+		list, err := client.BuildsmithV1alpha1().Builders(w.ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		reporting := 0
+		for _, b := range list.Items {
+			if c := b.Status.GetCondition(v1alpha1.ConditionReady); c != nil && c.Reason != "" && b.Name < fmt.Sprintf("b-%04d", n) {
+				reporting++
 			}
 		}
-		time.Sleep(250 * time.Millisecond)
+		return reporting >= n, fmt.Sprintf("%d/%d reporting", reporting, n)
+	})
+	if err != nil {
+		return timeout
 	}
-	return timeout
+	return took
 }
 
 // TestFaults is scenario 6: every fault for BENCH_FAULT_OUTAGE (90 s).

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/buildsmith/buildsmith/test/localhost"
 	"github.com/buildsmith/buildsmith/test/registrytest"
 )
 
@@ -265,14 +267,14 @@ func rowsCol(rows [][]string, col int) string {
 // the next d to path.
 func saveProfile(t testing.TB, port int, path string, d time.Duration) {
 	var resp *http.Response
-	var err error
-	for start := time.Now(); time.Since(start) < 5*time.Second; time.Sleep(50 * time.Millisecond) {
-		// The controller opens the port once it has started.
-		if resp, err = http.Get(fmt.Sprintf("http://127.0.0.1:%d/debug/pprof/profile?seconds=%d", port, int(d.Seconds()))); err == nil {
-			break
+	// The controller opens the port once it has started.
+	if _, err := localhost.Poll(context.Background(), 5*time.Second, 50*time.Millisecond, "the profiling port", func() (bool, string) {
+		var err error
+		if resp, err = http.Get(fmt.Sprintf("http://127.0.0.1:%d/debug/pprof/profile?seconds=%d", port, int(d.Seconds()))); err != nil {
+			return false, err.Error()
 		}
-	}
-	if err != nil {
+		return true, ""
+	}); err != nil {
 		t.Logf("profile: %v", err)
 		return
 	}

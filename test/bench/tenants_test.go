@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/buildsmith/buildsmith/test/localhost"
 	"github.com/buildsmith/buildsmith/test/registrytest"
 )
 
@@ -100,17 +101,17 @@ func noisyTenantRun(t *testing.T, id string, tenants, perTenant, noisyN int, noi
 		tw.createBuilders(t, k*perTenant, (k+1)*perTenant, w.order())
 		healthy = append(healthy, tw)
 	}
-	for time.Since(start) < 5*time.Minute {
+	// Timed, and given 5 min, from before the builders were created.
+	if _, err := localhost.Poll(context.Background(), 5*time.Minute-time.Since(start), 100*time.Millisecond, "healthy builders Ready", func() (bool, string) {
 		ready := 0
 		for _, tw := range healthy {
 			n, _, _ := tw.readyCount(t)
 			ready += n
 		}
-		if ready >= tenants*perTenant {
-			return time.Since(start), true
-		}
-		time.Sleep(100 * time.Millisecond)
+		return ready >= tenants*perTenant, fmt.Sprintf("%d/%d Ready", ready, tenants*perTenant)
+	}); err != nil {
+		t.Logf("%s: healthy builders not all Ready in 5 min: %v", id, err)
+		return time.Since(start), false
 	}
-	t.Logf("%s: healthy builders not all Ready in 5 min", id)
-	return time.Since(start), false
+	return time.Since(start), true
 }

@@ -22,6 +22,7 @@ import (
 
 	"github.com/buildsmith/buildsmith/pkg/apis/build/v1alpha1"
 	"github.com/buildsmith/buildsmith/test/controllertest"
+	"github.com/buildsmith/buildsmith/test/localhost"
 	"github.com/buildsmith/buildsmith/test/registrytest"
 	"github.com/buildsmith/buildsmith/test/sampleimages"
 )
@@ -216,18 +217,15 @@ func (w *world) readyCount(t testing.TB) (ready, total int, notReady string) {
 // that took; ok is false on timeout.
 func (w *world) waitBuildersReady(t testing.TB, n int, timeout time.Duration) (time.Duration, bool) {
 	t.Helper()
-	start := time.Now()
-	last := ""
-	for time.Since(start) < timeout {
+	took, err := localhost.Poll(context.Background(), timeout, 100*time.Millisecond, fmt.Sprintf("%d builders Ready", n), func() (bool, string) {
 		ready, _, notReady := w.readyCount(t)
-		if ready >= n {
-			return time.Since(start), true
-		}
-		last = fmt.Sprintf("%d/%d Ready; e.g. %s", ready, n, notReady)
-		time.Sleep(100 * time.Millisecond)
+		return ready >= n, fmt.Sprintf("%d/%d Ready; e.g. %s", ready, n, notReady)
+	})
+	if err != nil {
+		t.Log(err)
+		return took, false
 	}
-	t.Logf("builders not Ready after %v: %s", timeout, last)
-	return time.Since(start), false
+	return took, true
 }
 
 // waitStoreStackReady waits for the world's store and stack.
@@ -235,14 +233,16 @@ func (w *world) waitStoreStackReady(t testing.TB, timeout time.Duration) {
 	t.Helper()
 	ctx := context.Background()
 	bs := client.BuildsmithV1alpha1()
-	for start := time.Now(); time.Since(start) < timeout; time.Sleep(100 * time.Millisecond) {
+	if _, err := localhost.Poll(ctx, timeout, 100*time.Millisecond, "store and stack "+w.name+" Ready", func() (bool, string) {
 		s, err1 := bs.ClusterStores().Get(ctx, w.name, metav1.GetOptions{})
 		k, err2 := bs.ClusterStacks().Get(ctx, w.name, metav1.GetOptions{})
-		if err1 == nil && err2 == nil && s.Status.IsReady() && k.Status.IsReady() {
-			return
+		if err1 != nil || err2 != nil {
+			return false, fmt.Sprint(err1, err2)
 		}
+		return s.Status.IsReady() && k.Status.IsReady(), fmt.Sprintf("store %+v, stack %+v", s.Status.Conditions, k.Status.Conditions)
+	}); err != nil {
+		t.Fatal(err)
 	}
-	t.Fatalf("store and stack %s not Ready after %v", w.name, timeout)
 }
 
 // startController starts the controller with profiling and metrics on
