@@ -102,10 +102,14 @@ func main() {
 		// knative's bucket election, with replicas taking their share of
 		// the buckets (pkg/replicas). sharedmain would set up its own elector
 		// builder: it is told HA is off, and finds ours in ctx.
-		var err error
-		if ctx, err = replicas.WithSharedBuckets(ctx, kubernetes.NewForConfigOrDie(cfg), system.Namespace(), component); err != nil {
+		var (
+			stop func()
+			err  error
+		)
+		if ctx, stop, err = replicas.WithSharedBuckets(ctx, kubernetes.NewForConfigOrDie(cfg), system.Namespace(), component); err != nil {
 			log.Fatalf("leader election: %v", err)
 		}
+		defer stop() // deletes this replica's Lease once sharedmain has returned
 	}
 	ctx = sharedmain.WithHADisabled(ctx)
 	if !*healthProbes {

@@ -241,9 +241,9 @@ func samples(body, metric string, labels ...string) map[string]float64 {
 func led(p *controllertest.Process) []string {
 	var out []string
 	for labels, v := range samples(scrape(p), "buildsmith_leader_buckets") {
-		_, lease, _ := strings.Cut(labels, `lease="`)
-		lease = strings.TrimSuffix(lease[:strings.Index(lease, `"`)], ".reconciler")
-		out = append(out, fmt.Sprintf("%s:%v", lease[strings.LastIndex(lease, ".")+1:], v))
+		_, r, _ := strings.Cut(labels, `reconciler="`)
+		r = strings.TrimSuffix(r[:strings.Index(r, `"`)], ".reconciler")
+		out = append(out, fmt.Sprintf("%s:%v", r[strings.LastIndex(r, ".")+1:], v))
 	}
 	sort.Strings(out)
 	return out
