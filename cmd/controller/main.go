@@ -121,12 +121,16 @@ func main() {
 	}
 	builders := builder.Config{Registry: client, Options: opts, Version: version,
 		Lifecycle: builder.NewLifecycleSource(opts.ResyncInterval)}
+	ctx, drain := reconciler.WithDrain(ctx)
 	sharedmain.MainWithConfig(ctx, component, cfg,
 		clusterstore.NewController(client, opts),
 		clusterstack.NewController(client, opts),
 		builder.NewBuilderController(builders),
 		builder.NewClusterBuilderController(builders),
 	)
+	// The reconciles in flight (a push under way) end before the process
+	// does; the pod's termination grace period bounds the wait.
+	drain.Wait()
 }
 
 func mustSetenv(key, value string) {

@@ -26,8 +26,6 @@ type Wiring[T Object] struct {
 	Kind     string // the kind reconciled: keys its objects' circuit waits
 	Registry *registry.Client
 	Options  Options
-	// Enqueue puts a key on the controller's queue; nil: impl.EnqueueKey.
-	Enqueue func(types.NamespacedName)
 	// Get reads an object from the API server, and CopyStatus puts one's
 	// status on another: what a failed reconcile needs to keep the newest
 	// status (see RefreshStatus).
@@ -45,18 +43,15 @@ func ClusterWiring[T Object](kind string, client *registry.Client, opts Options,
 
 // NewBase wires a reconciler's Base to impl, the controller made of it (so
 // it is called after NewImpl, as knative's sample controller assigns
-// impl.Tracker): the Policy wakes objects through impl's queue, and impl's
-// status writes are retried on the Policy's terms (StatusWrites).
+// impl.Tracker): the Policy wakes objects through impl's queue, impl's
+// status writes are retried on the Policy's terms (StatusWrites), and its
+// reconciles run in turns by namespace on impl's workers (Turns).
 func NewBase[T Object](ctx context.Context, impl *controller.Impl, w Wiring[T]) Base {
-	enqueue := w.Enqueue
-	if enqueue == nil {
-		enqueue = impl.EnqueueKey
-	}
-	policy := NewPolicy(w.Kind, w.Options, w.Registry.Circuits(), enqueue, RefreshStatus(w.Get, w.CopyStatus))
-	impl.Reconciler = policy.StatusWrites(impl.Reconciler)
+	policy := NewPolicy(w.Kind, w.Options, w.Registry.Circuits(), impl.EnqueueKey, RefreshStatus(w.Get, w.CopyStatus))
+	impl.Reconciler = NewTurns(ctx, policy.StatusWrites(impl.Reconciler), impl.Concurrency, impl.EnqueueKeyAfter)
 	return Base{
 		Registry:    w.Registry,
-		Credentials: NewCredentials(ctx, enqueue, w.Options),
+		Credentials: NewCredentials(ctx, impl.EnqueueKey, w.Options),
 		Policy:      policy,
 	}
 }

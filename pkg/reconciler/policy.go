@@ -251,26 +251,6 @@ func (p *Policy) transient(key types.NamespacedName, f *failure.Error, condition
 	return delay
 }
 
-// ReasonQueued: the reconcile waits for a worker (Shares).
-const ReasonQueued = "Queued"
-
-// queuedDelay is how soon a reconcile refused a share is tried again (±20
-// %): about when a worker may have come free, while the items requeued
-// meanwhile go behind the other tenants'.
-const queuedDelay = time.Second
-
-// Queued records on obj that its reconcile waits for a worker, its
-// namespace having its share of them (Shares), and returns the requeue.
-// Ready keeps what it said; nothing else changes.
-func (p *Policy) Queued(ctx context.Context, obj Object, limit int) pkgreconciler.Event {
-	obj.Conditions().MarkQueued(ReasonQueued, fmt.Sprintf(
-		"waiting for a worker: namespace %s runs %d reconciles, the most one namespace may while others have work",
-		obj.GetNamespace(), limit))
-	delay := p.jittered(queuedDelay)
-	recordOutcome(ctx, p.kind, "queued", delay)
-	return controller.NewRequeueAfter(delay)
-}
-
 // maxMessage bounds a condition's (and event's) message: errors may quote
 // a registry's answer, which can be any size, and a status the API server
 // refuses as too large would never be written.

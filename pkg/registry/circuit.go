@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/buildsmith/buildsmith/pkg/failure"
+	"github.com/buildsmith/buildsmith/pkg/worker"
 )
 
 // Place is where requests fail: a registry host, or one repository of it.
@@ -244,9 +245,12 @@ func (c *Circuits) refuse(ctx context.Context, place Place) *failure.Error {
 				RetryAfter: left, Untried: open.widespread && open.place.Repository != place.Repository,
 				Err: &circuitOpenError{place: open.place, cause: open.err, widespread: open.widespread}}
 		}
+		waited := worker.Wait(ctx)
 		select {
 		case <-checked:
+			waited()
 		case <-ctx.Done():
+			waited()
 			return &failure.Error{Class: failure.Transient, Reason: open.err.Reason, Host: open.place.Host, Repository: open.place.Repository,
 				Err: fmt.Errorf("gave up waiting for %s to answer whether it answers at all: %w", open.place, ctx.Err())}
 		}

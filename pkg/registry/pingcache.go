@@ -7,6 +7,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/buildsmith/buildsmith/pkg/worker"
 )
 
 // pingTTL is how long a registry's answer to the /v2/ ping is reused.
@@ -73,11 +75,14 @@ func (p *pingCache) RoundTrip(req *http.Request) (*http.Response, error) {
 		if wait == nil {
 			return p.ping(req, key, generation)
 		}
+		waited := worker.Wait(req.Context())
 		select {
 		case <-wait: // answered: look again
 		case <-req.Context().Done():
+			waited()
 			return nil, req.Context().Err()
 		}
+		waited()
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
 	"github.com/buildsmith/buildsmith/pkg/cnb"
+	"github.com/buildsmith/buildsmith/pkg/worker"
 )
 
 // Descriptor is what a reference resolves to.
@@ -116,6 +117,7 @@ func (a Access) ReadImage(ctx context.Context, ref name.Reference, platform *v1.
 	result := c.reads.DoChan(cache.key(ref, cache.askedFor()), func() (any, error) {
 		return c.readImage(shared, ref, platform, kc, cache)
 	})
+	defer worker.Wait(ctx)()
 	select {
 	case <-ctx.Done():
 		return nil, newError(ref.Context().RegistryStr(), 0, ctx.Err())

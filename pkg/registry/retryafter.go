@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/buildsmith/buildsmith/pkg/failure"
+	"github.com/buildsmith/buildsmith/pkg/worker"
 )
 
 // retryAfterHolds remembers until when a registry asked to be left alone
@@ -107,11 +108,14 @@ func (h *retryAfterHolds) wait(ctx context.Context, host, repo string) error {
 			return h.heldError(host, left, reason)
 		}
 		timer := time.NewTimer(left)
+		waited := worker.Wait(ctx)
 		select {
 		case <-ctx.Done():
 			timer.Stop()
+			waited()
 			return ctx.Err()
 		case <-timer.C:
+			waited()
 		}
 	}
 }

@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"sync"
 	"time"
+
+	"github.com/buildsmith/buildsmith/pkg/worker"
 )
 
 // stallTransport cuts requests that stop making progress, so that a
@@ -55,7 +57,11 @@ func (t *stallTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	} else {
 		w.expect("no answer", answer)
 	}
+	// Sending and waiting for the answer: the worker may serve another
+	// reconcile meanwhile (reconciler.Turns).
+	waited := worker.Wait(req.Context())
 	resp, err := t.next.RoundTrip(req)
+	waited()
 	if err != nil {
 		w.stop()
 		if stalled := w.stalled(ctx); stalled != nil {

@@ -106,7 +106,7 @@ func writeReport() error {
 		num, _, _ := strings.Cut(s.title, ".")
 		byNumber[num] = s.markdown()
 	}
-	for _, num := range []string{"1", "2", "3", "4", "5", "6", "7", "8", "9", "10", "11"} {
+	for _, num := range []string{"1", "2", "3", "4", "5", "6", "7", "8", "9", "10", "11", "12"} {
 		b.WriteString(byNumber[num])
 	}
 	micro := ""

@@ -7,9 +7,6 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
 	"github.com/buildsmith/buildsmith/test/localhost"
 	"github.com/buildsmith/buildsmith/test/registrytest"
 )
@@ -76,28 +73,15 @@ func noisyTenantRun(t *testing.T, id string, tenants, perTenant, noisyN int, noi
 	w := newWorld(t, f.Addr)
 	w.waitStoreStackReady(t, 30*time.Second)
 
-	ctx := context.Background()
-	tenant := func(ns, addr string) *world {
-		if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := kube.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			_ = client.BuildsmithV1alpha1().Builders(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{})
-		})
-		return &world{name: w.name, ns: ns, addr: addr}
-	}
 	if noisy {
 		h := registrytest.New(t)
 		h.Inject("", "", -1, h.Hang)
-		tenant("noisy-"+id, h.Addr).createBuilders(t, 0, noisyN, w.order())
+		w.inNamespace(t, "noisy-"+id, h.Addr).createBuilders(t, 0, noisyN, w.order())
 	}
 	var healthy []*world
 	start := time.Now()
 	for k := range tenants {
-		tw := tenant(fmt.Sprintf("healthy-%s-%d", id, k), f.Addr)
+		tw := w.inNamespace(t, fmt.Sprintf("healthy-%s-%d", id, k), f.Addr)
 		tw.createBuilders(t, k*perTenant, (k+1)*perTenant, w.order())
 		healthy = append(healthy, tw)
 	}

@@ -134,6 +134,24 @@ func newWorld(t testing.TB, addr string, sources ...string) *world {
 	return w
 }
 
+// inNamespace returns the world with builders in namespace ns (created,
+// with its default ServiceAccount) pushing to the registry at addr; its
+// builders are deleted when the test ends.
+func (w *world) inNamespace(t testing.TB, ns, addr string) *world {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kube.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = client.BuildsmithV1alpha1().Builders(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{})
+	})
+	return &world{name: w.name, ns: ns, addr: addr, sharedRepos: w.sharedRepos}
+}
+
 // order is all the store's buildpacks, in one group.
 func (w *world) order(ids ...string) []v1alpha1.OrderEntry {
 	if ids == nil {

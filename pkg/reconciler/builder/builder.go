@@ -63,20 +63,10 @@ type pushRecord struct {
 }
 
 // BuilderReconciler reconciles Builders.
-type BuilderReconciler struct {
-	*Core
-	// Shares keeps a namespace from holding every worker while another
-	// has builders waiting.
-	Shares *reconciler.Shares
-}
+type BuilderReconciler struct{ *Core }
 
 // ReconcileKind implements the generated reconciler's Interface.
 func (r *BuilderReconciler) ReconcileKind(ctx context.Context, b *v1alpha1.Builder) pkgreconciler.Event {
-	release, ok := r.Shares.Acquire(types.NamespacedName{Namespace: b.Namespace, Name: b.Name})
-	if !ok {
-		return r.Policy.Queued(ctx, b, r.Shares.Limit())
-	}
-	defer release()
 	keychain := func() (authn.Keychain, error) {
 		account := b.Spec.ServiceAccountName
 		if account == "" {
@@ -85,13 +75,6 @@ func (r *BuilderReconciler) ReconcileKind(ctx context.Context, b *v1alpha1.Build
 		return r.Credentials.ForServiceAccount(ctx, b, &v1alpha1.ServiceAccountRef{Namespace: b.Namespace, Name: account})
 	}
 	return r.Policy.Finish(ctx, b, r.reconcile(ctx, b, &b.Spec.BuilderSpec, &b.Status, keychain))
-}
-
-// ObserveDeletion drops the deleted builder's backoff, circuit waits, push
-// record and place in the shares.
-func (r *BuilderReconciler) ObserveDeletion(ctx context.Context, key types.NamespacedName) error {
-	r.Shares.Forget(key)
-	return r.Core.ObserveDeletion(ctx, key)
 }
 
 // ClusterBuilderReconciler reconciles ClusterBuilders.

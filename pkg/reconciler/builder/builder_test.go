@@ -14,7 +14,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
 	"knative.dev/pkg/configmap"
 	"knative.dev/pkg/controller"
 
@@ -37,8 +36,6 @@ type fixture struct {
 	// client and lifecycle live across reconciles, as in the controller.
 	client    *registry.Client
 	lifecycle *LifecycleSource
-	// shares, when set, replace the Builder reconciler's.
-	shares *reconciler.Shares
 }
 
 func newFixture(t *testing.T) *fixture {
@@ -110,14 +107,10 @@ func (x *fixture) config() Config {
 }
 
 // builderController is the Builder controller over the fake clients of ctx,
-// the lifecycle-image ConfigMap naming lifecycle ("" for none), with the
-// fixture's shares when set.
+// the lifecycle-image ConfigMap naming lifecycle ("" for none).
 func (x *fixture) builderController(ctx context.Context, lifecycle string) *controller.Impl {
 	return rt.Controller(ctx, func(ctx context.Context, cmw configmap.Watcher) *controller.Impl {
-		impl, r := newBuilderController(ctx, cmw, x.config())
-		if x.shares != nil {
-			r.Shares = x.shares
-		}
+		impl, _ := newBuilderController(ctx, cmw, x.config())
 		return impl
 	}, lifecycleConfigMap(lifecycle))
 }
@@ -135,7 +128,7 @@ func (x *fixture) run(t *testing.T, b *v1alpha1.Builder, lifecycle string, extra
 		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default", Namespace: "apps"}}}, extra...)
 	ctx, clients := rt.Setup(t, objects...)
 	client := x.client
-	rec := x.builderController(ctx, lifecycle).Reconciler
+	rec := rt.Sync(x.builderController(ctx, lifecycle))
 	before := client.Stats()
 	err := rec.Reconcile(ctx, b.Namespace+"/"+b.Name)
 	traffic := client.Stats().Sub(before)
@@ -144,43 +137,6 @@ func (x *fixture) run(t *testing.T, b *v1alpha1.Builder, lifecycle string, extra
 		t.Fatal(getErr)
 	}
 	return got, clients.Events(), err, traffic
-}
-
-// TestBuilderQueuedBehindItsNamespace: a builder whose namespace already
-// runs its share of the workers while another namespace has one queued is
-// not reconciled: no registry request, Ready as it was, Reconciling saying
-// why, and a requeue about a second later. Once a share is free, it runs.
-func TestBuilderQueuedBehindItsNamespace(t *testing.T) {
-	x := newFixture(t)
-	lifecycle := x.f.Addr + "/lifecycle:0.21.0"
-	x.shares = reconciler.NewShares(2)
-	x.shares.Queue(types.NamespacedName{Namespace: "other-team", Name: "waiting"})
-	release, _ := x.shares.Acquire(types.NamespacedName{Namespace: "apps", Name: "running"})
-
-	x.f.ForgetRequests()
-	got, events, err, _ := x.run(t, x.builder(nil), lifecycle)
-	if requests := x.f.Requests(); len(requests) != 0 {
-		t.Errorf("a queued builder sent %v", requests)
-	}
-	ok, delay := controller.IsRequeueKey(err)
-	if !ok || delay < 800*time.Millisecond || delay > 1200*time.Millisecond {
-		t.Errorf("Reconcile = %v, want a requeue in about a second", err)
-	}
-	if c := got.Status.GetCondition(v1alpha1.ConditionReconciling); c == nil || !c.IsTrue() || c.Reason != reconciler.ReasonQueued ||
-		!strings.Contains(c.Message, "namespace apps runs 1 reconciles") {
-		t.Errorf("Reconciling = %+v, want True, %s, naming the namespace", c, reconciler.ReasonQueued)
-	}
-	if c := got.Status.GetCondition(v1alpha1.ConditionReady); c == nil || c.IsTrue() || c.IsFalse() {
-		t.Errorf("Ready = %+v, want Unknown as before (a new builder)", c)
-	}
-	if len(events) != 0 {
-		t.Errorf("events %q for a queued builder", events)
-	}
-
-	release()
-	got, events, err, _ = x.run(t, got, lifecycle)
-	rt.Check(t, got, err, events, rt.Outcome{Ready: corev1.ConditionTrue, Requeue: rt.Resync,
-		MinDelay: 8 * time.Minute, MaxDelay: 12 * time.Minute, EventReasons: []string{"Ready"}})
 }
 
 func TestBuilderReadyAndThenNoRedundantWork(t *testing.T) {
@@ -444,7 +400,7 @@ func TestClusterBuilder(t *testing.T) {
 	cb.Spec.Tag = x.f.Addr + "/builders/cluster-go:latest"
 	reconcile := func(objects ...runtime.Object) (*v1alpha1.ClusterBuilder, []string, error) {
 		ctx, clients := rt.Setup(t, append([]runtime.Object{cb, x.stack, x.store}, objects...)...)
-		rec := rt.Controller(ctx, NewClusterBuilderController(x.config()), lifecycleConfigMap(x.f.Addr+"/lifecycle:0.21.0")).Reconciler
+		rec := rt.Sync(rt.Controller(ctx, NewClusterBuilderController(x.config()), lifecycleConfigMap(x.f.Addr+"/lifecycle:0.21.0")))
 		err := rec.Reconcile(ctx, cb.Name)
 		got, getErr := clients.Buildsmith.BuildsmithV1alpha1().ClusterBuilders().Get(ctx, cb.Name, metav1.GetOptions{})
 		if getErr != nil {

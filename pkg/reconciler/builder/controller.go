@@ -4,11 +4,9 @@ import (
 	"context"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 	"knative.dev/pkg/configmap"
 	"knative.dev/pkg/controller"
-	"knative.dev/pkg/kmeta"
 	"knative.dev/pkg/tracker"
 
 	"github.com/buildsmith/buildsmith/pkg/apis/build/v1alpha1"
@@ -45,28 +43,16 @@ func NewBuilderController(cfg Config) func(context.Context, configmap.Watcher) *
 func newBuilderController(ctx context.Context, cmw configmap.Watcher, cfg Config) (*controller.Impl, *BuilderReconciler) {
 	r := &BuilderReconciler{}
 	impl := builderreconciler.NewImpl(ctx, r)
-	// Every enqueue the controller makes is noted in the shares, so that a
-	// namespace with builders queued keeps a worker free of another's.
-	// (Delayed requeues are not seen until they run.)
-	r.Shares = reconciler.NewShares(impl.Concurrency)
-	enqueue := func(key types.NamespacedName) {
-		r.Shares.Queue(key)
-		impl.EnqueueKey(key)
-	}
 	builders := buildsmithclient.Get(ctx).BuildsmithV1alpha1()
 	informer := builderinformer.Get(ctx).Informer()
 	r.Core = newCore(ctx, cmw, cfg, impl, informer, reconciler.Wiring[*v1alpha1.Builder]{
-		Kind: "Builder", Enqueue: enqueue,
+		Kind: "Builder",
 		Get: func(ctx context.Context, namespace, name string) (*v1alpha1.Builder, error) {
 			return builders.Builders(namespace).Get(ctx, name, metav1.GetOptions{})
 		},
 		CopyStatus: func(dst, src *v1alpha1.Builder) { dst.Status = src.Status },
 	})
-	informer.AddEventHandler(reconciler.EnqueueOnChange(func(obj any) {
-		if b, err := kmeta.DeletionHandlingAccessor(obj); err == nil {
-			enqueue(types.NamespacedName{Namespace: b.GetNamespace(), Name: b.GetName()})
-		}
-	}))
+	informer.AddEventHandler(reconciler.EnqueueOnChange(impl.Enqueue))
 	return impl, r
 }
 
@@ -90,14 +76,11 @@ func NewClusterBuilderController(cfg Config) func(context.Context, configmap.Wat
 func newCore[T reconciler.Object](ctx context.Context, cmw configmap.Watcher, cfg Config, impl *controller.Impl,
 	informer cache.SharedIndexInformer, w reconciler.Wiring[T]) *Core {
 	w.Registry, w.Options = cfg.Registry, cfg.Options
-	if w.Enqueue == nil {
-		w.Enqueue = impl.EnqueueKey
-	}
 	core := &Core{
 		Base:      reconciler.NewBase(ctx, impl, w),
 		Stacks:    clusterstackinformer.Get(ctx).Lister(),
 		Stores:    clusterstoreinformer.Get(ctx).Lister(),
-		Tracker:   tracker.New(w.Enqueue, controller.GetTrackerLease(ctx)),
+		Tracker:   tracker.New(impl.EnqueueKey, controller.GetTrackerLease(ctx)),
 		Lifecycle: cfg.Lifecycle,
 		Version:   cfg.Version,
 	}

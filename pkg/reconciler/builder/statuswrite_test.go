@@ -25,7 +25,7 @@ func TestStatusWriteFailsAfterPush(t *testing.T) {
 	b := x.builder(nil)
 	ctx, clients := rt.Setup(t, b, x.stack, x.store,
 		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default", Namespace: "apps"}})
-	rec := x.builderController(ctx, x.f.Addr+"/lifecycle:0.21.0").Reconciler
+	rec := rt.Sync(x.builderController(ctx, x.f.Addr+"/lifecycle:0.21.0"))
 
 	refusals := []error{
 		apierrors.NewInternalError(errors.New("etcdserver: leader changed")),

@@ -88,7 +88,7 @@ func TestTable(t *testing.T) {
 		ctx, clients := rt.Setup(t, row.Objects...)
 		ref, _ := row.OtherTestData["lifecycle"].(string)
 		x.lifecycle = NewLifecycleSource(time.Hour) // each row resolves the lifecycle afresh
-		rec := x.builderController(ctx, ref).Reconciler
+		rec := rt.Sync(x.builderController(ctx, ref))
 		return rec, pkgtesting.ActionRecorderList{clients.Buildsmith}, pkgtesting.EventList{Recorder: clients.Recorder}
 	})
 }

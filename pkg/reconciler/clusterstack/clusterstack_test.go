@@ -246,7 +246,7 @@ func TestFailingPlaceWaitsOnItsCircuit(t *testing.T) {
 			impl := reconcilertest.Controller(ctx, NewController(client, opts))
 
 			tc.fault(f)
-			err := impl.Reconciler.Reconcile(ctx, "jammy")
+			err := reconcilertest.Sync(impl).Reconcile(ctx, "jammy")
 			if ok, delay := controller.IsRequeueKey(err); !ok || delay < opts.RetryMaxDelay*8/10 {
 				t.Fatalf("Reconcile = %v (requeue after %v), want the safety net of about %v", err, delay, opts.RetryMaxDelay)
 			}
@@ -281,7 +281,7 @@ func reconcileOnce(t *testing.T, stack *v1alpha1.ClusterStack, opts reconciler.O
 	t.Helper()
 	ctx, clients := reconcilertest.Setup(t, append([]runtime.Object{stack}, objects...)...)
 	client := registry.New(ctx, registry.Options{Timeout: 5 * time.Second})
-	err := reconcilertest.Controller(ctx, NewController(client, opts)).Reconciler.Reconcile(ctx, stack.Name)
+	err := reconcilertest.Sync(reconcilertest.Controller(ctx, NewController(client, opts))).Reconcile(ctx, stack.Name)
 	got, getErr := clients.Buildsmith.BuildsmithV1alpha1().ClusterStacks().Get(ctx, stack.Name, metav1.GetOptions{})
 	if getErr != nil {
 		t.Fatal(getErr)

@@ -112,7 +112,7 @@ func TestReconcile(t *testing.T) {
 			ctx, clients := rt.Setup(t, store)
 			client := registry.New(ctx, registry.Options{Timeout: 5 * time.Second})
 			impl := rt.Controller(ctx, NewController(client, reconciler.DefaultOptions()))
-			err := impl.Reconciler.Reconcile(ctx, store.Name)
+			err := rt.Sync(impl).Reconcile(ctx, store.Name)
 			got, getErr := clients.Buildsmith.BuildsmithV1alpha1().ClusterStores().Get(ctx, store.Name, metav1.GetOptions{})
 			if getErr != nil {
 				t.Fatal(getErr)
@@ -168,7 +168,7 @@ func TestFailureKeepsTheNewestStatus(t *testing.T) {
 	}
 
 	impl := rt.Controller(ctx, NewController(registry.New(ctx, registry.Options{}), reconciler.DefaultOptions()))
-	err := impl.Reconciler.Reconcile(ctx, stale.Name)
+	err := rt.Sync(impl).Reconcile(ctx, stale.Name)
 	got, getErr := stores.Get(ctx, stale.Name, metav1.GetOptions{})
 	if getErr != nil {
 		t.Fatal(getErr)

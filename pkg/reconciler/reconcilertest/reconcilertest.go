@@ -180,15 +180,27 @@ func Check(t *testing.T, obj reconciler.Object, err error, events []string, want
 
 // Controller builds a controller with its production constructor over the
 // fake clients and informers of ctx (see Setup), configMaps being what its
-// ConfigMap watcher holds, and makes it the leader of every key. Its
-// Reconciler is what runs in the controller: the status refresh of a failed
-// reconcile and the retries of refused status writes included.
+// ConfigMap watcher holds, and makes it the leader of every key. Sync runs
+// its reconciles.
 func Controller(ctx context.Context, newController func(context.Context, configmap.Watcher) *controller.Impl,
 	configMaps ...*corev1.ConfigMap) *controller.Impl {
 	impl := newController(ctx, configmap.NewStaticWatcher(configMaps...))
 	// Without promotion the generated reconciler skips every key.
 	_ = impl.Reconciler.(pkgreconciler.LeaderAware).Promote(pkgreconciler.UniversalBucket(), func(pkgreconciler.Bucket, types.NamespacedName) {})
 	return impl
+}
+
+// Sync is impl's reconciler run on the caller's goroutine: what runs in the
+// controller, without the turns (reconciler.Turns), so that a test sees how
+// each reconcile ended.
+func Sync(impl *controller.Impl) controller.Reconciler {
+	return syncReconciler{impl.Reconciler.(*reconciler.Turns)}
+}
+
+type syncReconciler struct{ turns *reconciler.Turns }
+
+func (s syncReconciler) Reconcile(ctx context.Context, key string) error {
+	return s.turns.Now(ctx, key)
 }
 
 // Woken returns the next key put on impl's queue within d (a wake-up by a
@@ -212,6 +224,6 @@ func Woken(impl *controller.Impl, d time.Duration) (types.NamespacedName, bool) 
 func TableFactory(newController func(context.Context, configmap.Watcher) *controller.Impl, configMaps ...*corev1.ConfigMap) pkgtesting.Factory {
 	return func(t *testing.T, row *pkgtesting.TableRow) (controller.Reconciler, pkgtesting.ActionRecorderList, pkgtesting.EventList) {
 		ctx, clients := Setup(t, row.Objects...)
-		return Controller(ctx, newController, configMaps...).Reconciler, pkgtesting.ActionRecorderList{clients.Buildsmith}, pkgtesting.EventList{Recorder: clients.Recorder}
+		return Sync(Controller(ctx, newController, configMaps...)), pkgtesting.ActionRecorderList{clients.Buildsmith}, pkgtesting.EventList{Recorder: clients.Recorder}
 	}
 }
