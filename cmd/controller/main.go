@@ -8,6 +8,7 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"log"
@@ -115,7 +116,12 @@ func main() {
 	if !*healthProbes {
 		ctx = sharedmain.WithHealthProbesDisabled(ctx)
 	}
-	client := registry.New(ctx, regOpts)
+	// The registry client (its circuits' probers, lazily read layers) lives
+	// until the reconciles in flight have drained, not just until the
+	// signal: a push under way at SIGTERM needs it to finish.
+	registryCtx, stopRegistry := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopRegistry()
+	client := registry.New(registryCtx, regOpts)
 	if err := registerRegistryMetrics(client); err != nil {
 		log.Fatalf("registering metrics: %v", err)
 	}

@@ -48,7 +48,7 @@ func ClusterWiring[T Object](kind string, client *registry.Client, opts Options,
 // reconciles run in turns by namespace on impl's workers (Turns).
 func NewBase[T Object](ctx context.Context, impl *controller.Impl, w Wiring[T]) Base {
 	policy := NewPolicy(w.Kind, w.Options, w.Registry.Circuits(), impl.EnqueueKey, RefreshStatus(w.Get, w.CopyStatus))
-	impl.Reconciler = NewTurns(ctx, policy.StatusWrites(impl.Reconciler), impl.Concurrency, impl.EnqueueKeyAfter)
+	impl.Reconciler = NewTurns(ctx, w.Kind, policy.StatusWrites(impl.Reconciler), impl.Concurrency, impl.EnqueueKeyAfter)
 	return Base{
 		Registry:    w.Registry,
 		Credentials: NewCredentials(ctx, impl.EnqueueKey, w.Options),

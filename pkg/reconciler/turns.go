@@ -5,6 +5,8 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
 	"go.uber.org/zap"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
@@ -31,8 +33,8 @@ const lendAfter = time.Second
 // is the impl's Reconciler): knative's workers only move keys into it, and
 // it runs them itself, at most workers at once, choosing each time the
 // tenant that has had the least worker time (a tenant that comes back from
-// idle starts level with the busiest others, not with credit), oldest key
-// first within a tenant. A reconcile that waits on something outside the
+// idle starts level with the last tenant chosen, not with credit), oldest
+// key first within a tenant. A reconcile that waits on something outside the
 // process for lendAfter gives its worker up and finishes without one; each
 // tenant has at most workers reconciles in flight, lent or not. So a slow
 // or hostile tenant delays another's next reconcile by about one reconcile
@@ -47,6 +49,7 @@ const lendAfter = time.Second
 // which Turns applies as knative would.
 type Turns struct {
 	leaderAwareReconciler // runs one reconcile, on the caller's goroutine
+	kind                  metric.MeasurementOption
 	requeue               func(types.NamespacedName, time.Duration)
 	workers               int
 	lendAfter             time.Duration
@@ -58,11 +61,17 @@ type Turns struct {
 	keys    map[string]*turnKey
 	tenants map[string]*tenant // those with keys queued or in flight
 	turnSeq uint64             // orders tenants' arrivals and turns: ties go to the longest unchosen
+	// floor is the worker time of the tenant chosen last, never going down
+	// (a scheduler's "minimum virtual time"): a tenant whose queue fills
+	// again starts no lower, so time spent idle, or with only a lent
+	// reconcile in flight, earns no credit against the tenants that waited.
+	floor time.Duration
 }
 
 // turnKey is a key queued or in flight.
 type turnKey struct {
 	ctx    context.Context // from the latest hand-over: its logger names the key
+	since  time.Time       // queued since
 	tenant *tenant
 	queued bool // waiting in its tenant's queue
 	again  bool // in flight, and handed over again meanwhile
@@ -76,10 +85,12 @@ type tenant struct {
 	lastTurn uint64        // when it last had a turn (or came)
 }
 
-// NewTurns returns r run in turns on workers workers, until ctx ends;
-// requeue puts a key back on the controller's queue after a delay.
-func NewTurns(ctx context.Context, r controller.Reconciler, workers int, requeue func(types.NamespacedName, time.Duration)) *Turns {
+// NewTurns returns r, the reconciler of kind, run in turns on workers
+// workers until ctx ends; requeue puts a key back on the controller's queue
+// after a delay.
+func NewTurns(ctx context.Context, kind string, r controller.Reconciler, workers int, requeue func(types.NamespacedName, time.Duration)) *Turns {
 	t := &Turns{leaderAwareReconciler: r.(leaderAwareReconciler), requeue: requeue, workers: max(workers, 1),
+		kind:      metric.WithAttributes(attribute.String("kind", kind)),
 		lendAfter: lendAfter, drain: drainFrom(ctx), stopped: ctx.Err,
 		keys: map[string]*turnKey{}, tenants: map[string]*tenant{}}
 	return t
@@ -97,14 +108,18 @@ func (t *Turns) Reconcile(ctx context.Context, key string) error {
 	namespace, _, _ := cache.SplitMetaNamespaceKey(key)
 	tn := t.tenants[namespace]
 	if tn == nil {
-		// Level with the tenant that has had the least so far: time idle
-		// earns no credit.
 		t.turnSeq++
-		tn = &tenant{holding: map[*turn]bool{}, served: t.leastServed(time.Now()), lastTurn: t.turnSeq}
+		tn = &tenant{holding: map[*turn]bool{}, lastTurn: t.turnSeq}
 		t.tenants[namespace] = tn
 	}
-	t.keys[key] = &turnKey{ctx: ctx, tenant: tn, queued: true}
+	if len(tn.queue) == 0 {
+		if behind := t.floor - tn.servedAt(time.Now()); behind > 0 {
+			tn.served += behind
+		}
+	}
+	t.keys[key] = &turnKey{ctx: ctx, tenant: tn, queued: true, since: time.Now()}
 	tn.queue = append(tn.queue, key)
+	turnsQueued.Add(ctx, 1, t.kind)
 	t.dispatch()
 	return nil
 }
@@ -134,11 +149,14 @@ func (t *Turns) dispatch() {
 		if next == nil {
 			return
 		}
+		t.floor = max(t.floor, next.servedAt(now))
 		key := next.queue[0]
 		next.queue[0] = ""
 		next.queue = next.queue[1:]
 		k := t.keys[key]
 		k.queued = false
+		turnsQueued.Add(k.ctx, -1, t.kind)
+		turnsWait.Record(k.ctx, now.Sub(k.since).Seconds(), t.kind)
 		t.turnSeq++
 		next.lastTurn = t.turnSeq
 		tr := &turn{turns: t, key: key, tenant: next, since: now}
@@ -148,19 +166,6 @@ func (t *Turns) dispatch() {
 		t.drain.add(1)
 		go t.run(tr, k.ctx)
 	}
-}
-
-// leastServed is the least worker time any tenant has had; t.mu must be
-// held.
-func (t *Turns) leastServed(now time.Time) time.Duration {
-	var least time.Duration
-	first := true
-	for _, tn := range t.tenants {
-		if s := tn.servedAt(now); first || s < least {
-			least, first = s, false
-		}
-	}
-	return least
 }
 
 // servedAt is the tenant's worker time, its reconciles holding workers now
@@ -207,8 +212,9 @@ func (t *Turns) finish(tr *turn) {
 	tn := tr.tenant
 	tn.inFlight--
 	if k := t.keys[tr.key]; k.again {
-		k.again, k.queued = false, true
+		k.again, k.queued, k.since = false, true, time.Now()
 		tn.queue = append(tn.queue, tr.key)
+		turnsQueued.Add(k.ctx, 1, t.kind)
 	} else {
 		delete(t.keys, tr.key)
 	}
@@ -270,6 +276,7 @@ func (tr *turn) lend(generation uint64) {
 		return
 	}
 	tr.release(time.Now())
+	turnsLent.Add(context.Background(), 1, t.kind)
 	t.dispatch()
 }
 

@@ -50,7 +50,7 @@ func newTestTurns(t *testing.T, r *recorder, workers int) (*Turns, *requeues) {
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	q := &requeues{}
-	return NewTurns(ctx, r, workers, q.add), q
+	return NewTurns(ctx, "Test", r, workers, q.add), q
 }
 
 type requeues struct {
@@ -237,7 +237,7 @@ func TestTurnsDrain(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	ctx, drain := WithDrain(ctx)
-	turns := NewTurns(ctx, r, 1, func(types.NamespacedName, time.Duration) {})
+	turns := NewTurns(ctx, "Test", r, 1, func(types.NamespacedName, time.Duration) {})
 	_ = turns.Reconcile(ctx, "a/1")
 	_ = turns.Reconcile(ctx, "a/2")
 	waitFor(t, "a/1 to start", func() bool { started, _ := r.snapshot(); return len(started) == 1 })
@@ -257,5 +257,26 @@ func TestTurnsDrain(t *testing.T) {
 	}
 	if started, _ := r.snapshot(); !slices.Equal(started, []string{"a/1"}) {
 		t.Errorf("started %v after the context ended", started)
+	}
+}
+
+// TestTurnsNoCreditForIdleTime: a tenant whose queue fills again starts
+// no lower than the tenant chosen last, even when a lent reconcile of its
+// own kept it known meanwhile with little worker time.
+func TestTurnsNoCreditForIdleTime(t *testing.T) {
+	r := &recorder{do: func(context.Context, string) error { return nil }}
+	turns, _ := newTestTurns(t, r, 1)
+	turns.mu.Lock()
+	turns.floor = time.Second // the tenant chosen last had had a second
+	back := &tenant{holding: map[*turn]bool{}, served: 10 * time.Millisecond, inFlight: 1}
+	turns.tenants["back"] = back
+	turns.mu.Unlock()
+
+	_ = turns.Reconcile(context.Background(), "back/1")
+	turns.mu.Lock()
+	served := back.served
+	turns.mu.Unlock()
+	if served < time.Second {
+		t.Errorf("back starts at %s of worker time, below the floor of 1s", served)
 	}
 }

@@ -113,7 +113,8 @@ func (a Access) ReadImage(ctx context.Context, ref name.Reference, platform *v1.
 	// shared read outlives any one caller's cancellation (each call has
 	// its own deadline in do); a caller whose context ends leaves without
 	// waiting for it.
-	shared := context.WithoutCancel(ctx)
+	// Its waits are no one caller's (each waits on the result below).
+	shared := worker.With(context.WithoutCancel(ctx), nil)
 	result := c.reads.DoChan(cache.key(ref, cache.askedFor()), func() (any, error) {
 		return c.readImage(shared, ref, platform, kc, cache)
 	})

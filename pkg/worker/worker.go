@@ -15,7 +15,8 @@ type Waiter interface {
 
 type waiterKey struct{}
 
-// With returns ctx carrying w.
+// With returns ctx carrying w; nil: waits on ctx are nobody's (work
+// shared by several callers, each of which waits on it itself).
 func With(ctx context.Context, w Waiter) context.Context {
 	return context.WithValue(ctx, waiterKey{}, w)
 }

@@ -89,6 +89,15 @@ func TestBuilderRunsTheRealLifecycle(t *testing.T) {
 		builder = b
 		return b.Status.IsReady() && b.Status.LatestImage != "", fmt.Sprintf("%+v", b.Status.Conditions)
 	})
+	// The controller's informers keep no managedFields (DropManagedFields);
+	// its status updates, sent without them, must not wipe the server's.
+	statusManaged := false
+	for _, m := range builder.ManagedFields {
+		statusManaged = statusManaged || m.Subresource == "status"
+	}
+	if !statusManaged {
+		t.Errorf("no managedFields entry for the status after the controller wrote it: %+v", builder.ManagedFields)
+	}
 	out, _ := env.Kubectl("get", "bldr", "-n", ns).CombinedOutput()
 	t.Logf("kubectl get bldr:\n%s", out)
 	if !strings.Contains(string(out), builder.Status.LatestImage) || !strings.Contains(string(out), "True") {

@@ -45,6 +45,7 @@ func newBuilderController(ctx context.Context, cmw configmap.Watcher, cfg Config
 	impl := builderreconciler.NewImpl(ctx, r)
 	builders := buildsmithclient.Get(ctx).BuildsmithV1alpha1()
 	informer := builderinformer.Get(ctx).Informer()
+	reconciler.DropManagedFields(informer)
 	r.Core = newCore(ctx, cmw, cfg, impl, informer, reconciler.Wiring[*v1alpha1.Builder]{
 		Kind: "Builder",
 		Get: func(ctx context.Context, namespace, name string) (*v1alpha1.Builder, error) {
@@ -63,6 +64,7 @@ func NewClusterBuilderController(cfg Config) func(context.Context, configmap.Wat
 		r := &ClusterBuilderReconciler{}
 		impl := clusterbuilderreconciler.NewImpl(ctx, r)
 		informer := clusterbuilderinformer.Get(ctx).Informer()
+		reconciler.DropManagedFields(informer)
 		r.Core = newCore(ctx, cmw, cfg, impl, informer, reconciler.ClusterWiring("ClusterBuilder", cfg.Registry, cfg.Options,
 			buildsmithclient.Get(ctx).BuildsmithV1alpha1().ClusterBuilders().Get,
 			func(dst, src *v1alpha1.ClusterBuilder) { dst.Status = src.Status }))

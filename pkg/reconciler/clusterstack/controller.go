@@ -22,7 +22,9 @@ func NewController(client *registry.Client, opts reconciler.Options) func(contex
 		r.Base = reconciler.NewBase(ctx, impl, reconciler.ClusterWiring("ClusterStack", client, opts,
 			buildsmithclient.Get(ctx).BuildsmithV1alpha1().ClusterStacks().Get,
 			func(dst, src *v1alpha1.ClusterStack) { dst.Status = src.Status }))
-		clusterstackinformer.Get(ctx).Informer().AddEventHandler(reconciler.EnqueueOnChange(impl.Enqueue))
+		informer := clusterstackinformer.Get(ctx).Informer()
+		reconciler.DropManagedFields(informer)
+		informer.AddEventHandler(reconciler.EnqueueOnChange(impl.Enqueue))
 		return impl
 	}
 }

@@ -22,7 +22,9 @@ func NewController(client *registry.Client, opts reconciler.Options) func(contex
 		r.Base = reconciler.NewBase(ctx, impl, reconciler.ClusterWiring("ClusterStore", client, opts,
 			buildsmithclient.Get(ctx).BuildsmithV1alpha1().ClusterStores().Get,
 			func(dst, src *v1alpha1.ClusterStore) { dst.Status = src.Status }))
-		clusterstoreinformer.Get(ctx).Informer().AddEventHandler(reconciler.EnqueueOnChange(impl.Enqueue))
+		informer := clusterstoreinformer.Get(ctx).Informer()
+		reconciler.DropManagedFields(informer)
+		informer.AddEventHandler(reconciler.EnqueueOnChange(impl.Enqueue))
 		return impl
 	}
 }
