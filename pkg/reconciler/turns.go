@@ -16,11 +16,11 @@ import (
 	"github.com/buildsmith/buildsmith/pkg/worker"
 )
 
-// lendAfter is how long a reconcile may wait on something outside the
-// process (worker.Wait) before its worker is lent to another reconcile: a
-// registry answers most calls well within it, and a tenant whose registry
-// hangs then costs the others about a second of a worker per reconcile, not
-// the 5 s answer timeout.
+// lendAfter is how long, in all, a reconcile may wait on something outside
+// the process (worker.Wait) before its worker is lent to another reconcile:
+// a registry answers a reconcile's calls well within it, and a tenant whose
+// registry hangs then costs the others about a second of a worker per
+// reconcile, not the 5 s answer timeout.
 const lendAfter = time.Second
 
 // Turns runs a controller's reconciles in turns by tenant (an object's
@@ -234,33 +234,44 @@ type turn struct {
 
 	// Guarded by turns.mu.
 	done     bool
-	released bool   // its worker given up: lent, or at the end
-	waits    int    // waits in progress (they nest)
-	wait     uint64 // waits begun from none: the lend timer's generation
+	released bool          // its worker given up: lent, or at the end
+	waits    int           // waits in progress (they nest)
+	wait     uint64        // waits begun from none: the lend timer's generation
+	waitedAt time.Time     // when the current waits began
+	waited   time.Duration // in waits that ended
 	timer    *time.Timer
 }
 
-// Wait implements worker.Waiter: past lendAfter, the worker is lent.
+// Wait implements worker.Waiter: once the reconcile has waited lendAfter in
+// all (a hang, or a run of slow answers and retries), its worker is lent.
 func (tr *turn) Wait() (done func()) {
 	t := tr.turns
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if tr.done || tr.released {
-		return func() {} // a shared read outliving its first caller, or lent already
+		return func() {} // lent already, or a wait outliving the reconcile
 	}
 	if tr.waits++; tr.waits == 1 {
 		tr.wait++
-		generation := tr.wait
-		tr.timer = time.AfterFunc(t.lendAfter, func() { tr.lend(generation) })
+		tr.waitedAt = time.Now()
+		if left := t.lendAfter - tr.waited; left <= 0 {
+			tr.lendNow()
+		} else {
+			generation := tr.wait
+			tr.timer = time.AfterFunc(left, func() { tr.lend(generation) })
+		}
 	}
 	var once sync.Once
 	return func() {
 		once.Do(func() {
 			t.mu.Lock()
 			defer t.mu.Unlock()
-			if tr.waits--; tr.waits == 0 && tr.timer != nil {
-				tr.timer.Stop()
-				tr.timer = nil
+			if tr.waits--; tr.waits == 0 {
+				tr.waited += time.Since(tr.waitedAt)
+				if tr.timer != nil {
+					tr.timer.Stop()
+					tr.timer = nil
+				}
 			}
 		})
 	}
@@ -275,9 +286,14 @@ func (tr *turn) lend(generation uint64) {
 	if tr.done || tr.released || tr.waits == 0 || tr.wait != generation {
 		return
 	}
+	tr.lendNow()
+}
+
+// lendNow gives tr's worker to the next reconcile; t.mu must be held.
+func (tr *turn) lendNow() {
 	tr.release(time.Now())
-	turnsLent.Add(context.Background(), 1, t.kind)
-	t.dispatch()
+	turnsLent.Add(context.Background(), 1, tr.turns.kind)
+	tr.turns.dispatch()
 }
 
 // release gives up tr's worker, charging its tenant the time held; t.mu

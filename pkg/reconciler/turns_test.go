@@ -280,3 +280,31 @@ func TestTurnsNoCreditForIdleTime(t *testing.T) {
 		t.Errorf("back starts at %s of worker time, below the floor of 1s", served)
 	}
 }
+
+// TestTurnsLendAfterManyShortWaits: waits count together — a run of short
+// ones (slow answers, retries) lends the worker once they add up to
+// lendAfter.
+func TestTurnsLendAfterManyShortWaits(t *testing.T) {
+	hold := make(chan struct{})
+	r := &recorder{do: func(ctx context.Context, key string) error {
+		if key == "slow/1" {
+			for range 3 {
+				done := worker.Wait(ctx)
+				time.Sleep(15 * time.Millisecond)
+				done()
+			}
+			<-hold // working, not waiting: the worker is lent already
+		}
+		return nil
+	}}
+	turns, _ := newTestTurns(t, r, 1)
+	turns.lendAfter = 30 * time.Millisecond
+	ctx := context.Background()
+	_ = turns.Reconcile(ctx, "slow/1")
+	_ = turns.Reconcile(ctx, "calm/1")
+	waitFor(t, "calm/1 to run while slow/1 is held", func() bool {
+		_, ended := r.snapshot()
+		return slices.Contains(ended, "calm/1")
+	})
+	close(hold)
+}

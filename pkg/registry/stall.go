@@ -57,12 +57,12 @@ func (t *stallTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	} else {
 		w.expect("no answer", answer)
 	}
-	// Sending and waiting for the answer: the worker may serve another
-	// reconcile meanwhile (reconciler.Turns).
+	// Sending, waiting for the answer and reading it: the worker may serve
+	// another reconcile meanwhile (reconciler.Turns).
 	waited := worker.Wait(req.Context())
 	resp, err := t.next.RoundTrip(req)
-	waited()
 	if err != nil {
+		waited()
 		w.stop()
 		if stalled := w.stalled(ctx); stalled != nil {
 			err = stalled
@@ -71,7 +71,7 @@ func (t *stallTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, err
 	}
 	w.expect("the answer's body stopped", t.answer)
-	resp.Body = &progressBody{ReadCloser: resp.Body, w: w, ctx: ctx, done: func() { w.stop(); cancel(nil) }}
+	resp.Body = &progressBody{ReadCloser: resp.Body, w: w, ctx: ctx, done: func() { waited(); w.stop(); cancel(nil) }}
 	return resp, nil
 }
 
