@@ -50,6 +50,8 @@ func TestPrometheusMetrics(t *testing.T) {
 		{"buildsmith_requeue_delay_seconds_bucket", `kind="ClusterStore"`, `outcome="ready"`},
 		{"buildsmith_registry_requests_total", `host="` + w.f.Addr + `"`, `method="PUT"`, `status="2xx"`},
 		{"buildsmith_registry_bytes_total", `direction="up"`, `host="` + w.f.Addr + `"`},
+		{"buildsmith_turns_queued", `kind="Builder"`},
+		{"buildsmith_turns_wait_seconds_bucket", `kind="Builder"`},
 	} {
 		if !hasSample(body, want[0], want[1:]...) {
 			t.Errorf("metrics lack %s with %v", want[0], want[1:])
