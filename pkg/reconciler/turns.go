@@ -34,8 +34,9 @@ const lendAfter = time.Second
 // it runs them itself, at most workers at once, choosing each time the
 // tenant that has had the least worker time (a tenant that comes back from
 // idle starts level with the last tenant chosen, not with credit), oldest
-// key first within a tenant. A reconcile that waits on something outside the
-// process for lendAfter gives its worker up and finishes without one; each
+// key first within a tenant. A reconcile whose waits on something outside
+// the process add up to lendAfter gives its worker up and finishes without
+// one; each
 // tenant has at most workers reconciles in flight, lent or not. So a slow
 // or hostile tenant delays another's next reconcile by about one reconcile
 // of its own, and a hanging registry costs its tenant's queue, not the
@@ -89,11 +90,22 @@ type tenant struct {
 // workers until ctx ends; requeue puts a key back on the controller's queue
 // after a delay.
 func NewTurns(ctx context.Context, kind string, r controller.Reconciler, workers int, requeue func(types.NamespacedName, time.Duration)) *Turns {
-	t := &Turns{leaderAwareReconciler: r.(leaderAwareReconciler), requeue: requeue, workers: max(workers, 1),
+	return &Turns{leaderAwareReconciler: r.(leaderAwareReconciler), requeue: requeue, workers: max(workers, 1),
 		kind:      metric.WithAttributes(attribute.String("kind", kind)),
 		lendAfter: lendAfter, drain: drainFrom(ctx), stopped: ctx.Err,
 		keys: map[string]*turnKey{}, tenants: map[string]*tenant{}}
-	return t
+}
+
+// enqueue puts key at the end of tn's queue; t.mu must be held. A queue
+// filling again starts at the floor.
+func (t *Turns) enqueue(ctx context.Context, tn *tenant, key string, now time.Time) {
+	if len(tn.queue) == 0 {
+		if behind := t.floor - tn.servedAt(now); behind > 0 {
+			tn.served += behind
+		}
+	}
+	tn.queue = append(tn.queue, key)
+	turnsQueued.Add(ctx, 1, t.kind)
 }
 
 // Reconcile queues key for its turn and returns.
@@ -112,14 +124,9 @@ func (t *Turns) Reconcile(ctx context.Context, key string) error {
 		tn = &tenant{holding: map[*turn]bool{}, lastTurn: t.turnSeq}
 		t.tenants[namespace] = tn
 	}
-	if len(tn.queue) == 0 {
-		if behind := t.floor - tn.servedAt(time.Now()); behind > 0 {
-			tn.served += behind
-		}
-	}
-	t.keys[key] = &turnKey{ctx: ctx, tenant: tn, queued: true, since: time.Now()}
-	tn.queue = append(tn.queue, key)
-	turnsQueued.Add(ctx, 1, t.kind)
+	now := time.Now()
+	t.keys[key] = &turnKey{ctx: ctx, tenant: tn, queued: true, since: now}
+	t.enqueue(ctx, tn, key, now)
 	t.dispatch()
 	return nil
 }
@@ -212,9 +219,9 @@ func (t *Turns) finish(tr *turn) {
 	tn := tr.tenant
 	tn.inFlight--
 	if k := t.keys[tr.key]; k.again {
-		k.again, k.queued, k.since = false, true, time.Now()
-		tn.queue = append(tn.queue, tr.key)
-		turnsQueued.Add(k.ctx, 1, t.kind)
+		now := time.Now()
+		k.again, k.queued, k.since = false, true, now
+		t.enqueue(k.ctx, tn, tr.key, now)
 	} else {
 		delete(t.keys, tr.key)
 	}
