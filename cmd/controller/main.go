@@ -1,5 +1,5 @@
 // Command controller runs the buildsmith controllers: ClusterStore,
-// ClusterStack, Builder and ClusterBuilder.
+// ClusterStack, ClusterLifecycle, Builder and ClusterBuilder.
 //
 // In a cluster it needs nothing but its ServiceAccount; outside, pass
 // --kubeconfig. It reads SYSTEM_NAMESPACE (default "buildsmith") for its
@@ -24,6 +24,7 @@ import (
 
 	"github.com/buildsmith/buildsmith/pkg/reconciler"
 	"github.com/buildsmith/buildsmith/pkg/reconciler/builder"
+	"github.com/buildsmith/buildsmith/pkg/reconciler/clusterlifecycle"
 	"github.com/buildsmith/buildsmith/pkg/reconciler/clusterstack"
 	"github.com/buildsmith/buildsmith/pkg/reconciler/clusterstore"
 	"github.com/buildsmith/buildsmith/pkg/registry"
@@ -131,6 +132,7 @@ func main() {
 	sharedmain.MainWithConfig(ctx, component, cfg,
 		clusterstore.NewController(client, opts),
 		clusterstack.NewController(client, opts),
+		clusterlifecycle.NewController(client, opts),
 		builder.NewBuilderController(builders),
 		builder.NewClusterBuilderController(builders),
 	)

@@ -210,7 +210,7 @@ func (d *demo) startController(ctx context.Context) error {
 func (d *demo) waitReady(ctx context.Context) error {
 	last := ""
 	_, err := localhost.Poll(ctx, d.timeout, time.Second, "every object to be Ready", func() (bool, string) {
-		out, err := d.kubectl(ctx, "", "get", "clusterstore,clusterstack,builder,clusterbuilder", "-A")
+		out, err := d.kubectl(ctx, "", "get", "clusterstore,clusterstack,clusterlifecycle,builder,clusterbuilder", "-A")
 		if err != nil {
 			return false, err.Error()
 		}
@@ -227,7 +227,7 @@ func (d *demo) waitReady(ctx context.Context) error {
 				}
 			}
 		}
-		return objects >= 4 && ready == objects, fmt.Sprintf("%d of %d Ready", ready, objects)
+		return objects >= 5 && ready == objects, fmt.Sprintf("%d of %d Ready", ready, objects)
 	})
 	if err != nil {
 		log, _ := os.ReadFile(d.controller)

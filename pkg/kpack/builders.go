@@ -124,7 +124,7 @@ func (c *converter) convertBuilder(o *object) {
 		}
 	}
 	common.Store = v1alpha1.StoreRef{Kind: "ClusterStore", Name: storeName}
-	c.dropLifecycle(o, spec)
+	common.Lifecycle = c.lifecycle(o, spec)
 
 	var builder buildsmithObject
 	if clusterScoped {
@@ -196,18 +196,31 @@ func serviceAccountName(spec *fields) string {
 	return name
 }
 
-// dropLifecycle reports spec.lifecycle: buildsmith has one lifecycle for
-// every builder.
-func (c *converter) dropLifecycle(o *object, spec *fields) {
-	ref, _ := spec.take("lifecycle").(map[string]any)
-	if len(ref) == 0 {
-		return
+// kpackDefaultLifecycle is the ClusterLifecycle kpack's builders use when
+// they name none (kpack sets it in every builder it stores).
+const kpackDefaultLifecycle = "default-lifecycle"
+
+// lifecycle takes a builder's spec.lifecycle. kpack's default lifecycle,
+// unless the input converts it, becomes buildsmith's default: the image the
+// lifecycle-image ConfigMap names.
+func (c *converter) lifecycle(o *object, spec *fields) *v1alpha1.LifecycleRef {
+	if spec.m["lifecycle"] == nil {
+		spec.take("lifecycle")
+		return nil
 	}
-	message := "dropped: buildsmith's builders all use the lifecycle image named in the ConfigMap lifecycle-image (key image) in the controller's namespace"
-	if name, _ := ref["name"].(string); c.lifecycles[name] != "" {
-		message += fmt.Sprintf("; ClusterLifecycle %s is %s", name, c.lifecycles[name])
+	name := refName(spec, "lifecycle", "ClusterLifecycle")
+	switch {
+	case name == "":
+		return nil
+	case c.lifecycles[name]:
+		return &v1alpha1.LifecycleRef{Kind: "ClusterLifecycle", Name: name}
+	case name == kpackDefaultLifecycle:
+		o.warn("spec.lifecycle", "kpack's default ClusterLifecycle %s is not in the input: dropped, so the builder uses buildsmith's default, "+
+			"the image named in the ConfigMap lifecycle-image (key image) in the controller's namespace", name)
+		return nil
 	}
-	o.warn("spec.lifecycle", "%s", message)
+	o.warn("spec.lifecycle", "ClusterLifecycle %s is not in the input: convert it too, or the builder waits for it", name)
+	return &v1alpha1.LifecycleRef{Kind: "ClusterLifecycle", Name: name}
 }
 
 // order converts a builder's order. Entries naming a Buildpack or

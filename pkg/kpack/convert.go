@@ -103,7 +103,7 @@ func Convert(in io.Reader) (out []byte, warnings []Warning, err error) {
 	c := &converter{
 		stores:     map[string]*v1alpha1.ClusterStore{},
 		buildpacks: map[objectID]*buildpack{},
-		lifecycles: map[string]string{},
+		lifecycles: map[string]bool{},
 	}
 	objects := make([]*object, len(docs))
 	for i := range docs {
@@ -152,6 +152,7 @@ const (
 	passThrough role = iota
 	toClusterStore
 	toClusterStack
+	toClusterLifecycle
 	toBuilder
 	toClusterBuilder
 	toStoreSource // a Buildpack or ClusterBuildpack: its image goes into stores
@@ -182,6 +183,8 @@ func roleOf(apiVersion, kind string) role {
 			return toBuilder
 		case "ClusterBuilder":
 			return toClusterBuilder
+		case "ClusterLifecycle":
+			return toClusterLifecycle
 		case "Buildpack", "ClusterBuildpack":
 			return toStoreSource
 		}
@@ -268,8 +271,8 @@ type converter struct {
 	// by kind, namespace and name, and in the order of the input.
 	buildpacks    map[objectID]*buildpack
 	buildpackList []*buildpack
-	// lifecycles are the images of the input's ClusterLifecycles, by name.
-	lifecycles map[string]string
+	// lifecycles are the names of the input's ClusterLifecycles.
+	lifecycles map[string]bool
 }
 
 func (c *converter) convert(o *object) {
@@ -278,6 +281,8 @@ func (c *converter) convert(o *object) {
 		c.convertStore(o)
 	case toClusterStack:
 		c.convertStack(o)
+	case toClusterLifecycle:
+		c.convertLifecycle(o)
 	case toBuilder, toClusterBuilder:
 		c.convertBuilder(o)
 	case toStoreSource:
@@ -289,14 +294,7 @@ func (c *converter) convert(o *object) {
 
 func (c *converter) passThrough(o *object) {
 	if apiVersion, _ := o.doc.obj["apiVersion"].(string); isKpackGroup(apiVersion) {
-		note := ""
-		if o.kind == "ClusterLifecycle" {
-			// Remembered for the builders that name it.
-			image, _ := mapAt(o.doc.obj, "spec")["image"].(string)
-			c.lifecycles[o.name] = image
-			note = fmt.Sprintf(" (buildsmith's builders use the image named in the ConfigMap lifecycle-image, key image, in the controller's namespace; this one names %s)", image)
-		}
-		o.warn("", "%s %s is not converted%s; passed through unchanged", apiVersion, o.kind, note)
+		o.warn("", "%s %s is not converted; passed through unchanged", apiVersion, o.kind)
 	}
 	c.outputs = append(c.outputs, &output{from: o})
 }
@@ -369,6 +367,15 @@ func (c *converter) convertStack(o *object) {
 	stack.Spec.RunImage.Image = spec.mapping("runImage").str("image")
 	stack.Spec.ServiceAccountRef = serviceAccountRef(spec, "serviceAccountRef")
 	c.emit(o, stack)
+}
+
+func (c *converter) convertLifecycle(o *object) {
+	lifecycle := &v1alpha1.ClusterLifecycle{TypeMeta: typeMeta("ClusterLifecycle"), ObjectMeta: metadata(o, true)}
+	spec := o.root.mapping("spec")
+	lifecycle.Spec.Image = spec.str("image")
+	lifecycle.Spec.ServiceAccountRef = serviceAccountRef(spec, "serviceAccountRef")
+	c.lifecycles[lifecycle.Name] = true // for the builders that name it
+	c.emit(o, lifecycle)
 }
 
 // serviceAccountRef takes a kpack service account reference (a Kubernetes

@@ -602,19 +602,20 @@ spec:
 			"omitted: Builder/apps/c: spec.order[0].group[0]: not converted: the entry has neither an id nor a Buildpack or ClusterBuildpack name",
 		},
 	}, {
-		name: "lifecycle, with the ClusterLifecycle passed through",
+		name: "lifecycle: the ClusterLifecycle converted, and named by the builder",
 		in: `apiVersion: kpack.io/v1alpha2
 kind: ClusterLifecycle
-metadata: {name: default-lifecycle}
+metadata: {name: lifecycle-0-21}
 spec:
   image: buildpacksio/lifecycle:0.21.0
+  serviceAccountRef: {name: reader, namespace: kpack}
 ---
 apiVersion: kpack.io/v1alpha2
 kind: ClusterBuilder
 metadata: {name: cb}
 spec:
   tag: gcr.io/sample/cb
-  lifecycle: {name: default-lifecycle, kind: ClusterLifecycle}
+  lifecycle: {name: lifecycle-0-21, kind: ClusterLifecycle}
   stack: {name: base, kind: ClusterStack}
   store: {name: s, kind: ClusterStore}
   serviceAccountRef: {name: default, namespace: default}
@@ -622,11 +623,12 @@ spec:
   - group:
     - id: paketo-buildpacks/nodejs
 `,
-		want: `apiVersion: kpack.io/v1alpha2
+		want: `apiVersion: buildsmith.dev/v1alpha1
 kind: ClusterLifecycle
-metadata: {name: default-lifecycle}
+metadata: {name: lifecycle-0-21}
 spec:
   image: buildpacksio/lifecycle:0.21.0
+  serviceAccountRef: {name: reader, namespace: kpack}
 ---
 apiVersion: buildsmith.dev/v1alpha1
 kind: ClusterBuilder
@@ -635,14 +637,64 @@ spec:
   tag: gcr.io/sample/cb
   stack: {kind: ClusterStack, name: base}
   store: {kind: ClusterStore, name: s}
+  lifecycle: {kind: ClusterLifecycle, name: lifecycle-0-21}
   serviceAccountRef: {name: default, namespace: default}
   order:
   - group:
     - id: paketo-buildpacks/nodejs
 `,
+	}, {
+		name: "lifecycle: kpack's default dropped unless converted; another kept, with a warning",
+		in: `apiVersion: kpack.io/v1alpha2
+kind: Builder
+metadata: {name: default-one, namespace: apps}
+spec:
+  tag: gcr.io/sample/a
+  lifecycle: {name: default-lifecycle, kind: ClusterLifecycle}
+  stack: {name: base, kind: ClusterStack}
+  store: {name: s, kind: ClusterStore}
+  order:
+  - group:
+    - id: paketo-buildpacks/nodejs
+---
+apiVersion: kpack.io/v1alpha2
+kind: Builder
+metadata: {name: pinned, namespace: apps}
+spec:
+  tag: gcr.io/sample/b
+  lifecycle: {name: lifecycle-next}
+  stack: {name: base, kind: ClusterStack}
+  store: {name: s, kind: ClusterStore}
+  order:
+  - group:
+    - id: paketo-buildpacks/nodejs
+`,
+		want: `apiVersion: buildsmith.dev/v1alpha1
+kind: Builder
+metadata: {name: default-one, namespace: apps}
+spec:
+  tag: gcr.io/sample/a
+  stack: {kind: ClusterStack, name: base}
+  store: {kind: ClusterStore, name: s}
+  order:
+  - group:
+    - id: paketo-buildpacks/nodejs
+---
+apiVersion: buildsmith.dev/v1alpha1
+kind: Builder
+metadata: {name: pinned, namespace: apps}
+spec:
+  tag: gcr.io/sample/b
+  stack: {kind: ClusterStack, name: base}
+  store: {kind: ClusterStore, name: s}
+  lifecycle: {kind: ClusterLifecycle, name: lifecycle-next}
+  order:
+  - group:
+    - id: paketo-buildpacks/nodejs
+`,
 		warnings: []string{
-			"ClusterLifecycle/default-lifecycle: kpack.io/v1alpha2 ClusterLifecycle is not converted (buildsmith's builders use the image named in the ConfigMap lifecycle-image, key image, in the controller's namespace; this one names buildpacksio/lifecycle:0.21.0); passed through unchanged",
-			"ClusterBuilder/cb: spec.lifecycle: dropped: buildsmith's builders all use the lifecycle image named in the ConfigMap lifecycle-image (key image) in the controller's namespace; ClusterLifecycle default-lifecycle is buildpacksio/lifecycle:0.21.0",
+			"Builder/apps/default-one: spec.lifecycle: kpack's default ClusterLifecycle default-lifecycle is not in the input: dropped, so the builder uses buildsmith's default, the image named in the ConfigMap lifecycle-image (key image) in the controller's namespace",
+			"Builder/apps/pinned: spec.lifecycle: ClusterLifecycle lifecycle-next is not in the input: convert it too, or the builder waits for it",
 		},
 	}, {
 		name: "fields without an equivalent, and server-set metadata",
@@ -850,6 +902,8 @@ func checkValid(t *testing.T, out []byte) {
 			obj = &v1alpha1.ClusterStore{}
 		case "ClusterStack":
 			obj = &v1alpha1.ClusterStack{}
+		case "ClusterLifecycle":
+			obj = &v1alpha1.ClusterLifecycle{}
 		case "Builder":
 			obj = &v1alpha1.Builder{}
 		case "ClusterBuilder":

@@ -19,6 +19,7 @@ func TestKubectlApplySamples(t *testing.T) {
 	for _, want := range []string{
 		"clusterstore.buildsmith.dev/demo created",
 		"clusterstack.buildsmith.dev/demo created",
+		"clusterlifecycle.buildsmith.dev/lifecycle-0-21 created",
 		"builder.buildsmith.dev/demo created",
 		"clusterbuilder.buildsmith.dev/demo created",
 	} {
@@ -38,7 +39,7 @@ func TestKubectlApplySamples(t *testing.T) {
 	if err != nil {
 		t.Fatalf("kubectl get buildsmith: %v\n%s", err, out)
 	}
-	for _, want := range []string{"clusterstore.buildsmith.dev/demo", "clusterstack.buildsmith.dev/demo",
+	for _, want := range []string{"clusterstore.buildsmith.dev/demo", "clusterstack.buildsmith.dev/demo", "clusterlifecycle.buildsmith.dev/lifecycle-0-21",
 		"builder.buildsmith.dev/demo", "clusterbuilder.buildsmith.dev/demo"} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("kubectl get buildsmith lacks %s:\n%s", want, out)
@@ -53,9 +54,9 @@ func TestKubectlApplySamples(t *testing.T) {
 			t.Errorf("kubectl get bldr,cbldr lacks column %s:\n%s", column, out)
 		}
 	}
-	out, err = env.Kubectl("get", "cstore,cstack").CombinedOutput()
-	if err != nil || !strings.Contains(string(out), "READY") {
-		t.Errorf("kubectl get cstore,cstack: %v\n%s", err, out)
+	out, err = env.Kubectl("get", "cstore,cstack,clc").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "READY") || !strings.Contains(string(out), "VERSION") {
+		t.Errorf("kubectl get cstore,cstack,clc: %v\n%s", err, out)
 	}
 
 	// The samples are valid by the controller's rules too, not just the schema.
@@ -69,6 +70,10 @@ func TestKubectlApplySamples(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	lifecycle, err := bc.ClusterLifecycles().Get(ctx, "lifecycle-0-21", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	builder, err := bc.Builders("default").Get(ctx, "demo", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -77,7 +82,7 @@ func TestKubectlApplySamples(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, err := range []*apis.FieldError{store.Validate(ctx), stack.Validate(ctx), builder.Validate(ctx), clusterBuilder.Validate(ctx)} {
+	for _, err := range []*apis.FieldError{store.Validate(ctx), stack.Validate(ctx), lifecycle.Validate(ctx), builder.Validate(ctx), clusterBuilder.Validate(ctx)} {
 		if err != nil {
 			t.Errorf("sample does not validate: %v", err)
 		}

@@ -12,12 +12,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/buildsmith/buildsmith/test/registrytest"
+	"github.com/buildsmith/buildsmith/test/sampleimages"
 )
 
 // samplesRegistry is the registry host the samples name.
 const samplesRegistry = "localhost:5000"
 
-// TestSamplesGoReady applies the store and stack of config/samples, pointed
+// TestSamplesGoReady applies the store, stack and lifecycle of config/samples, pointed
 // at a test registry holding images of the names they use, and waits for
 // kubectl to see them Ready.
 func TestSamplesGoReady(t *testing.T) {
@@ -29,10 +30,12 @@ func TestSamplesGoReady(t *testing.T) {
 	labels := map[string]string{"io.buildpacks.stack.id": "dev.buildsmith.stacks.demo"}
 	f.PushImage("buildsmith-demo/stack/build:1.0.0", labels, "CNB_USER_ID=1000", "CNB_GROUP_ID=1000")
 	f.PushImage("buildsmith-demo/stack/run:1.0.0", labels)
+	lifecycle, err := sampleimages.Lifecycle(filepath.Join(env.Root, "bin", "lifecycle"), "0.21.0")
+	push(t, f, "buildsmith-demo/lifecycle:0.21.0", lifecycle, err)
 	startController(t)
 
 	var manifests []string
-	for _, sample := range []string{"clusterstore.yaml", "clusterstack.yaml"} {
+	for _, sample := range []string{"clusterstore.yaml", "clusterstack.yaml", "clusterlifecycle.yaml"} {
 		raw, err := os.ReadFile(filepath.Join(env.Root, "config", "samples", sample))
 		if err != nil {
 			t.Fatal(err)
@@ -47,14 +50,14 @@ func TestSamplesGoReady(t *testing.T) {
 	if out, err := apply.CombinedOutput(); err != nil {
 		t.Fatalf("kubectl apply: %v\n%s", err, out)
 	}
-	wait := env.Kubectl("wait", "--for=condition=Ready", "--timeout=60s", "clusterstore/demo", "clusterstack/demo")
+	wait := env.Kubectl("wait", "--for=condition=Ready", "--timeout=60s", "clusterstore/demo", "clusterstack/demo", "clusterlifecycle/lifecycle-0-21")
 	if out, err := wait.CombinedOutput(); err != nil {
 		store, _ := client.BuildsmithV1alpha1().ClusterStores().Get(context.Background(), "demo", metav1.GetOptions{})
 		t.Fatalf("kubectl wait: %v\n%s\nstore status: %+v", err, out, store.Status)
 	}
-	out, err := env.Kubectl("get", "clusterstore/demo", "clusterstack/demo").CombinedOutput() // earlier tests leave objects of their own
-	if err != nil || strings.Count(string(out), "True") != 2 {
-		t.Errorf("kubectl get clusterstore/demo clusterstack/demo: %v\n%s", err, out)
+	out, err := env.Kubectl("get", "clusterstore/demo", "clusterstack/demo", "clusterlifecycle/lifecycle-0-21").CombinedOutput() // earlier tests leave objects of their own
+	if err != nil || strings.Count(string(out), "True") != 3 {
+		t.Errorf("kubectl get clusterstore/demo clusterstack/demo clusterlifecycle/lifecycle-0-21: %v\n%s", err, out)
 	}
 	t.Logf("%s", out)
 	eventually(t, 10*time.Second, "store lists the sample buildpacks", func() (bool, string) {

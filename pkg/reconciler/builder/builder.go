@@ -28,22 +28,27 @@ import (
 	"github.com/buildsmith/buildsmith/pkg/cnb"
 	"github.com/buildsmith/buildsmith/pkg/failure"
 	"github.com/buildsmith/buildsmith/pkg/reconciler"
+	"github.com/buildsmith/buildsmith/pkg/reconciler/clusterlifecycle"
 	"github.com/buildsmith/buildsmith/pkg/registry"
 )
 
 // Reasons of dependency errors.
 const (
-	ReasonStackNotReady = "StackNotReady"
-	ReasonStoreNotReady = "StoreNotReady"
+	ReasonStackNotReady     = "StackNotReady"
+	ReasonStoreNotReady     = "StoreNotReady"
+	ReasonLifecycleNotReady = "LifecycleNotReady"
 )
 
 // Core is what Builder and ClusterBuilder reconcilers share.
 type Core struct {
 	reconciler.Base
-	Stacks    listers.ClusterStackLister
-	Stores    listers.ClusterStoreLister
-	Tracker   tracker.Interface
-	Lifecycle *LifecycleSource
+	Stacks listers.ClusterStackLister
+	Stores listers.ClusterStoreLister
+	// Lifecycles are the ClusterLifecycles builders may name; Lifecycle
+	// is the default of those that name none.
+	Lifecycles listers.ClusterLifecycleLister
+	Tracker    tracker.Interface
+	Lifecycle  *LifecycleSource
 	// Version is buildsmith's version, recorded in the builder metadata.
 	Version string
 
@@ -140,9 +145,12 @@ type inputs struct {
 	stack    *v1alpha1.ClusterStack
 	store    *v1alpha1.ClusterStore
 	registry registry.Access // with the builder's credentials
-	resolved *cnb.ResolvedOrder
-	builds   []platformBuild
-	skipped  []string
+	// lifecycle is the lifecycle image, named lifecycleName in messages.
+	lifecycle     clusterlifecycle.Image
+	lifecycleName string
+	resolved      *cnb.ResolvedOrder
+	builds        []platformBuild
+	skipped       []string
 	// fingerprint identifies all of the above and the spec: a builder
 	// pushed from the same fingerprint is the same builder.
 	fingerprint string
@@ -177,7 +185,10 @@ func (r *Core) resolveInputs(ctx context.Context, obj object, spec *v1alpha1.Bui
 	if in.resolved, err = cnb.ResolveOrder(spec.Order, in.store.Status.Buildpacks); err != nil {
 		return nil, err
 	}
-	if in.builds, in.skipped, err = r.platforms(ctx, in.registry, in.stack, in.resolved, spec.Targets); err != nil {
+	if in.lifecycle, in.lifecycleName, err = r.lifecycle(ctx, obj, in.registry, spec.Lifecycle); err != nil {
+		return nil, err
+	}
+	if in.builds, in.skipped, err = r.platforms(ctx, in.registry, in.stack, in.lifecycle, in.lifecycleName, in.resolved, spec.Targets); err != nil {
 		return nil, err
 	}
 	in.fingerprint = fingerprintOf(in.stack, in.builds, in.resolved, spec, r.Version)
@@ -188,13 +199,14 @@ func (r *Core) resolveInputs(ctx context.Context, obj object, spec *v1alpha1.Bui
 // and the last image of status.
 func (in *inputs) status(status *v1alpha1.BuilderStatus) v1alpha1.BuilderStatus {
 	next := v1alpha1.BuilderStatus{
-		ConditionedStatus:       status.ConditionedStatus,
-		LatestImage:             status.LatestImage,
-		Platforms:               status.Platforms,
-		SkippedPlatforms:        in.skipped,
-		Order:                   in.resolved.Order,
-		Stack:                   v1alpha1.BuiltStack{ID: in.stack.Status.ID, RunImage: in.stack.Status.RunImage.Image},
-		Lifecycle:               v1alpha1.LifecycleStatus{Version: in.builds[0].lifecycle.Version, APIs: in.builds[0].lifecycle.APIs},
+		ConditionedStatus: status.ConditionedStatus,
+		LatestImage:       status.LatestImage,
+		Platforms:         status.Platforms,
+		SkippedPlatforms:  in.skipped,
+		Order:             in.resolved.Order,
+		Stack:             v1alpha1.BuiltStack{ID: in.stack.Status.ID, RunImage: in.stack.Status.RunImage.Image},
+		Lifecycle: v1alpha1.LifecycleStatus{Image: in.lifecycle.Ref.String(),
+			Version: in.builds[0].lifecycle.Version, APIs: in.builds[0].lifecycle.APIs},
 		ObservedStackGeneration: in.stack.Generation,
 		ObservedStoreGeneration: in.store.Generation,
 		Fingerprint:             in.fingerprint,
@@ -262,8 +274,24 @@ func (r *Core) lastPush(key types.NamespacedName, status *v1alpha1.BuilderStatus
 type platformBuild struct {
 	platform  cnb.Platform
 	stack     *cnb.Stack
-	lifecycle PlatformLifecycle
+	lifecycle clusterlifecycle.PlatformLifecycle
 	order     *cnb.ResolvedOrder
+}
+
+// lifecycle returns the lifecycle image of a builder: its ClusterLifecycle's
+// when ref names one (which must be Ready), else the lifecycle-image
+// ConfigMap's; and how messages name it.
+func (r *Core) lifecycle(ctx context.Context, obj object, reg registry.Access, ref *v1alpha1.LifecycleRef) (clusterlifecycle.Image, string, error) {
+	if ref == nil {
+		image, err := r.Lifecycle.Image(ctx, reg)
+		return image, "the lifecycle image", err
+	}
+	lc, err := ready(r, obj, "ClusterLifecycle", ref.Name, r.Lifecycles.Get, ReasonLifecycleNotReady)
+	if err != nil {
+		return clusterlifecycle.Image{}, "", err
+	}
+	image, err := clusterlifecycle.ImageOf(lc)
+	return image, "ClusterLifecycle " + lc.Name, err
 }
 
 // platforms chooses the platforms to build, as spec.targets asks or (with
@@ -271,16 +299,12 @@ type platformBuild struct {
 // of the order have, and checks the buildpacks against each platform's
 // lifecycle and stack. skipped says which of the stack's platforms a
 // default build leaves out, and why.
-func (r *Core) platforms(ctx context.Context, reg registry.Access, stack *v1alpha1.ClusterStack, resolved *cnb.ResolvedOrder,
-	targets []v1alpha1.Platform) ([]platformBuild, []string, error) {
+func (r *Core) platforms(ctx context.Context, reg registry.Access, stack *v1alpha1.ClusterStack, lifecycleImage clusterlifecycle.Image,
+	lifecycleName string, resolved *cnb.ResolvedOrder, targets []v1alpha1.Platform) ([]platformBuild, []string, error) {
 	stackPlatforms := cnb.PlatformsOf(stack.Status.Platforms)
-	lifecycleImage, err := r.Lifecycle.Image(ctx, reg)
-	if err != nil {
-		return nil, nil, err
-	}
 	parts := []cnb.PlatformPart{
 		{Name: "ClusterStack " + stack.Name, Platforms: stackPlatforms},
-		{Name: "the lifecycle image", Platforms: cnb.PlatformsOfV1(lifecycleImage.Platforms)},
+		{Name: lifecycleName, Platforms: cnb.PlatformsOfV1(lifecycleImage.Platforms)},
 	}
 	for _, bp := range resolved.Buildpacks {
 		if !resolved.Optional(bp) {

@@ -13,6 +13,7 @@ import (
 	buildsmithclient "github.com/buildsmith/buildsmith/pkg/client/injection/client"
 	builderinformer "github.com/buildsmith/buildsmith/pkg/client/injection/informers/build/v1alpha1/builder"
 	clusterbuilderinformer "github.com/buildsmith/buildsmith/pkg/client/injection/informers/build/v1alpha1/clusterbuilder"
+	clusterlifecycleinformer "github.com/buildsmith/buildsmith/pkg/client/injection/informers/build/v1alpha1/clusterlifecycle"
 	clusterstackinformer "github.com/buildsmith/buildsmith/pkg/client/injection/informers/build/v1alpha1/clusterstack"
 	clusterstoreinformer "github.com/buildsmith/buildsmith/pkg/client/injection/informers/build/v1alpha1/clusterstore"
 	builderreconciler "github.com/buildsmith/buildsmith/pkg/client/injection/reconciler/build/v1alpha1/builder"
@@ -25,8 +26,9 @@ import (
 type Config struct {
 	Registry *registry.Client
 	Options  reconciler.Options
-	// Lifecycle is shared by both controllers: one lifecycle image, read
-	// once per refresh, for every builder.
+	// Lifecycle is shared by both controllers: one default lifecycle
+	// image, read once per refresh, for every builder that names no
+	// ClusterLifecycle.
 	Lifecycle *LifecycleSource
 	// Version is buildsmith's version, recorded in the builder metadata.
 	Version string
@@ -79,20 +81,37 @@ func newCore[T reconciler.Object](ctx context.Context, cmw configmap.Watcher, cf
 	informer cache.SharedIndexInformer, w reconciler.Wiring[T]) *Core {
 	w.Registry, w.Options = cfg.Registry, cfg.Options
 	core := &Core{
-		Base:      reconciler.NewBase(ctx, impl, w),
-		Stacks:    clusterstackinformer.Get(ctx).Lister(),
-		Stores:    clusterstoreinformer.Get(ctx).Lister(),
-		Tracker:   tracker.New(impl.EnqueueKey, controller.GetTrackerLease(ctx)),
-		Lifecycle: cfg.Lifecycle,
-		Version:   cfg.Version,
+		Base:       reconciler.NewBase(ctx, impl, w),
+		Stacks:     clusterstackinformer.Get(ctx).Lister(),
+		Stores:     clusterstoreinformer.Get(ctx).Lister(),
+		Lifecycles: clusterlifecycleinformer.Get(ctx).Lister(),
+		Tracker:    tracker.New(impl.EnqueueKey, controller.GetTrackerLease(ctx)),
+		Lifecycle:  cfg.Lifecycle,
+		Version:    cfg.Version,
 	}
-	// Stacks and stores: the builders that use them are reconciled when they
-	// change (a stack becoming Ready wakes the builders waiting on it).
+	// Stacks, stores and lifecycles: the builders that use them are
+	// reconciled when they change (a stack becoming Ready wakes the builders
+	// waiting on it).
 	clusterstackinformer.Get(ctx).Informer().AddEventHandler(controller.HandleAll(
 		controller.EnsureTypeMeta(core.Tracker.OnChanged, v1alpha1.SchemeGroupVersion.WithKind("ClusterStack"))))
 	clusterstoreinformer.Get(ctx).Informer().AddEventHandler(controller.HandleAll(
 		controller.EnsureTypeMeta(core.Tracker.OnChanged, v1alpha1.SchemeGroupVersion.WithKind("ClusterStore"))))
-	// A new lifecycle image changes every builder.
-	cfg.Lifecycle.Watch(ctx, cmw, func() { impl.GlobalResync(informer) })
+	clusterlifecycleinformer.Get(ctx).Informer().AddEventHandler(controller.HandleAll(
+		controller.EnsureTypeMeta(core.Tracker.OnChanged, v1alpha1.SchemeGroupVersion.WithKind("ClusterLifecycle"))))
+	// A new default lifecycle image changes the builders that name no
+	// ClusterLifecycle, and only those.
+	cfg.Lifecycle.Watch(ctx, cmw, func() { impl.FilteredGlobalResync(usesDefaultLifecycle, informer) })
 	return core
+}
+
+// usesDefaultLifecycle reports whether obj is a builder that takes its
+// lifecycle from the lifecycle-image ConfigMap.
+func usesDefaultLifecycle(obj any) bool {
+	switch b := obj.(type) {
+	case *v1alpha1.Builder:
+		return b.Spec.Lifecycle == nil
+	case *v1alpha1.ClusterBuilder:
+		return b.Spec.Lifecycle == nil
+	}
+	return false
 }

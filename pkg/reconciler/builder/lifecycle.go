@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
-	v1 "github.com/google/go-containerregistry/pkg/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"knative.dev/pkg/configmap"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/buildsmith/buildsmith/pkg/cnb"
 	"github.com/buildsmith/buildsmith/pkg/failure"
+	"github.com/buildsmith/buildsmith/pkg/reconciler/clusterlifecycle"
 	"github.com/buildsmith/buildsmith/pkg/registry"
 )
 
@@ -29,8 +29,8 @@ const (
 // image.
 const ReasonLifecycleNotConfigured = "LifecycleNotConfigured"
 
-// LifecycleSource is the lifecycle image all builders use: named by the
-// lifecycle-image ConfigMap, resolved to a digest at most once per refresh
+// LifecycleSource is the lifecycle image of the builders that name no
+// ClusterLifecycle: named by the lifecycle-image ConfigMap, resolved to a digest at most once per refresh
 // interval, and shared by every builder. Builders then know the lifecycle's
 // digest without asking the registry, which keeps an unchanged builder's
 // reconcile at one request. Only the digest is shared: each builder reads
@@ -95,28 +95,13 @@ func (s *LifecycleSource) Update(cm *corev1.ConfigMap) bool {
 	return true
 }
 
-// LifecycleImage is the configured lifecycle image at one digest: every
-// platform of one builder takes its lifecycle from it, so that a tag moved
-// meanwhile cannot give one builder's platforms different lifecycles.
-type LifecycleImage struct {
-	Ref       name.Digest   // an index's, for an index
-	Platforms []v1.Platform // every platform it has
-}
-
-// PlatformLifecycle is the lifecycle of one platform and the digest of its
-// image.
-type PlatformLifecycle struct {
-	cnb.Lifecycle
-	Digest string
-}
-
-// Image returns the configured lifecycle image, read with kc.
-func (s *LifecycleSource) Image(ctx context.Context, reg registry.Access) (LifecycleImage, error) {
+// Image returns the configured lifecycle image, read through reg.
+func (s *LifecycleSource) Image(ctx context.Context, reg registry.Access) (clusterlifecycle.Image, error) {
 	s.mu.Lock()
 	ref, resolved := s.ref, s.resolved
 	s.mu.Unlock()
 	if ref == "" {
-		return LifecycleImage{}, failure.Waitingf(ReasonLifecycleNotConfigured,
+		return clusterlifecycle.Image{}, failure.Waitingf(ReasonLifecycleNotConfigured,
 			"the ConfigMap %s (key %q) in the controller's namespace names no lifecycle image", LifecycleConfigMap, LifecycleImageKey)
 	}
 	fresh := resolved != nil && time.Since(resolved.at) < s.Refresh
@@ -126,13 +111,13 @@ func (s *LifecycleSource) Image(ctx context.Context, reg registry.Access) (Lifec
 	} else {
 		parsed, err := name.ParseReference(ref)
 		if err != nil {
-			return LifecycleImage{}, failure.Permanentf(cnb.ReasonInvalidLifecycleImage, "lifecycle image %q: %v", ref, err)
+			return clusterlifecycle.Image{}, failure.Permanentf(cnb.ReasonInvalidLifecycleImage, "lifecycle image %q: %v", ref, err)
 		}
 		read = parsed
 	}
 	img, err := reg.ReadImage(ctx, read, nil)
 	if err != nil {
-		return LifecycleImage{}, err
+		return clusterlifecycle.Image{}, err
 	}
 	if !fresh {
 		s.mu.Lock()
@@ -141,25 +126,5 @@ func (s *LifecycleSource) Image(ctx context.Context, reg registry.Access) (Lifec
 		}
 		s.mu.Unlock()
 	}
-	return LifecycleImage{Ref: img.Ref, Platforms: img.Platforms}, nil
-}
-
-// For returns the lifecycle for platform, read with kc.
-func (i LifecycleImage) For(ctx context.Context, reg registry.Access, platform v1.Platform) (PlatformLifecycle, error) {
-	img, err := reg.ReadImage(ctx, i.Ref, &platform)
-	if err != nil {
-		return PlatformLifecycle{}, err
-	}
-	layers, err := img.Image.Layers()
-	if err != nil {
-		return PlatformLifecycle{}, err
-	}
-	lifecycle, err := cnb.ReadLifecycle(img.Ref.String(), img.Config, layers)
-	if err != nil {
-		return PlatformLifecycle{}, err
-	}
-	// The image for the platform, by digest: an index's child when the
-	// reference names an index.
-	digest := img.Ref.Context().Digest(img.Digest.String())
-	return PlatformLifecycle{Lifecycle: lifecycle, Digest: digest.String()}, nil
+	return clusterlifecycle.Image{Ref: img.Ref, Platforms: img.Platforms}, nil
 }

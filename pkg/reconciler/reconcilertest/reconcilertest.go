@@ -25,6 +25,7 @@ import (
 	fakebuildsmithclient "github.com/buildsmith/buildsmith/pkg/client/injection/client/fake"
 	fakebuilderinformer "github.com/buildsmith/buildsmith/pkg/client/injection/informers/build/v1alpha1/builder/fake"
 	fakeclusterbuilderinformer "github.com/buildsmith/buildsmith/pkg/client/injection/informers/build/v1alpha1/clusterbuilder/fake"
+	fakeclusterlifecycleinformer "github.com/buildsmith/buildsmith/pkg/client/injection/informers/build/v1alpha1/clusterlifecycle/fake"
 	fakeclusterstackinformer "github.com/buildsmith/buildsmith/pkg/client/injection/informers/build/v1alpha1/clusterstack/fake"
 	fakeclusterstoreinformer "github.com/buildsmith/buildsmith/pkg/client/injection/informers/build/v1alpha1/clusterstore/fake"
 	"github.com/buildsmith/buildsmith/pkg/reconciler"
@@ -50,6 +51,9 @@ func Setup(t *testing.T, objects ...runtime.Object) (context.Context, *Clients) 
 		case *v1alpha1.ClusterStore:
 			ours = append(ours, o)
 			err = fakeclusterstoreinformer.Get(ctx).Informer().GetIndexer().Add(o)
+		case *v1alpha1.ClusterLifecycle:
+			ours = append(ours, o)
+			err = fakeclusterlifecycleinformer.Get(ctx).Informer().GetIndexer().Add(o)
 		case *v1alpha1.Builder:
 			ours = append(ours, o)
 			err = fakebuilderinformer.Get(ctx).Informer().GetIndexer().Add(o)

@@ -55,6 +55,11 @@ type BuilderSpec struct {
 	Tag   string   `json:"tag"`
 	Stack StackRef `json:"stack"`
 	Store StoreRef `json:"store"`
+	// Lifecycle names the ClusterLifecycle whose lifecycle the builder
+	// gets. Empty: the image the lifecycle-image ConfigMap in the
+	// controller's namespace names.
+	// +optional
+	Lifecycle *LifecycleRef `json:"lifecycle,omitempty"`
 	// Order is the detection order: the lifecycle tries each group in turn.
 	// +kubebuilder:validation:MinItems=1
 	Order []OrderEntry `json:"order"`
@@ -188,6 +193,10 @@ type BuiltStack struct {
 
 // LifecycleStatus is the CNB lifecycle inside a builder image.
 type LifecycleStatus struct {
+	// Image is the lifecycle image the builder took it from, by digest (an
+	// index's, for an index).
+	// +optional
+	Image string `json:"image,omitempty"`
 	// +optional
 	Version string `json:"version,omitempty"`
 	// +optional

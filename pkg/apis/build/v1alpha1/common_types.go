@@ -36,6 +36,16 @@ type StoreRef struct {
 	Name string `json:"name"`
 }
 
+// LifecycleRef points a builder at a ClusterLifecycle.
+type LifecycleRef struct {
+	// +kubebuilder:validation:Enum=ClusterLifecycle
+	// +kubebuilder:default=ClusterLifecycle
+	// +optional
+	Kind string `json:"kind,omitempty"`
+	// +kubebuilder:validation:MinLength=1
+	Name string `json:"name"`
+}
+
 // OrderEntry is one group of buildpacks that the lifecycle tries together; the
 // first group whose non-optional buildpacks all pass detection is used.
 type OrderEntry struct {

@@ -98,6 +98,7 @@ func (s *ConditionedStatus) IsReady() bool { return s.manage().IsHappy() }
 var (
 	_ duckv1.KRShaped = (*ClusterStore)(nil)
 	_ duckv1.KRShaped = (*ClusterStack)(nil)
+	_ duckv1.KRShaped = (*ClusterLifecycle)(nil)
 	_ duckv1.KRShaped = (*Builder)(nil)
 	_ duckv1.KRShaped = (*ClusterBuilder)(nil)
 )
@@ -122,6 +123,17 @@ func (c *ClusterStack) GetStatus() *duckv1.Status { return &c.Status.Status }
 // GetGroupVersionKind implements kmeta.OwnerRefable.
 func (*ClusterStack) GetGroupVersionKind() schema.GroupVersionKind {
 	return SchemeGroupVersion.WithKind("ClusterStack")
+}
+
+// GetConditionSet implements duckv1.KRShaped.
+func (*ClusterLifecycle) GetConditionSet() apis.ConditionSet { return conditionSet }
+
+// GetStatus implements duckv1.KRShaped.
+func (c *ClusterLifecycle) GetStatus() *duckv1.Status { return &c.Status.Status }
+
+// GetGroupVersionKind implements kmeta.OwnerRefable.
+func (*ClusterLifecycle) GetGroupVersionKind() schema.GroupVersionKind {
+	return SchemeGroupVersion.WithKind("ClusterLifecycle")
 }
 
 // GetConditionSet implements duckv1.KRShaped.
@@ -151,6 +163,9 @@ func (c *ClusterStore) Conditions() *ConditionedStatus { return &c.Status.Condit
 
 // Conditions returns the condition helpers of the object's status.
 func (c *ClusterStack) Conditions() *ConditionedStatus { return &c.Status.ConditionedStatus }
+
+// Conditions returns the condition helpers of the object's status.
+func (c *ClusterLifecycle) Conditions() *ConditionedStatus { return &c.Status.ConditionedStatus }
 
 // Conditions returns the condition helpers of the object's status.
 func (b *Builder) Conditions() *ConditionedStatus { return &b.Status.ConditionedStatus }

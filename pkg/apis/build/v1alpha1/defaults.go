@@ -16,6 +16,9 @@ func (*ClusterStore) SetDefaults(context.Context) {}
 func (*ClusterStack) SetDefaults(context.Context) {}
 
 // SetDefaults implements apis.Defaultable.
+func (*ClusterLifecycle) SetDefaults(context.Context) {}
+
+// SetDefaults implements apis.Defaultable.
 func (b *Builder) SetDefaults(context.Context) {
 	b.Spec.setDefaults()
 	if b.Spec.ServiceAccountName == "" {
@@ -32,5 +35,8 @@ func (s *BuilderSpec) setDefaults() {
 	}
 	if s.Store.Kind == "" {
 		s.Store.Kind = "ClusterStore"
+	}
+	if s.Lifecycle != nil && s.Lifecycle.Kind == "" {
+		s.Lifecycle.Kind = "ClusterLifecycle"
 	}
 }

@@ -30,6 +30,7 @@ func addKnownTypes(scheme *runtime.Scheme) error {
 	scheme.AddKnownTypes(SchemeGroupVersion,
 		&ClusterStore{}, &ClusterStoreList{},
 		&ClusterStack{}, &ClusterStackList{},
+		&ClusterLifecycle{}, &ClusterLifecycleList{},
 		&Builder{}, &BuilderList{},
 		&ClusterBuilder{}, &ClusterBuilderList{},
 	)

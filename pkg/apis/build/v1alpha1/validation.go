@@ -85,6 +85,15 @@ func (s *ClusterStackSpec) validate() *apis.FieldError {
 }
 
 // Validate implements apis.Validatable.
+func (c *ClusterLifecycle) Validate(context.Context) *apis.FieldError {
+	_, errs := validateImage(c.Spec.Image)
+	if c.Spec.ServiceAccountRef != nil {
+		errs = errs.Also(c.Spec.ServiceAccountRef.validate().ViaField("serviceAccountRef"))
+	}
+	return errs.ViaField("spec")
+}
+
+// Validate implements apis.Validatable.
 func (b *Builder) Validate(context.Context) *apis.FieldError {
 	errs := b.Spec.BuilderSpec.validate()
 	if name := b.Spec.ServiceAccountName; name != "" {
@@ -106,6 +115,9 @@ func (s *BuilderSpec) validate() *apis.FieldError {
 	errs := validateTag(s.Tag)
 	errs = errs.Also(validateRef(s.Stack.Kind, "ClusterStack", s.Stack.Name).ViaField("stack"))
 	errs = errs.Also(validateRef(s.Store.Kind, "ClusterStore", s.Store.Name).ViaField("store"))
+	if s.Lifecycle != nil {
+		errs = errs.Also(validateRef(s.Lifecycle.Kind, "ClusterLifecycle", s.Lifecycle.Name).ViaField("lifecycle"))
+	}
 	errs = errs.Also(validateOrder(s.Order).ViaField("order"))
 	var reserved []string
 	for key := range s.AdditionalLabels {

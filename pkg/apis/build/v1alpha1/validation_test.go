@@ -88,6 +88,22 @@ func TestValidate(t *testing.T) {
 		{name: "valid cluster builder", obj: clusterBuilder(nil)},
 		{name: "valid store", obj: store("busybox", "registry.example.com/bp/go@"+digest)},
 		{name: "valid stack", obj: stack(nil)},
+		{name: "valid lifecycle", obj: &ClusterLifecycle{Spec: ClusterLifecycleSpec{ImageSource: ImageSource{Image: "buildpacksio/lifecycle:0.21.0"}}}},
+		{
+			name: "builder naming a valid ClusterLifecycle",
+			obj:  builder(func(s *NamespacedBuilderSpec) { s.Lifecycle = &LifecycleRef{Kind: "ClusterLifecycle", Name: "lifecycle-0-21"} }),
+		},
+		{
+			name: "lifecycle without image, with a bad service account",
+			obj: &ClusterLifecycle{Spec: ClusterLifecycleSpec{
+				ServiceAccountRef: &ServiceAccountRef{Name: "reader"}}},
+			want: []string{"missing field(s): spec.image, spec.serviceAccountRef.namespace"},
+		},
+		{
+			name: "lifecycle image that does not parse",
+			obj:  &ClusterLifecycle{Spec: ClusterLifecycleSpec{ImageSource: ImageSource{Image: "Life:Cycle:x"}}},
+			want: []string{"invalid value: Life:Cycle:x: spec.image"},
+		},
 		{
 			name: "empty builder spec",
 			obj:  &Builder{},
@@ -115,10 +131,13 @@ func TestValidate(t *testing.T) {
 			obj: builder(func(s *NamespacedBuilderSpec) {
 				s.Stack = StackRef{Kind: "Stack", Name: "Bad_Name"}
 				s.Store = StoreRef{Kind: "ClusterStack", Name: "ok"}
+				s.Lifecycle = &LifecycleRef{Kind: "ClusterStack", Name: "Bad_Lifecycle"}
 				s.ServiceAccountName = "no spaces allowed"
 			}),
 			want: []string{
+				"invalid value: Bad_Lifecycle: spec.lifecycle.name",
 				"invalid value: Bad_Name: spec.stack.name",
+				"invalid value: ClusterStack: spec.lifecycle.kind",
 				"invalid value: ClusterStack: spec.store.kind",
 				"invalid value: Stack: spec.stack.kind",
 				"invalid value: no spaces allowed: spec.serviceAccountName",
@@ -238,9 +257,10 @@ func TestSetDefaults(t *testing.T) {
 		t.Errorf("Builder defaults (-want +got):\n%s", diff)
 	}
 
-	cb := &ClusterBuilder{}
+	cb := &ClusterBuilder{Spec: ClusterBuilderSpec{BuilderSpec: BuilderSpec{Lifecycle: &LifecycleRef{Name: "l"}}}}
 	cb.SetDefaults(context.Background())
-	if cb.Spec.Stack.Kind != "ClusterStack" || cb.Spec.Store.Kind != "ClusterStore" || cb.Spec.ServiceAccountRef != nil {
+	if cb.Spec.Stack.Kind != "ClusterStack" || cb.Spec.Store.Kind != "ClusterStore" || cb.Spec.ServiceAccountRef != nil ||
+		*cb.Spec.Lifecycle != (LifecycleRef{Kind: "ClusterLifecycle", Name: "l"}) {
 		t.Errorf("ClusterBuilder defaults: got %+v", cb.Spec)
 	}
 

@@ -45,6 +45,8 @@ func (f *sharedInformerFactory) ForResource(resource schema.GroupVersionResource
 		return &genericInformer{resource: resource.GroupResource(), informer: f.Buildsmith().V1alpha1().Builders().Informer()}, nil
 	case v1alpha1.SchemeGroupVersion.WithResource("clusterbuilders"):
 		return &genericInformer{resource: resource.GroupResource(), informer: f.Buildsmith().V1alpha1().ClusterBuilders().Informer()}, nil
+	case v1alpha1.SchemeGroupVersion.WithResource("clusterlifecycles"):
+		return &genericInformer{resource: resource.GroupResource(), informer: f.Buildsmith().V1alpha1().ClusterLifecycles().Informer()}, nil
 	case v1alpha1.SchemeGroupVersion.WithResource("clusterstacks"):
 		return &genericInformer{resource: resource.GroupResource(), informer: f.Buildsmith().V1alpha1().ClusterStacks().Informer()}, nil
 	case v1alpha1.SchemeGroupVersion.WithResource("clusterstores"):

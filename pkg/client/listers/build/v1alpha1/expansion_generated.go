@@ -18,6 +18,10 @@ type BuilderNamespaceListerExpansion interface{}
 // ClusterBuilderLister.
 type ClusterBuilderListerExpansion interface{}
 
+// ClusterLifecycleListerExpansion allows custom methods to be added to
+// ClusterLifecycleLister.
+type ClusterLifecycleListerExpansion interface{}
+
 // ClusterStackListerExpansion allows custom methods to be added to
 // ClusterStackLister.
 type ClusterStackListerExpansion interface{}

@@ -16,6 +16,8 @@ type Interface interface {
 	Builders() BuilderInformer
 	// ClusterBuilders returns a ClusterBuilderInformer.
 	ClusterBuilders() ClusterBuilderInformer
+	// ClusterLifecycles returns a ClusterLifecycleInformer.
+	ClusterLifecycles() ClusterLifecycleInformer
 	// ClusterStacks returns a ClusterStackInformer.
 	ClusterStacks() ClusterStackInformer
 	// ClusterStores returns a ClusterStoreInformer.
@@ -41,6 +43,11 @@ func (v *version) Builders() BuilderInformer {
 // ClusterBuilders returns a ClusterBuilderInformer.
 func (v *version) ClusterBuilders() ClusterBuilderInformer {
 	return &clusterBuilderInformer{factory: v.factory, tweakListOptions: v.tweakListOptions}
+}
+
+// ClusterLifecycles returns a ClusterLifecycleInformer.
+func (v *version) ClusterLifecycles() ClusterLifecycleInformer {
+	return &clusterLifecycleInformer{factory: v.factory, tweakListOptions: v.tweakListOptions}
 }
 
 // ClusterStacks returns a ClusterStackInformer.

@@ -18,6 +18,7 @@ type BuildsmithV1alpha1Interface interface {
 	RESTClient() rest.Interface
 	BuildersGetter
 	ClusterBuildersGetter
+	ClusterLifecyclesGetter
 	ClusterStacksGetter
 	ClusterStoresGetter
 }
@@ -33,6 +34,10 @@ func (c *BuildsmithV1alpha1Client) Builders(namespace string) BuilderInterface {
 
 func (c *BuildsmithV1alpha1Client) ClusterBuilders() ClusterBuilderInterface {
 	return newClusterBuilders(c)
+}
+
+func (c *BuildsmithV1alpha1Client) ClusterLifecycles() ClusterLifecycleInterface {
+	return newClusterLifecycles(c)
 }
 
 func (c *BuildsmithV1alpha1Client) ClusterStacks() ClusterStackInterface {

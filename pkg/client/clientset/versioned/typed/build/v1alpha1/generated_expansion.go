@@ -10,6 +10,8 @@ type BuilderExpansion interface{}
 
 type ClusterBuilderExpansion interface{}
 
+type ClusterLifecycleExpansion interface{}
+
 type ClusterStackExpansion interface{}
 
 type ClusterStoreExpansion interface{}

@@ -24,6 +24,10 @@ func (c *FakeBuildsmithV1alpha1) ClusterBuilders() v1alpha1.ClusterBuilderInterf
 	return newFakeClusterBuilders(c)
 }
 
+func (c *FakeBuildsmithV1alpha1) ClusterLifecycles() v1alpha1.ClusterLifecycleInterface {
+	return newFakeClusterLifecycles(c)
+}
+
 func (c *FakeBuildsmithV1alpha1) ClusterStacks() v1alpha1.ClusterStackInterface {
 	return newFakeClusterStacks(c)
 }

@@ -1,0 +1,188 @@
+package clusterlifecycle
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgotesting "k8s.io/client-go/testing"
+	"knative.dev/pkg/configmap"
+	"knative.dev/pkg/controller"
+	pkgtesting "knative.dev/pkg/reconciler/testing"
+
+	"github.com/buildsmith/buildsmith/pkg/apis/build/v1alpha1"
+	"github.com/buildsmith/buildsmith/pkg/cnb"
+	"github.com/buildsmith/buildsmith/pkg/reconciler"
+	rt "github.com/buildsmith/buildsmith/pkg/reconciler/reconcilertest"
+	"github.com/buildsmith/buildsmith/pkg/registry"
+	"github.com/buildsmith/buildsmith/test/registrytest"
+	"github.com/buildsmith/buildsmith/test/sampleimages"
+)
+
+// TestTable runs knative's TableTest: every status update and event of a
+// reconcile, to the letter, for a plain image, an index, and one row of
+// each failure class.
+func TestTable(t *testing.T) {
+	f := registrytest.New(t)
+	binary := filepath.Join(t.TempDir(), "lifecycle")
+	if err := os.WriteFile(binary, []byte("ELF"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	plain, err := sampleimages.Lifecycle(binary, "0.21.0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Write("lifecycle:0.21.0", plain)
+	plainDigest, _ := plain.Digest()
+	index := lifecycleIndex(t, map[string]string{"linux/amd64": "0.21.0", "linux/arm64": "0.21.0"}, binary)
+	if err := remote.WriteIndex(f.Ref("lifecycle:multi"), index); err != nil {
+		t.Fatal(err)
+	}
+	indexDigest, _ := index.Digest()
+	mixed := lifecycleIndex(t, map[string]string{"linux/amd64": "0.21.0", "linux/arm64": "0.20.0"}, binary)
+	if err := remote.WriteIndex(f.Ref("lifecycle:mixed"), mixed); err != nil {
+		t.Fatal(err)
+	}
+	mixedDigest, _ := mixed.Digest()
+	notDigest, _ := f.PushImage("not-a-lifecycle:1", nil).Digest()
+	f.Inject("", "/lifecycle-503/manifests/", -1, registrytest.Answer(503, nil, ""))
+	var apis v1alpha1.LifecycleAPIs
+	if err := json.Unmarshal([]byte(sampleimages.LifecycleAPIs), &apis); err != nil {
+		t.Fatal(err)
+	}
+
+	lifecycle := func(image string, status func(*v1alpha1.ClusterLifecycleStatus)) *v1alpha1.ClusterLifecycle {
+		lc := &v1alpha1.ClusterLifecycle{
+			ObjectMeta: metav1.ObjectMeta{Name: "lifecycle", Generation: 1},
+			Spec:       v1alpha1.ClusterLifecycleSpec{ImageSource: v1alpha1.ImageSource{Image: f.Addr + "/" + image}},
+		}
+		if status != nil {
+			lc.Status.ObservedGeneration = 1
+			status(&lc.Status)
+		}
+		return lc
+	}
+	resolved := func(image, digest string, platforms ...v1alpha1.Platform) func(*v1alpha1.ClusterLifecycleStatus) {
+		return func(s *v1alpha1.ClusterLifecycleStatus) {
+			s.Image = v1alpha1.ResolvedImage{Image: f.Addr + "/" + image, LatestImage: f.Addr + "/lifecycle@" + digest}
+			s.Version, s.APIs, s.Platforms = "0.21.0", apis, platforms
+		}
+	}
+	amd64, arm64 := v1alpha1.Platform{OS: "linux", Arch: "amd64"}, v1alpha1.Platform{OS: "linux", Arch: "arm64"}
+	ready := func(image, digest string, platforms ...v1alpha1.Platform) func(*v1alpha1.ClusterLifecycleStatus) {
+		return func(s *v1alpha1.ClusterLifecycleStatus) {
+			resolved(image, digest, platforms...)(s)
+			s.MarkReady()
+		}
+	}
+	notLifecycle := fmt.Sprintf("%s/not-a-lifecycle@%s lacks the labels %s and %s: not a lifecycle image",
+		f.Addr, notDigest, cnb.LabelLifecycleVer, cnb.LabelLifecycleAPIs)
+	mismatch := fmt.Sprintf("%s/lifecycle@%s: the linux/arm64 lifecycle is 0.20.0, the linux/amd64 one 0.21.0: every platform must have the same version",
+		f.Addr, mixedDigest)
+	unavailable := fmt.Sprintf("GET http://%s/v2/lifecycle-503/manifests/1: unexpected status code 503 Service Unavailable", f.Addr)
+
+	rows := pkgtesting.TableTest{{
+		Name:              "ready: a plain image",
+		Key:               "lifecycle",
+		Objects:           []runtime.Object{lifecycle("lifecycle:0.21.0", nil)},
+		WantErr:           true, // the resync requeue
+		WantStatusUpdates: []clientgotesting.UpdateActionImpl{{Object: lifecycle("lifecycle:0.21.0", ready("lifecycle:0.21.0", plainDigest.String(), amd64))}},
+		WantEvents:        []string{pkgtesting.Eventf(corev1.EventTypeNormal, "Ready", "ClusterLifecycle is Ready")},
+	}, {
+		Name:              "ready: an index, every platform read",
+		Key:               "lifecycle",
+		Objects:           []runtime.Object{lifecycle("lifecycle:multi", nil)},
+		WantErr:           true,
+		WantStatusUpdates: []clientgotesting.UpdateActionImpl{{Object: lifecycle("lifecycle:multi", ready("lifecycle:multi", indexDigest.String(), amd64, arm64))}},
+		WantEvents:        []string{pkgtesting.Eventf(corev1.EventTypeNormal, "Ready", "ClusterLifecycle is Ready")},
+	}, {
+		Name:    "permanent: not a lifecycle image",
+		Key:     "lifecycle",
+		Objects: []runtime.Object{lifecycle("not-a-lifecycle:1", nil)},
+		WantErr: true,
+		WantStatusUpdates: []clientgotesting.UpdateActionImpl{{Object: lifecycle("not-a-lifecycle:1", func(s *v1alpha1.ClusterLifecycleStatus) {
+			s.MarkStalled(cnb.ReasonInvalidLifecycleImage, notLifecycle)
+		})}},
+		WantEvents: []string{pkgtesting.Eventf(corev1.EventTypeWarning, cnb.ReasonInvalidLifecycleImage, "%s", notLifecycle)},
+	}, {
+		Name:    "permanent: an index whose platforms have different lifecycles",
+		Key:     "lifecycle",
+		Objects: []runtime.Object{lifecycle("lifecycle:mixed", nil)},
+		WantErr: true,
+		WantStatusUpdates: []clientgotesting.UpdateActionImpl{{Object: lifecycle("lifecycle:mixed", func(s *v1alpha1.ClusterLifecycleStatus) {
+			s.MarkStalled(cnb.ReasonInvalidLifecycleImage, mismatch)
+		})}},
+		WantEvents: []string{pkgtesting.Eventf(corev1.EventTypeWarning, cnb.ReasonInvalidLifecycleImage, "%s", mismatch)},
+	}, {
+		Name: "transient: the registry answers 503; the resolved status stays",
+		Key:  "lifecycle",
+		Objects: []runtime.Object{withImage(lifecycle("lifecycle:0.21.0", ready("lifecycle:0.21.0", plainDigest.String(), amd64)),
+			f.Addr+"/lifecycle-503:1")},
+		WantErr: true,
+		WantStatusUpdates: []clientgotesting.UpdateActionImpl{{Object: withImage(lifecycle("lifecycle:0.21.0", func(s *v1alpha1.ClusterLifecycleStatus) {
+			resolved("lifecycle:0.21.0", plainDigest.String(), amd64)(s)
+			s.MarkRetrying(registry.ReasonRegistryUnavailable, unavailable,
+				reconciler.WaitingMessage(registry.Place{Host: f.Addr, Repository: "lifecycle-503"}, 5*time.Minute))
+		}), f.Addr+"/lifecycle-503:1")}},
+		WantEvents: []string{pkgtesting.Eventf(corev1.EventTypeWarning, registry.ReasonRegistryUnavailable, "%s", unavailable)},
+	}, {
+		Name:    "permanent: the image does not parse",
+		Key:     "lifecycle",
+		Objects: []runtime.Object{lifecycle("Bad:Image:x", nil)},
+		WantErr: true,
+		WantStatusUpdates: []clientgotesting.UpdateActionImpl{{Object: lifecycle("Bad:Image:x", func(s *v1alpha1.ClusterLifecycleStatus) {
+			s.MarkStalled(reconciler.ReasonInvalidSpec, invalidImage(f.Addr+"/Bad:Image:x"))
+		})}},
+		WantEvents: []string{pkgtesting.Eventf(corev1.EventTypeWarning, reconciler.ReasonInvalidSpec, "%s", invalidImage(f.Addr+"/Bad:Image:x"))},
+	}}
+	rows.Test(t, rt.TableFactory(func(ctx context.Context, cmw configmap.Watcher) *controller.Impl {
+		return NewController(registry.New(ctx, registry.Options{}), reconciler.DefaultOptions())(ctx, cmw)
+	}))
+}
+
+// withImage points lc's spec at image, keeping its status (the spec
+// changed after the last success).
+func withImage(lc *v1alpha1.ClusterLifecycle, image string) *v1alpha1.ClusterLifecycle {
+	lc.Spec.Image = image
+	return lc
+}
+
+// invalidImage is the message of an unparsable spec.image.
+func invalidImage(image string) string {
+	lc := &v1alpha1.ClusterLifecycle{Spec: v1alpha1.ClusterLifecycleSpec{ImageSource: v1alpha1.ImageSource{Image: image}}}
+	return lc.Validate(context.Background()).Error()
+}
+
+// lifecycleIndex is an index of lifecycle images, one per platform, each
+// of the version versions gives it.
+func lifecycleIndex(t *testing.T, versions map[string]string, binary string) v1.ImageIndex {
+	t.Helper()
+	var index v1.ImageIndex = empty.Index
+	for _, platform := range []string{"linux/amd64", "linux/arm64"} {
+		one, err := sampleimages.LifecycleIndex(map[string]string{platform: binary}, versions[platform])
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := one.IndexManifest()
+		if err != nil {
+			t.Fatal(err)
+		}
+		img, err := one.Image(m.Manifests[0].Digest)
+		if err != nil {
+			t.Fatal(err)
+		}
+		index = mutate.AppendManifests(index, mutate.IndexAddendum{Add: img, Descriptor: m.Manifests[0]})
+	}
+	return index
+}

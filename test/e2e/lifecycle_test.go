@@ -1,0 +1,157 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/buildsmith/buildsmith/pkg/apis/build/v1alpha1"
+	"github.com/buildsmith/buildsmith/test/registrytest"
+	"github.com/buildsmith/buildsmith/test/sampleimages"
+)
+
+// TestClusterLifecycle: a builder that names a ClusterLifecycle gets that
+// lifecycle (the real one, which then detects and builds from it); changing
+// the ClusterLifecycle rebuilds that builder and no other, and changing the
+// lifecycle-image ConfigMap rebuilds the others and not that one.
+func TestClusterLifecycle(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("this test drops to uid 1000 to run the lifecycle (which refuses root) and must run as root")
+	}
+	ctx := context.Background()
+	f := registrytest.New(t)
+	objects := storeStack{Addr: f.Addr, Name: "lifecycles", Buildpackages: []string{"buildpacks/hello:1.0.0"}, StackID: "io.buildpacks.stacks.test"}
+	objects.pushSamples(t, func(repo string, img v1.Image, err error) { push(t, f, repo, img, err) })
+	// The same lifecycle as an index of one platform: another digest.
+	index, err := sampleimages.LifecycleIndex(map[string]string{"linux/amd64": filepath.Join(env.Root, "bin", "lifecycle")}, "0.21.0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := remote.WriteIndex(f.Ref("buildsmith/lifecycle:index"), index); err != nil {
+		t.Fatal(err)
+	}
+	plain, indexed := f.Addr+"/buildsmith/lifecycle:0.21.0", f.Addr+"/buildsmith/lifecycle:index"
+
+	const ns = "lifecycles"
+	if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kube.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	useLifecycleImage(t, plain)
+	startController(t)
+
+	bs := client.BuildsmithV1alpha1()
+	objects.create(t)
+	if _, err := bs.ClusterLifecycles().Create(ctx, &v1alpha1.ClusterLifecycle{ObjectMeta: metav1.ObjectMeta{Name: "pinned"},
+		Spec: v1alpha1.ClusterLifecycleSpec{ImageSource: v1alpha1.ImageSource{Image: plain}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = bs.ClusterLifecycles().Delete(ctx, "pinned", metav1.DeleteOptions{}) })
+	objects.createBuilder(t, ns, "pinned", v1alpha1.NamespacedBuilderSpec{BuilderSpec: v1alpha1.BuilderSpec{Order: helloOrder(),
+		Lifecycle: &v1alpha1.LifecycleRef{Kind: "ClusterLifecycle", Name: "pinned"}}})
+	objects.createBuilder(t, ns, "default", v1alpha1.NamespacedBuilderSpec{BuilderSpec: v1alpha1.BuilderSpec{Order: helloOrder()}})
+
+	wait := env.Kubectl("wait", "--for=condition=Ready", "--timeout=60s", "clusterlifecycle/pinned")
+	if out, err := wait.CombinedOutput(); err != nil {
+		t.Fatalf("kubectl wait clusterlifecycle/pinned: %v\n%s", err, out)
+	}
+	out, _ := env.Kubectl("get", "clusterlifecycle/pinned").CombinedOutput()
+	t.Logf("kubectl get clusterlifecycle/pinned:\n%s", out)
+	lc, err := bs.ClusterLifecycles().Get(ctx, "pinned", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lc.Status.Version != "0.21.0" || len(lc.Status.Platforms) != 1 || lc.Status.Image.LatestImage == "" {
+		t.Errorf("ClusterLifecycle status: %+v", lc.Status)
+	}
+
+	// Both builders Ready; each says which lifecycle image it has.
+	builders := func(what string, want func(pinned, def *v1alpha1.Builder) bool) (pinned, def *v1alpha1.Builder) {
+		t.Helper()
+		eventually(t, 30*time.Second, what, func() (bool, string) {
+			var err error
+			if pinned, err = bs.Builders(ns).Get(ctx, "pinned", metav1.GetOptions{}); err != nil {
+				return false, err.Error()
+			}
+			if def, err = bs.Builders(ns).Get(ctx, "default", metav1.GetOptions{}); err != nil {
+				return false, err.Error()
+			}
+			return pinned.Status.IsReady() && def.Status.IsReady() && want(pinned, def),
+				fmt.Sprintf("pinned %+v %+v, default %+v %+v", pinned.Status.Conditions, pinned.Status.Lifecycle, def.Status.Conditions, def.Status.Lifecycle)
+		})
+		return pinned, def
+	}
+	pinned, def := builders("both builders Ready", func(pinned, def *v1alpha1.Builder) bool {
+		return pinned.Status.Lifecycle.Image == lc.Status.Image.LatestImage && def.Status.Lifecycle.Image != ""
+	})
+	// The ClusterLifecycle's lifecycle runs from the builder.
+	ref, err := name.NewDigest(pinned.Status.LatestImage)
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := remote.Image(ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if marker := buildApp(t, img, "example/hello"); marker == "" {
+		t.Error("the pinned builder's lifecycle built nothing")
+	}
+
+	// The ClusterLifecycle moves to another image: the pinned builder is
+	// rebuilt with it, the default one is not touched.
+	pushes := func(builder string) int { return f.Count("PUT", "/builders/"+builder+"/manifests/") }
+	defaultPushes := pushes("default")
+	lc.Spec.Image = indexed
+	if _, err := bs.ClusterLifecycles().Update(ctx, lc, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var next string
+	eventually(t, 30*time.Second, "ClusterLifecycle at the new image", func() (bool, string) {
+		lc, err := bs.ClusterLifecycles().Get(ctx, "pinned", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		next = lc.Status.Image.LatestImage
+		return lc.Status.Image.Image == indexed && lc.Status.IsReady(), fmt.Sprintf("%+v", lc.Status)
+	})
+	pinned2, def2 := builders("the pinned builder rebuilt with the new lifecycle", func(pinned, _ *v1alpha1.Builder) bool {
+		return pinned.Status.Lifecycle.Image == next
+	})
+	if pinned2.Status.Fingerprint == pinned.Status.Fingerprint {
+		t.Errorf("pinned builder: same fingerprint after its lifecycle changed")
+	}
+	if def2.Status.Fingerprint != def.Status.Fingerprint || def2.Status.LatestImage != def.Status.LatestImage || pushes("default") != defaultPushes {
+		t.Errorf("default builder changed with the ClusterLifecycle: fingerprint %s → %s, latestImage %s → %s, %d new pushes",
+			def.Status.Fingerprint, def2.Status.Fingerprint, def.Status.LatestImage, def2.Status.LatestImage, pushes("default")-defaultPushes)
+	}
+
+	// The lifecycle-image ConfigMap moves: the default builder follows it,
+	// the pinned one is not touched.
+	pinnedPushes := pushes("pinned")
+	useLifecycleImage(t, indexed)
+	_, def3 := builders("the default builder rebuilt with the new default lifecycle", func(_, def *v1alpha1.Builder) bool {
+		return def.Status.Lifecycle.Image == next // the same image as the ClusterLifecycle's now
+	})
+	if def3.Status.Fingerprint == def2.Status.Fingerprint {
+		t.Errorf("default builder: same fingerprint after the default lifecycle changed")
+	}
+	pinned3, err := bs.Builders(ns).Get(ctx, "pinned", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pinned3.Status.Fingerprint != pinned2.Status.Fingerprint || pushes("pinned") != pinnedPushes {
+		t.Errorf("pinned builder changed with the ConfigMap: fingerprint %s → %s, %d new pushes",
+			pinned2.Status.Fingerprint, pinned3.Status.Fingerprint, pushes("pinned")-pinnedPushes)
+	}
+}
