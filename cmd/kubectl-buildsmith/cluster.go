@@ -32,7 +32,7 @@ type object struct {
 	image     string // what it found last: a builder's image, a stack's run image
 }
 
-// kind is one of the four kinds, read and annotated through the dynamic
+// kind is one of buildsmith's kinds, read and annotated through the dynamic
 // client: the commands need only what every kind's status shares.
 type kind struct {
 	name       string // singular, lower case: clusterstore, builder, …
@@ -43,6 +43,7 @@ type kind struct {
 var kinds = []kind{
 	{name: "clusterstore", resource: "clusterstores"},
 	{name: "clusterstack", resource: "clusterstacks"},
+	{name: "clusterlifecycle", resource: "clusterlifecycles"},
 	{name: "clusterbuilder", resource: "clusterbuilders"},
 	{name: "builder", resource: "builders", namespaced: true},
 }
@@ -92,6 +93,7 @@ type statusView struct {
 		LatestImage                string                    `json:"latestImage"` // builders
 		RunImage                   v1alpha1.ResolvedRunImage `json:"runImage"`    // stacks
 		Buildpacks                 []v1alpha1.StoreBuildpack `json:"buildpacks"`  // stores
+		Image                      v1alpha1.ResolvedImage    `json:"image"`       // lifecycles
 	} `json:"status"`
 }
 
@@ -106,6 +108,8 @@ func (k kind) object(u *unstructured.Unstructured) (object, error) {
 		o.image = fmt.Sprintf("%d buildpacks", len(view.Status.Buildpacks))
 	case "clusterstack":
 		o.image = view.Status.RunImage.LatestImage
+	case "clusterlifecycle":
+		o.image = view.Status.Image.LatestImage
 	default:
 		o.image = view.Status.LatestImage
 	}
@@ -175,7 +179,7 @@ Asks the controller to reconcile the object now: sets the
 buildsmith.dev/reconcile-requested-at annotation, which also skips the wait
 of the object's backoff. With --wait, waits until the controller has acted
 on the request and the object is Ready, and prints why when it is not.
-KIND is clusterstore, clusterstack, builder or clusterbuilder.
+KIND is clusterstore, clusterstack, clusterlifecycle, builder or clusterbuilder.
 
 Exit status: 0 when requested (and Ready, with --wait), 1 otherwise.
 
@@ -194,7 +198,7 @@ func runReconcile(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	}
 	k, name, ok := objectArg(positional)
 	if !ok {
-		fmt.Fprintln(stderr, "kubectl-buildsmith reconcile: give one KIND/NAME, KIND one of clusterstore, clusterstack, builder, clusterbuilder")
+		fmt.Fprintln(stderr, "kubectl-buildsmith reconcile: give one KIND/NAME, KIND one of clusterstore, clusterstack, clusterlifecycle, builder, clusterbuilder")
 		return 1
 	}
 	c, namespace, err := cf.client()

@@ -110,6 +110,20 @@ func TestReconcileAndStatus(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// A ClusterLifecycle: status shows its image by digest.
+	lifecycles := versioned.NewForConfigOrDie(env.Config).BuildsmithV1alpha1().ClusterLifecycles()
+	lifecycle, err := lifecycles.Create(ctx, &v1alpha1.ClusterLifecycle{ObjectMeta: metav1.ObjectMeta{Name: "lifecycle"},
+		Spec: v1alpha1.ClusterLifecycleSpec{ImageSource: v1alpha1.ImageSource{Image: "registry.example.com/lifecycle"}}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lifecycleImage := "registry.example.com/lifecycle@sha256:" + strings.Repeat("c", 64)
+	lifecycle.Status.Image.LatestImage = lifecycleImage
+	lifecycle.Status.MarkReady()
+	if _, err := lifecycles.UpdateStatus(ctx, lifecycle, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
 	code, out, errOut := kubectl("status")
 	if code != 0 {
 		t.Fatalf("status: exit %d: %s", code, errOut)
@@ -117,6 +131,7 @@ func TestReconcileAndStatus(t *testing.T) {
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	want := [][]string{
 		{"NAMESPACE", "NAME", "READY", "REASON", "SINCE", "LATEST"},
+		{"-", "clusterlifecycle/lifecycle", "True", "-"},
 		{"-", "clusterstack/base", "True", "-"},
 		{"team", "builder/ignored", "Unknown", "-", "-", "-"},
 		{"team", "builder/ready", "True", "-"},
@@ -131,7 +146,10 @@ func TestReconcileAndStatus(t *testing.T) {
 			t.Errorf("status line %d: %q, want it to start with %q", i, lines[i], fields)
 		}
 	}
-	if !strings.HasSuffix(lines[1], runImage) {
-		t.Errorf("the stack's line does not end with its run image: %q", lines[1])
+	if !strings.HasSuffix(lines[2], runImage) {
+		t.Errorf("the stack's line does not end with its run image: %q", lines[2])
+	}
+	if !strings.HasSuffix(lines[1], lifecycleImage) {
+		t.Errorf("the lifecycle's line does not end with its image: %q", lines[1])
 	}
 }

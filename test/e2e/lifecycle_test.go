@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -31,15 +32,20 @@ func TestClusterLifecycle(t *testing.T) {
 	f := registrytest.New(t)
 	objects := storeStack{Addr: f.Addr, Name: "lifecycles", Buildpackages: []string{"buildpacks/hello:1.0.0"}, StackID: "io.buildpacks.stacks.test"}
 	objects.pushSamples(t, func(repo string, img v1.Image, err error) { push(t, f, repo, img, err) })
-	// The same lifecycle as an index of one platform: another digest.
-	index, err := sampleimages.LifecycleIndex(map[string]string{"linux/amd64": filepath.Join(env.Root, "bin", "lifecycle")}, "0.21.0")
+	// The same lifecycle with one more label: another image, as a rebuilt
+	// lifecycle image would be.
+	lifecycle, err := sampleimages.Lifecycle(filepath.Join(env.Root, "bin", "lifecycle"), "0.21.0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := remote.WriteIndex(f.Ref("buildsmith/lifecycle:index"), index); err != nil {
+	cf, err := lifecycle.ConfigFile()
+	if err != nil {
 		t.Fatal(err)
 	}
-	plain, indexed := f.Addr+"/buildsmith/lifecycle:0.21.0", f.Addr+"/buildsmith/lifecycle:index"
+	cf.Config.Labels["org.opencontainers.image.revision"] = "next"
+	rebuilt, err := mutate.ConfigFile(lifecycle, cf)
+	push(t, f, "buildsmith/lifecycle:next", rebuilt, err)
+	plain, next := f.Addr+"/buildsmith/lifecycle:0.21.0", f.Addr+"/buildsmith/lifecycle:next"
 
 	const ns = "lifecycles"
 	if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
@@ -112,21 +118,21 @@ func TestClusterLifecycle(t *testing.T) {
 	// rebuilt with it, the default one is not touched.
 	pushes := func(builder string) int { return f.Count("PUT", "/builders/"+builder+"/manifests/") }
 	defaultPushes := pushes("default")
-	lc.Spec.Image = indexed
+	lc.Spec.Image = next
 	if _, err := bs.ClusterLifecycles().Update(ctx, lc, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	var next string
+	var nextDigest string
 	eventually(t, 30*time.Second, "ClusterLifecycle at the new image", func() (bool, string) {
 		lc, err := bs.ClusterLifecycles().Get(ctx, "pinned", metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()
 		}
-		next = lc.Status.Image.LatestImage
-		return lc.Status.Image.Image == indexed && lc.Status.IsReady(), fmt.Sprintf("%+v", lc.Status)
+		nextDigest = lc.Status.Image.LatestImage
+		return lc.Status.Image.Image == next && lc.Status.IsReady(), fmt.Sprintf("%+v", lc.Status)
 	})
 	pinned2, def2 := builders("the pinned builder rebuilt with the new lifecycle", func(pinned, _ *v1alpha1.Builder) bool {
-		return pinned.Status.Lifecycle.Image == next
+		return pinned.Status.Lifecycle.Image == nextDigest
 	})
 	if pinned2.Status.Fingerprint == pinned.Status.Fingerprint {
 		t.Errorf("pinned builder: same fingerprint after its lifecycle changed")
@@ -139,9 +145,9 @@ func TestClusterLifecycle(t *testing.T) {
 	// The lifecycle-image ConfigMap moves: the default builder follows it,
 	// the pinned one is not touched.
 	pinnedPushes := pushes("pinned")
-	useLifecycleImage(t, indexed)
+	useLifecycleImage(t, next)
 	_, def3 := builders("the default builder rebuilt with the new default lifecycle", func(_, def *v1alpha1.Builder) bool {
-		return def.Status.Lifecycle.Image == next // the same image as the ClusterLifecycle's now
+		return def.Status.Lifecycle.Image == nextDigest // the same image as the ClusterLifecycle's now
 	})
 	if def3.Status.Fingerprint == def2.Status.Fingerprint {
 		t.Errorf("default builder: same fingerprint after the default lifecycle changed")
