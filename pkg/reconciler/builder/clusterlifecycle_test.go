@@ -24,7 +24,9 @@ import (
 func TestBuilderNamesClusterLifecycle(t *testing.T) {
 	x := newFixture(t)
 	old := x.clusterLifecycle("lifecycle:0.21.0", "0.21.0")
-	b := x.builder(func(b *v1alpha1.Builder) { b.Spec.Lifecycle = &v1alpha1.LifecycleRef{Kind: "ClusterLifecycle", Name: "pinned"} })
+	b := x.builder(func(b *v1alpha1.Builder) {
+		b.Spec.Lifecycle = &v1alpha1.LifecycleRef{Kind: "ClusterLifecycle", Name: "pinned"}
+	})
 	got, events, err, _ := x.run(t, b, "", old)
 	rt.Check(t, got, err, events, rt.Outcome{Ready: corev1.ConditionTrue, Requeue: rt.Resync,
 		MinDelay: 8 * time.Minute, MaxDelay: 12 * time.Minute, EventReasons: []string{"Ready"}})

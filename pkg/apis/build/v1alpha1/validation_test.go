@@ -91,7 +91,9 @@ func TestValidate(t *testing.T) {
 		{name: "valid lifecycle", obj: &ClusterLifecycle{Spec: ClusterLifecycleSpec{ImageSource: ImageSource{Image: "buildpacksio/lifecycle:0.21.0"}}}},
 		{
 			name: "builder naming a valid ClusterLifecycle",
-			obj:  builder(func(s *NamespacedBuilderSpec) { s.Lifecycle = &LifecycleRef{Kind: "ClusterLifecycle", Name: "lifecycle-0-21"} }),
+			obj: builder(func(s *NamespacedBuilderSpec) {
+				s.Lifecycle = &LifecycleRef{Kind: "ClusterLifecycle", Name: "lifecycle-0-21"}
+			}),
 		},
 		{
 			name: "lifecycle without image, with a bad service account",
