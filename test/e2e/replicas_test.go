@@ -113,7 +113,7 @@ func TestReplicas(t *testing.T) {
 		})
 	}
 
-	// Two pods: each leads one bucket of each of the four reconcilers.
+	// Two pods: each leads one bucket of each reconciler.
 	a, b := pod(), pod()
 	took := eventually(t, 60*time.Second, "each replica leading one bucket of every reconciler", func() (bool, string) {
 		return leadEach(a, 1) && leadEach(b, 1), fmt.Sprintf("first %v, second %v", led(a), led(b))
@@ -249,10 +249,14 @@ func led(p *controllertest.Process) []string {
 	return out
 }
 
-// leadEach: the replica leads n buckets of each of the four reconcilers.
+// reconcilers is how many reconcilers the controller runs: ClusterStore,
+// ClusterStack, ClusterLifecycle, Builder, ClusterBuilder.
+const reconcilers = 5
+
+// leadEach: the replica leads n buckets of each reconciler.
 func leadEach(p *controllertest.Process, n float64) bool {
 	got := samples(scrape(p), "buildsmith_leader_buckets")
-	if len(got) != 4 {
+	if len(got) != reconcilers {
 		return false
 	}
 	for _, v := range got {
