@@ -26,6 +26,7 @@ import (
 const (
 	LabelBuilderMetadata = "io.buildpacks.builder.metadata"
 	LabelBuildpackOrder  = "io.buildpacks.buildpack.order"
+	LabelBuildpackSystem = "io.buildpacks.buildpack.system"
 	LabelLifecycleVer    = "io.buildpacks.lifecycle.version"
 	LabelLifecycleAPIs   = "io.buildpacks.lifecycle.apis"
 	reservedLabelPrefix  = "io.buildpacks."
@@ -63,8 +64,10 @@ type BuilderSpec struct {
 	Lifecycle       Lifecycle
 	// Buildpacks are all buildpacks of the resolved order, children of
 	// meta-buildpacks included.
-	Buildpacks       []BuildpackLayer
-	Order            []v1alpha1.OrderEntry // resolved: every entry has a version
+	Buildpacks []BuildpackLayer
+	Order      []v1alpha1.OrderEntry // resolved: every entry has a version
+	// System are the system buildpacks (resolved), or nil: /cnb/system.toml.
+	System           *v1alpha1.SystemBuildpacks
 	AdditionalLabels map[string]string
 	// Env are build-time variables for buildpacks, written to
 	// /cnb/build-config/env/ (see ValidateEnv).
@@ -187,12 +190,20 @@ func configFilesLayer(spec BuilderSpec, mediaType types.MediaType) (v1.Layer, er
 	if err != nil {
 		return nil, err
 	}
-	return tarLayer(append([]tarEntry{
+	entries := append([]tarEntry{
 		{path: "cnb", mode: 0o755},
 		{path: "cnb/order.toml", mode: 0o644, content: order},
 		{path: "cnb/run.toml", mode: 0o644, content: run},
 		{path: "cnb/stack.toml", mode: 0o644, content: stack},
-	}, env...), mediaType)
+	}, env...)
+	if system := systemOf(spec.System); system != nil {
+		raw, err := encodeTOML(systemTOML{System: *system})
+		if err != nil {
+			return nil, err
+		}
+		entries = append(entries, tarEntry{path: "cnb/system.toml", mode: 0o644, content: raw})
+	}
+	return tarLayer(entries, mediaType)
 }
 
 // tarLayer writes entries, sorted by path, with fixed times and owners.
@@ -253,6 +264,41 @@ type stackTOML struct {
 type runImageTOML struct {
 	Image   string   `toml:"image"`
 	Mirrors []string `toml:"mirrors,omitempty"`
+}
+
+// systemTOML is /cnb/system.toml; its JSON is the label pack writes.
+type systemTOML struct {
+	System systemLists `toml:"system"`
+}
+
+type systemLists struct {
+	Pre  systemList `toml:"pre,omitempty" json:"pre,omitzero"`
+	Post systemList `toml:"post,omitempty" json:"post,omitzero"`
+}
+
+type systemList struct {
+	Buildpacks []moduleRef `toml:"buildpacks,omitempty" json:"buildpacks,omitempty"`
+}
+
+type moduleRef struct {
+	ID      string `toml:"id" json:"id"`
+	Version string `toml:"version" json:"version"`
+}
+
+// systemOf is what /cnb/system.toml and its label hold; nil when there are
+// no system buildpacks (neither is written then).
+func systemOf(s *v1alpha1.SystemBuildpacks) *systemLists {
+	if s == nil || len(s.Pre)+len(s.Post) == 0 {
+		return nil
+	}
+	list := func(refs []v1alpha1.SystemBuildpackRef) systemList {
+		var out systemList
+		for _, ref := range refs {
+			out.Buildpacks = append(out.Buildpacks, moduleRef(ref))
+		}
+		return out
+	}
+	return &systemLists{Pre: list(s.Pre), Post: list(s.Post)}
 }
 
 func tomlOrder(order []v1alpha1.OrderEntry) []groupTOML {
@@ -363,12 +409,16 @@ func builderLabels(spec BuilderSpec) (map[string]string, error) {
 		layers[bp.ID][bp.Version] = layerInfo{API: bp.API, Stacks: bp.Stacks, Targets: bp.Targets,
 			Order: bp.Order, LayerDiffID: bp.DiffID, Homepage: bp.Homepage}
 	}
-	for key, value := range map[string]any{
+	values := map[string]any{
 		LabelBuilderMetadata: meta,
 		LabelBuildpackOrder:  spec.Order,
 		LabelBuildpackLayers: layers,
 		LabelLifecycleAPIs:   labelAPIs(spec.Lifecycle.APIs),
-	} {
+	}
+	if system := systemOf(spec.System); system != nil {
+		values[LabelBuildpackSystem] = system
+	}
+	for key, value := range values {
 		raw, err := json.Marshal(value) // maps marshal with sorted keys
 		if err != nil {
 			return nil, fmt.Errorf("label %s: %w", key, err)

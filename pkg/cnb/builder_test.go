@@ -279,3 +279,76 @@ func TestAssembleBuilderRefusesReservedLabels(t *testing.T) {
 		t.Error("an additional label overrode io.buildpacks.buildpack.order")
 	}
 }
+
+// TestAssembleBuilderSystemBuildpacks: system buildpacks become
+// /cnb/system.toml and the label pack writes; without them, neither is
+// there.
+func TestAssembleBuilderSystemBuildpacks(t *testing.T) {
+	files := func(img v1.Image) map[string]string {
+		t.Helper()
+		rc := mutate.Extract(img)
+		defer rc.Close()
+		out := map[string]string{}
+		tr := tar.NewReader(rc)
+		for {
+			h, err := tr.Next()
+			if errors.Is(err, io.EOF) {
+				return out
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(tr)
+			out[h.Name] = string(b)
+		}
+	}
+	for _, tc := range []struct {
+		name      string
+		system    *v1alpha1.SystemBuildpacks
+		wantTOML  string // "" for no file
+		wantLabel string // "" for no label
+	}{{
+		name: "none",
+	}, {
+		name:   "empty lists",
+		system: &v1alpha1.SystemBuildpacks{},
+	}, {
+		name: "pre and post",
+		system: &v1alpha1.SystemBuildpacks{
+			Pre:  []v1alpha1.SystemBuildpackRef{{ID: "example/procfile", Version: "2.0.0"}},
+			Post: []v1alpha1.SystemBuildpackRef{{ID: "example/go-dist", Version: "1.2.0"}, {ID: "example/go", Version: "1.0.0"}},
+		},
+		wantTOML: "[system]\n  [system.pre]\n\n    [[system.pre.buildpacks]]\n      id = \"example/procfile\"\n      version = \"2.0.0\"\n" +
+			"  [system.post]\n\n    [[system.post.buildpacks]]\n      id = \"example/go-dist\"\n      version = \"1.2.0\"\n\n" +
+			"    [[system.post.buildpacks]]\n      id = \"example/go\"\n      version = \"1.0.0\"\n",
+		wantLabel: `{"pre":{"buildpacks":[{"id":"example/procfile","version":"2.0.0"}]},` +
+			`"post":{"buildpacks":[{"id":"example/go-dist","version":"1.2.0"},{"id":"example/go","version":"1.0.0"}]}}`,
+	}, {
+		name:      "post only",
+		system:    &v1alpha1.SystemBuildpacks{Post: []v1alpha1.SystemBuildpackRef{{ID: "example/go", Version: "1.0.0"}}},
+		wantTOML:  "[system]\n  [system.post]\n\n    [[system.post.buildpacks]]\n      id = \"example/go\"\n      version = \"1.0.0\"\n",
+		wantLabel: `{"post":{"buildpacks":[{"id":"example/go","version":"1.0.0"}]}}`,
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			spec := builderSpec(t)
+			spec.System = tc.system
+			img, err := AssembleBuilder(spec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, found := files(img)["cnb/system.toml"]
+			if tc.wantTOML == "" && found {
+				t.Errorf("cnb/system.toml written:\n%s", got)
+			} else if got != tc.wantTOML {
+				t.Errorf("cnb/system.toml:\n%s\nwant:\n%s", got, tc.wantTOML)
+			}
+			cf, err := img.ConfigFile()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if label, found := cf.Config.Labels[LabelBuildpackSystem]; label != tc.wantLabel || found != (tc.wantLabel != "") {
+				t.Errorf("label %s = %q (set: %v), want %q", LabelBuildpackSystem, label, found, tc.wantLabel)
+			}
+		})
+	}
+}

@@ -12,7 +12,28 @@ import (
 const (
 	ReasonBuildpackAPIUnsupported = "BuildpackAPIUnsupported"
 	ReasonIncompatibleBuildpack   = "IncompatibleBuildpack"
+	// ReasonPlatformAPIUnsupported: the builder needs a platform API (for
+	// system buildpacks or extensions) its lifecycle does not have.
+	ReasonPlatformAPIUnsupported = "PlatformAPIUnsupported"
 )
+
+// SystemPlatformAPI is the first platform API whose lifecycle reads
+// /cnb/system.toml.
+const SystemPlatformAPI = "0.15"
+
+// CheckPlatformAPI checks that a lifecycle supports platform API want or a
+// later one, for what (e.g. "system buildpacks"): an older lifecycle would
+// ignore the files the builder has for it, and the builder would quietly
+// not do what its spec says.
+func CheckPlatformAPI(lifecycle Lifecycle, want, what string) error {
+	for _, api := range slices.Concat(lifecycle.APIs.Platform.Supported, lifecycle.APIs.Platform.Deprecated) {
+		if !apiLess(api, want) {
+			return nil
+		}
+	}
+	return failure.Permanentf(ReasonPlatformAPIUnsupported, "%s need platform API %s or later; lifecycle %s supports %s",
+		what, want, lifecycle.Version, strings.Join(lifecycle.APIs.Platform.Supported, ", "))
+}
 
 // CheckCompatibility checks that the lifecycle can run every buildpack
 // (meta-buildpacks' children included: the lifecycle reads them all), and

@@ -2,6 +2,7 @@ package cnb
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -18,19 +19,22 @@ const (
 	ReasonBuildpackCycle          = "BuildpackCycle"
 )
 
-// ResolvedOrder is a builder's order with every version pinned, and every
-// buildpack the builder must contain for it: those named in the order and,
-// recursively, the children of meta-buildpacks.
+// ResolvedOrder is a builder's order (and system buildpacks) with every
+// version pinned, and every buildpack the builder must contain for them:
+// those named and, recursively, the children of meta-buildpacks.
 type ResolvedOrder struct {
 	Order []v1alpha1.OrderEntry
+	// System is nil when the builder has no system buildpacks.
+	System *v1alpha1.SystemBuildpacks
 	// Buildpacks are unique by id@version, sorted by id, then version.
 	Buildpacks []v1alpha1.StoreBuildpack
 }
 
-// ResolveOrder pins order against the buildpacks of a store. A reference
-// without a version takes the highest semantic version the store has. All
-// errors are Permanent: the order or the store must change.
-func ResolveOrder(order []v1alpha1.OrderEntry, store []v1alpha1.StoreBuildpack) (*ResolvedOrder, error) {
+// ResolveOrder pins order and system (nil for none) against the
+// buildpacks of a store. A reference without a version takes the highest
+// semantic version the store has. All errors are Permanent: the spec or
+// the store must change.
+func ResolveOrder(order []v1alpha1.OrderEntry, system *v1alpha1.SystemBuildpacks, store []v1alpha1.StoreBuildpack) (*ResolvedOrder, error) {
 	r := resolver{byID: map[string][]v1alpha1.StoreBuildpack{}, used: map[string]v1alpha1.StoreBuildpack{}}
 	for _, bp := range store {
 		r.byID[bp.ID] = append(r.byID[bp.ID], bp)
@@ -47,6 +51,25 @@ func ResolveOrder(order []v1alpha1.OrderEntry, store []v1alpha1.StoreBuildpack) 
 				return nil, err
 			}
 			out.Order[i].Group[j] = v1alpha1.BuildpackRef{ID: bp.ID, Version: bp.Version, Optional: ref.Optional}
+		}
+	}
+	if system != nil && len(system.Pre)+len(system.Post) > 0 {
+		out.System = &v1alpha1.SystemBuildpacks{}
+		for _, list := range []struct {
+			name     string
+			refs     []v1alpha1.SystemBuildpackRef
+			resolved *[]v1alpha1.SystemBuildpackRef
+		}{{"pre", system.Pre, &out.System.Pre}, {"post", system.Post, &out.System.Post}} {
+			for _, ref := range list.refs {
+				bp, err := r.resolve(v1alpha1.BuildpackRef{ID: ref.ID, Version: ref.Version})
+				if err == nil {
+					err = r.use(bp, nil)
+				}
+				if err != nil {
+					return nil, fmt.Errorf("system %s buildpacks: %w", list.name, err)
+				}
+				*list.resolved = append(*list.resolved, v1alpha1.SystemBuildpackRef{ID: bp.ID, Version: bp.Version})
+			}
 		}
 	}
 	for _, bp := range r.used {
@@ -129,8 +152,15 @@ func versions(bps []v1alpha1.StoreBuildpack) string {
 
 // Optional says whether the order names bp only as optional: a builder
 // without it still detects every group (the group just does without it).
-// Children of meta-buildpacks are never optional here.
+// Children of meta-buildpacks and system buildpacks are never optional.
 func (o *ResolvedOrder) Optional(bp v1alpha1.StoreBuildpack) bool {
+	if o.System != nil {
+		for _, ref := range slices.Concat(o.System.Pre, o.System.Post) {
+			if ref.ID == bp.ID && ref.Version == bp.Version {
+				return false
+			}
+		}
+	}
 	for _, meta := range o.Buildpacks {
 		for _, entry := range meta.Order {
 			for _, ref := range entry.Group {
@@ -158,7 +188,7 @@ func (o *ResolvedOrder) Optional(bp v1alpha1.StoreBuildpack) bool {
 // groups and the buildpacks; a group left empty goes too. For a platform
 // that some optional buildpacks lack.
 func (o *ResolvedOrder) Without(drop func(v1alpha1.StoreBuildpack) bool) *ResolvedOrder {
-	out := &ResolvedOrder{}
+	out := &ResolvedOrder{System: o.System} // never optional, so never dropped
 	dropped := map[string]bool{}
 	for _, bp := range o.Buildpacks {
 		if drop(bp) {

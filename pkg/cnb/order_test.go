@@ -81,7 +81,7 @@ func TestResolveOrder(t *testing.T) {
 	}}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := ResolveOrder(tc.order, store)
+			got, err := ResolveOrder(tc.order, nil, store)
 			if tc.wantReason != "" {
 				f, ok := failure.As(err)
 				if !ok || f.Class != failure.Permanent || f.Reason != tc.wantReason || !strings.Contains(err.Error(), tc.wantText) {
@@ -101,6 +101,78 @@ func TestResolveOrder(t *testing.T) {
 			}
 			if diff := cmp.Diff(tc.wantUsed, used); diff != "" {
 				t.Errorf("buildpacks (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestResolveSystem: system buildpacks are resolved as order entries are,
+// brought into the builder with their children, never optional, and kept
+// by Without.
+func TestResolveSystem(t *testing.T) {
+	store := []v1alpha1.StoreBuildpack{
+		sbp("go", "1.9.0"), sbp("go", "1.10.0"), sbp("procfile", "1.0.0"),
+		sbp("ca-certs", "2.0.0"), sbp("ca-certs", "2.1.0"),
+		sbp("meta-sbom", "1.0.0", ref("procfile", "1.0.0")),
+	}
+	sys := func(pre, post []v1alpha1.SystemBuildpackRef) *v1alpha1.SystemBuildpacks {
+		return &v1alpha1.SystemBuildpacks{Pre: pre, Post: post}
+	}
+	tests := []struct {
+		name       string
+		system     *v1alpha1.SystemBuildpacks
+		wantSystem *v1alpha1.SystemBuildpacks
+		wantUsed   []string
+		wantText   string // of a BuildpackNotFound error
+	}{{
+		name:     "none",
+		wantUsed: []string{"go@1.10.0"},
+	}, {
+		name:     "empty lists are none",
+		system:   sys(nil, nil),
+		wantUsed: []string{"go@1.10.0"},
+	}, {
+		name:       "pre and post, versions resolved, a meta-buildpack's children brought in",
+		system:     sys([]v1alpha1.SystemBuildpackRef{{ID: "ca-certs"}}, []v1alpha1.SystemBuildpackRef{{ID: "meta-sbom", Version: "1.0.0"}}),
+		wantSystem: sys([]v1alpha1.SystemBuildpackRef{{ID: "ca-certs", Version: "2.1.0"}}, []v1alpha1.SystemBuildpackRef{{ID: "meta-sbom", Version: "1.0.0"}}),
+		wantUsed:   []string{"ca-certs@2.1.0", "go@1.10.0", "meta-sbom@1.0.0", "procfile@1.0.0"},
+	}, {
+		name:     "a pre buildpack the store lacks",
+		system:   sys([]v1alpha1.SystemBuildpackRef{{ID: "ghost"}}, nil),
+		wantText: "system pre buildpacks: buildpack ghost is not in the store",
+	}, {
+		name:     "a post version the store lacks",
+		system:   sys(nil, []v1alpha1.SystemBuildpackRef{{ID: "ca-certs", Version: "3.0.0"}}),
+		wantText: "system post buildpacks: buildpack ca-certs@3.0.0 is not in the store, which has versions 2.0.0, 2.1.0",
+	}}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := ResolveOrder([]v1alpha1.OrderEntry{group(ref("go", ""))}, tc.system, store)
+			if tc.wantText != "" {
+				f, ok := failure.As(err)
+				if !ok || f.Class != failure.Permanent || f.Reason != ReasonBuildpackNotFound || err.Error() != tc.wantText {
+					t.Fatalf("error = %v (%+v), want Permanent %s: %q", err, f, ReasonBuildpackNotFound, tc.wantText)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tc.wantSystem, got.System); diff != "" {
+				t.Errorf("system (-want +got):\n%s", diff)
+			}
+			var used []string
+			for _, bp := range got.Buildpacks {
+				used = append(used, bp.ID+"@"+bp.Version)
+				if got.Optional(bp) {
+					t.Errorf("%s@%s is optional", bp.ID, bp.Version)
+				}
+			}
+			if diff := cmp.Diff(tc.wantUsed, used); diff != "" {
+				t.Errorf("buildpacks (-want +got):\n%s", diff)
+			}
+			if without := got.Without(func(v1alpha1.StoreBuildpack) bool { return false }); !cmp.Equal(without.System, got.System) {
+				t.Errorf("Without dropped the system buildpacks: %+v", without.System)
 			}
 		})
 	}
@@ -174,7 +246,7 @@ func metaWithOldChild(t *testing.T) []v1alpha1.StoreBuildpack {
 		{ID: "meta", Version: "1", API: "0.10", Order: []v1alpha1.OrderEntry{group(ref("child", "1"))}},
 		{ID: "child", Version: "1", API: "0.2"},
 	}
-	resolved, err := ResolveOrder([]v1alpha1.OrderEntry{group(ref("meta", "1"))}, store)
+	resolved, err := ResolveOrder([]v1alpha1.OrderEntry{group(ref("meta", "1"))}, nil, store)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -217,5 +289,33 @@ func TestOptionalAndWithout(t *testing.T) {
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("Without(x86) (-want +got):\n%s", diff)
+	}
+}
+
+func TestCheckPlatformAPI(t *testing.T) {
+	lifecycle := func(supported ...string) Lifecycle {
+		return Lifecycle{Version: "0.x", APIs: v1alpha1.LifecycleAPIs{Platform: v1alpha1.APIVersions{Supported: supported}}}
+	}
+	for _, tc := range []struct {
+		lifecycle Lifecycle
+		wantErr   string
+	}{
+		{lifecycle: lifecycle("0.7", "0.15")},
+		{lifecycle: lifecycle("0.16")},
+		{lifecycle: lifecycle("1.0")},
+		{lifecycle: lifecycle("0.7", "0.13", "0.14"), wantErr: "system buildpacks need platform API 0.15 or later; lifecycle 0.x supports 0.7, 0.13, 0.14"},
+		{lifecycle: lifecycle("0.9", "0.10"), wantErr: "system buildpacks need platform API 0.15 or later; lifecycle 0.x supports 0.9, 0.10"},
+	} {
+		err := CheckPlatformAPI(tc.lifecycle, SystemPlatformAPI, "system buildpacks")
+		if tc.wantErr == "" {
+			if err != nil {
+				t.Errorf("%v: %v", tc.lifecycle.APIs.Platform.Supported, err)
+			}
+			continue
+		}
+		f, ok := failure.As(err)
+		if !ok || f.Class != failure.Permanent || f.Reason != ReasonPlatformAPIUnsupported || err.Error() != tc.wantErr {
+			t.Errorf("%v: error %v (%+v), want Permanent %s %q", tc.lifecycle.APIs.Platform.Supported, err, f, ReasonPlatformAPIUnsupported, tc.wantErr)
+		}
 	}
 }

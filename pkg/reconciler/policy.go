@@ -192,7 +192,9 @@ func (p *Policy) Finish(ctx context.Context, obj Object, err error) pkgreconcile
 	}
 
 	f := Classify(err)
-	message := capMessage(f.Error())
+	// The whole chain: what wrapped the classified error says where it
+	// happened ("system pre buildpacks: …", "in meta-buildpack …: …").
+	message := capMessage(err.Error())
 	switch f.Class {
 	case failure.Permanent:
 		conditions.MarkStalled(f.Reason, message)

@@ -21,6 +21,7 @@ func TestKubectlApplySamples(t *testing.T) {
 		"clusterstack.buildsmith.dev/demo created",
 		"clusterlifecycle.buildsmith.dev/lifecycle-0-21 created",
 		"builder.buildsmith.dev/demo created",
+		"builder.buildsmith.dev/demo-system created",
 		"clusterbuilder.buildsmith.dev/demo created",
 	} {
 		if !strings.Contains(string(out), want) {
@@ -78,11 +79,15 @@ func TestKubectlApplySamples(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	systemBuilder, err := bc.Builders("default").Get(ctx, "demo-system", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	clusterBuilder, err := bc.ClusterBuilders().Get(ctx, "demo", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, err := range []*apis.FieldError{store.Validate(ctx), stack.Validate(ctx), lifecycle.Validate(ctx), builder.Validate(ctx), clusterBuilder.Validate(ctx)} {
+	for _, err := range []*apis.FieldError{store.Validate(ctx), stack.Validate(ctx), lifecycle.Validate(ctx), builder.Validate(ctx), systemBuilder.Validate(ctx), clusterBuilder.Validate(ctx)} {
 		if err != nil {
 			t.Errorf("sample does not validate: %v", err)
 		}

@@ -229,10 +229,17 @@ func extract(t *testing.T, img v1.Image, dir string) {
 // build user, with platform API 0.13.
 func runLifecycle(t *testing.T, rootfs, phase string, args ...string) {
 	t.Helper()
+	runLifecycleAt(t, "0.13", rootfs, phase, args...)
+}
+
+// runLifecycleAt runs a lifecycle phase from the unpacked builder as the
+// build user, with platformAPI.
+func runLifecycleAt(t *testing.T, platformAPI, rootfs, phase string, args ...string) {
+	t.Helper()
 	uid := fmt.Sprint(cnbUID)
 	cmd := exec.Command("setpriv", append([]string{"--reuid=" + uid, "--regid=" + uid, "--clear-groups",
 		filepath.Join(rootfs, "cnb/lifecycle", phase)}, args...)...)
-	cmd.Env = []string{"CNB_PLATFORM_API=0.13", "PATH=/usr/bin:/bin", "HOME=/tmp"}
+	cmd.Env = []string{"CNB_PLATFORM_API=" + platformAPI, "PATH=/usr/bin:/bin", "HOME=/tmp"}
 	out, err := cmd.CombinedOutput()
 	t.Logf("%s:\n%s", phase, out)
 	if err != nil {

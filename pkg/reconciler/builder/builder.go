@@ -182,7 +182,7 @@ func (r *Core) resolveInputs(ctx context.Context, obj object, spec *v1alpha1.Bui
 		return nil, err
 	}
 	in.registry = r.Registry.As(kc)
-	if in.resolved, err = cnb.ResolveOrder(spec.Order, in.store.Status.Buildpacks); err != nil {
+	if in.resolved, err = cnb.ResolveOrder(spec.Order, spec.System, in.store.Status.Buildpacks); err != nil {
 		return nil, err
 	}
 	if in.lifecycle, in.lifecycleName, err = r.lifecycle(ctx, obj, in.registry, spec.Lifecycle); err != nil {
@@ -204,6 +204,7 @@ func (in *inputs) status(status *v1alpha1.BuilderStatus) v1alpha1.BuilderStatus 
 		Platforms:         status.Platforms,
 		SkippedPlatforms:  in.skipped,
 		Order:             in.resolved.Order,
+		System:            in.resolved.System,
 		Stack:             v1alpha1.BuiltStack{ID: in.stack.Status.ID, RunImage: in.stack.Status.RunImage.Image},
 		Lifecycle: v1alpha1.LifecycleStatus{Image: in.lifecycle.Ref.String(),
 			Version: in.builds[0].lifecycle.Version, APIs: in.builds[0].lifecycle.APIs},
@@ -342,6 +343,11 @@ func (r *Core) platforms(ctx context.Context, reg registry.Access, stack *v1alph
 		if err := cnb.CheckCompatibility(order.Buildpacks, lifecycle.APIs.Buildpack, info); err != nil {
 			return nil, nil, err
 		}
+		if order.System != nil {
+			if err := cnb.CheckPlatformAPI(lifecycle.Lifecycle, cnb.SystemPlatformAPI, "system buildpacks"); err != nil {
+				return nil, nil, err
+			}
+		}
 		builds[i] = platformBuild{platform: p, stack: info, lifecycle: lifecycle, order: order}
 	}
 	return builds, skipped, nil
@@ -385,6 +391,7 @@ func (r *Core) assemble(ctx context.Context, reg registry.Access, stack *v1alpha
 		Lifecycle:        b.lifecycle.Lifecycle,
 		Buildpacks:       layers,
 		Order:            b.order.Order,
+		System:           b.order.System,
 		AdditionalLabels: spec.AdditionalLabels,
 		Env:              buildEnv(spec.Env),
 		CreatedBy:        r.Version,
@@ -482,8 +489,11 @@ func fingerprintOf(stack *v1alpha1.ClusterStack, builds []platformBuild, resolve
 		Order                              []v1alpha1.OrderEntry
 		Labels                             map[string]string
 		Env                                []v1alpha1.BuildEnv
+		// Omitted when empty: the fingerprints of builders from before
+		// system buildpacks stay the same.
+		System *v1alpha1.SystemBuildpacks `json:",omitempty"`
 	}{stack.Status.BuildImage.LatestImage, stack.Status.RunImage.Image, spec.Tag, version, stack.Status.RunImage.Mirrors,
-		platforms, buildpacks, resolved.Order, spec.AdditionalLabels, spec.Env})
+		platforms, buildpacks, resolved.Order, spec.AdditionalLabels, spec.Env, resolved.System})
 	sum := sha256.Sum256(raw)
 	return "sha256:" + hex.EncodeToString(sum[:])
 }

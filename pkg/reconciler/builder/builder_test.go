@@ -334,7 +334,7 @@ func BenchmarkAssembleBuilder(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	resolved, err := cnb.ResolveOrder([]v1alpha1.OrderEntry{{Group: order}}, store)
+	resolved, err := cnb.ResolveOrder([]v1alpha1.OrderEntry{{Group: order}}, nil, store)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -63,6 +63,12 @@ type BuilderSpec struct {
 	// Order is the detection order: the lifecycle tries each group in turn.
 	// +kubebuilder:validation:MinItems=1
 	Order []OrderEntry `json:"order"`
+	// System are buildpacks the lifecycle runs before (pre) and after
+	// (post) every group of the order, as pack's [system]: written to
+	// /cnb/system.toml, which the lifecycle reads at platform API 0.15 and
+	// later.
+	// +optional
+	System *SystemBuildpacks `json:"system,omitempty"`
 	// AdditionalLabels are added to the builder image; they may not set any
 	// io.buildpacks.* label.
 	// +optional
@@ -83,6 +89,31 @@ type BuilderSpec struct {
 	// +listType=atomic
 	// +kubebuilder:validation:MaxItems=16
 	Targets []Platform `json:"targets,omitempty"`
+}
+
+// SystemBuildpacks are the buildpacks of /cnb/system.toml. The lifecycle
+// puts pre before and post after the buildpacks of each group (leaving out
+// one whose id the group has already); they are not optional: each must
+// pass detection for its group to.
+type SystemBuildpacks struct {
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=32
+	Pre []SystemBuildpackRef `json:"pre,omitempty"`
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=32
+	Post []SystemBuildpackRef `json:"post,omitempty"`
+}
+
+// SystemBuildpackRef names a buildpack of the store: in spec the version
+// may be empty (the highest semver in the store wins); in status it is
+// resolved.
+type SystemBuildpackRef struct {
+	// +kubebuilder:validation:MinLength=1
+	ID string `json:"id"`
+	// +optional
+	Version string `json:"version,omitempty"`
 }
 
 // BuiltPlatform is one platform of a builder and its image.
@@ -157,6 +188,9 @@ type BuilderStatus struct {
 	// Order is the spec's order with every version resolved.
 	// +optional
 	Order []OrderEntry `json:"order,omitempty"`
+	// System is the spec's system buildpacks with every version resolved.
+	// +optional
+	System *SystemBuildpacks `json:"system,omitempty"`
 	// +optional
 	Stack BuiltStack `json:"stack,omitzero"`
 	// +optional

@@ -119,6 +119,9 @@ func (s *BuilderSpec) validate() *apis.FieldError {
 		errs = errs.Also(validateRef(s.Lifecycle.Kind, "ClusterLifecycle", s.Lifecycle.Name).ViaField("lifecycle"))
 	}
 	errs = errs.Also(validateOrder(s.Order).ViaField("order"))
+	if s.System != nil {
+		errs = errs.Also(s.System.validate().ViaField("system"))
+	}
 	var reserved []string
 	for key := range s.AdditionalLabels {
 		if key == "" || strings.HasPrefix(key, reservedLabelPrefix) {
@@ -151,6 +154,30 @@ func validateOrder(order []OrderEntry) *apis.FieldError {
 		}
 	}
 	return list.result()
+}
+
+// validate checks that every system buildpack has an id, and no id comes
+// twice: the lifecycle would put it twice into every group.
+func (s *SystemBuildpacks) validate() *apis.FieldError {
+	var errs *apis.FieldError
+	first := map[string]string{}
+	for _, list := range []struct {
+		field string
+		refs  []SystemBuildpackRef
+	}{{"pre", s.Pre}, {"post", s.Post}} {
+		for i, ref := range list.refs {
+			at := fmt.Sprintf("%s[%d]", list.field, i)
+			switch earlier, dup := first[ref.ID]; {
+			case ref.ID == "":
+				errs = errs.Also(apis.ErrMissingField("id").ViaField(at))
+			case dup:
+				errs = errs.Also(apis.ErrGeneric("duplicate system buildpack: same id as "+earlier, "id").ViaField(at))
+			default:
+				first[ref.ID] = at
+			}
+		}
+	}
+	return errs
 }
 
 func validateTag(tag string) *apis.FieldError {

@@ -96,6 +96,22 @@ func TestValidate(t *testing.T) {
 			}),
 		},
 		{
+			name: "builder with system buildpacks",
+			obj: builder(func(s *NamespacedBuilderSpec) {
+				s.System = &SystemBuildpacks{Pre: []SystemBuildpackRef{{ID: "a"}}, Post: []SystemBuildpackRef{{ID: "b", Version: "1.0.0"}}}
+			}),
+		},
+		{
+			name: "system buildpacks without id, and one id twice",
+			obj: clusterBuilder(func(s *ClusterBuilderSpec) {
+				s.System = &SystemBuildpacks{Pre: []SystemBuildpackRef{{ID: "a"}, {Version: "1"}}, Post: []SystemBuildpackRef{{ID: "a"}}}
+			}),
+			want: []string{
+				"duplicate system buildpack: same id as pre[0]: spec.system.post[0].id",
+				"missing field(s): spec.system.pre[1].id",
+			},
+		},
+		{
 			name: "lifecycle without image, with a bad service account",
 			obj: &ClusterLifecycle{Spec: ClusterLifecycleSpec{
 				ServiceAccountRef: &ServiceAccountRef{Name: "reader"}}},
