@@ -9,7 +9,7 @@ GO_FILES = $(shell find . -name '*.go' -not -path './bin/*' -not -path './.git/*
 all: build
 
 .PHONY: tools
-tools: ## build etcd, kube-apiserver, kubectl, controller-gen, the CNB lifecycle (and its linux/arm64 build), the registry and helm into bin/ (cached)
+tools: ## build etcd, kube-apiserver, kubectl, controller-gen, the CNB lifecycle (and its linux/arm64 build), the registry, helm, ko and cosign into bin/ (cached)
 	hack/tools.sh
 
 .PHONY: build

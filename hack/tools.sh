@@ -21,7 +21,7 @@ KUBE_VERSION=v1.35.4
 CONTROLLER_TOOLS_VERSION=v0.23.0
 LIFECYCLE_VERSION=v0.21.0
 
-ALL_TOOLS=(etcd kube-apiserver kubectl controller-gen lifecycle lifecycle-linux-arm64 registry helm ko)
+ALL_TOOLS=(etcd kube-apiserver kubectl controller-gen lifecycle lifecycle-linux-arm64 registry helm ko cosign)
 
 log() { printf 'tools: %s\n' "$*" >&2; }
 
@@ -135,6 +135,12 @@ build_ko() {
   (cd "${ROOT}/hack/tools/ko" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$1/ko" github.com/google/ko)
 }
 
+# cosign, which the e2e tests run to verify the builders' signatures.
+build_cosign() {
+  (cd "${ROOT}/hack/tools/cosign" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" \
+    -o "$1/cosign" github.com/sigstore/cosign/v3/cmd/cosign)
+}
+
 main() {
   local tools=("$@")
   [[ ${#tools[@]} -gt 0 ]] || tools=("${ALL_TOOLS[@]}")
@@ -154,6 +160,7 @@ main() {
       registry) install_tool registry "$(module_tool_key registry "")" build_registry ;;
       helm) install_tool helm "$(module_tool_key helm "")" build_helm ;;
       ko) install_tool ko "$(module_tool_key ko "")" build_ko ;;
+      cosign) install_tool cosign "$(module_tool_key cosign "")" build_cosign ;;
       *) log "unknown tool ${tool} (known: ${ALL_TOOLS[*]})"; return 2 ;;
     esac
   done

@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/authn"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
@@ -141,4 +142,39 @@ func DropManagedFields(informer cache.SharedIndexInformer) {
 		}
 		return obj, nil
 	})
+}
+
+// SigningSecrets returns the Secrets of the named ServiceAccount's
+// secrets (not its imagePullSecrets, as kpack reads them) that hold a
+// cosign key pair, i.e. have the data keys hasKeys names; none when ref is
+// nil. Missing Secrets are skipped; each is tracked, so that adding or
+// changing one reconciles obj.
+func (c Credentials) SigningSecrets(ctx context.Context, obj kmeta.Accessor, ref *v1alpha1.ServiceAccountRef, hasKeys ...string) ([]*corev1.Secret, error) {
+	if ref == nil {
+		return nil, nil
+	}
+	track := func(kind, name string) {
+		_ = c.Tracker.TrackReference(tracker.Reference{APIVersion: "v1", Kind: kind, Namespace: ref.Namespace, Name: name}, obj)
+	}
+	track("ServiceAccount", ref.Name)
+	sa, err := c.Keychains.ServiceAccounts.ServiceAccounts(ref.Namespace).Get(ref.Name)
+	if apierrors.IsNotFound(err) {
+		return nil, nil // ForServiceAccount reports it
+	} else if err != nil {
+		return nil, err
+	}
+	var out []*corev1.Secret
+	for _, s := range sa.Secrets {
+		track("Secret", s.Name)
+		secret, err := c.Keychains.Secrets.Get(ctx, ref.Namespace, s.Name)
+		if apierrors.IsNotFound(err) {
+			continue
+		} else if err != nil {
+			return nil, err
+		}
+		if !slices.ContainsFunc(hasKeys, func(k string) bool { _, ok := secret.Data[k]; return !ok }) {
+			out = append(out, secret)
+		}
+	}
+	return out, nil
 }

@@ -31,13 +31,22 @@ type Descriptor struct {
 // answers carry no diagnostics (a missing tag and a missing repository look
 // the same), and some registries answer HEAD badly (no digest header).
 func (a Access) Resolve(ctx context.Context, ref name.Reference) (Descriptor, error) {
+	return a.resolve(ctx, ref, false)
+}
+
+// resolve is Resolve; for a lookup, a HEAD that says 404 is the answer: no
+// GET follows to tell a missing tag from a missing repository, as both
+// mean "not there yet" (a builder's signature tag, before its first
+// signature, is looked up so).
+func (a Access) resolve(ctx context.Context, ref name.Reference, lookup bool) (Descriptor, error) {
 	c, kc := a.client, a.keychain
 	ref = c.cleartext.reference(ref)
 	var out Descriptor
 	err := c.do(ctx, ref, c.opts.Timeout, func(ctx context.Context, s *session) error {
 		desc, err := s.puller.Head(ctx, ref)
 		if err != nil {
-			if reason := Classify(err).Reason; reason == ReasonRegistryUnavailable || reason == ReasonRateLimited {
+			if reason := Classify(err).Reason; reason == ReasonRegistryUnavailable || reason == ReasonRateLimited ||
+				(lookup && reason == ReasonImageNotFound) {
 				return err
 			}
 			full, getErr := s.puller.Get(ctx, ref)
@@ -82,7 +91,7 @@ type Image struct {
 // false, with no error, when the registry says there is no such image (a
 // tag never pushed, or deleted).
 func (a Access) Lookup(ctx context.Context, ref name.Reference) (desc Descriptor, found bool, err error) {
-	desc, err = a.Resolve(ctx, ref)
+	desc, err = a.resolve(ctx, ref, true)
 	if err != nil && Classify(err).Reason == ReasonImageNotFound {
 		return Descriptor{}, false, nil
 	}

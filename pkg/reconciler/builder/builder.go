@@ -14,7 +14,6 @@ import (
 	"slices"
 	"sync"
 
-	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -26,6 +25,7 @@ import (
 	"github.com/buildsmith/buildsmith/pkg/apis/build/v1alpha1"
 	listers "github.com/buildsmith/buildsmith/pkg/client/listers/build/v1alpha1"
 	"github.com/buildsmith/buildsmith/pkg/cnb"
+	"github.com/buildsmith/buildsmith/pkg/cosign"
 	"github.com/buildsmith/buildsmith/pkg/failure"
 	"github.com/buildsmith/buildsmith/pkg/reconciler"
 	"github.com/buildsmith/buildsmith/pkg/reconciler/clusterlifecycle"
@@ -58,6 +58,8 @@ type Core struct {
 	// status again, and must find the pushed image (one HEAD) rather than
 	// push it again.
 	pushes sync.Map // types.NamespacedName → pushRecord
+
+	keys signingKeys // parsed once per Secret version
 }
 
 // pushRecord is a push of a builder: its inputs and what it made.
@@ -72,14 +74,12 @@ type BuilderReconciler struct{ *Core }
 
 // ReconcileKind implements the generated reconciler's Interface.
 func (r *BuilderReconciler) ReconcileKind(ctx context.Context, b *v1alpha1.Builder) pkgreconciler.Event {
-	keychain := func() (authn.Keychain, error) {
-		account := b.Spec.ServiceAccountName
-		if account == "" {
-			account = v1alpha1.DefaultServiceAccountName
-		}
-		return r.Credentials.ForServiceAccount(ctx, b, &v1alpha1.ServiceAccountRef{Namespace: b.Namespace, Name: account})
+	account := b.Spec.ServiceAccountName
+	if account == "" {
+		account = v1alpha1.DefaultServiceAccountName
 	}
-	return r.Policy.Finish(ctx, b, r.reconcile(ctx, b, &b.Spec.BuilderSpec, &b.Status, keychain))
+	return r.Policy.Finish(ctx, b, r.reconcile(ctx, b, &b.Spec.BuilderSpec, &b.Status,
+		&v1alpha1.ServiceAccountRef{Namespace: b.Namespace, Name: account}))
 }
 
 // ClusterBuilderReconciler reconciles ClusterBuilders.
@@ -87,10 +87,7 @@ type ClusterBuilderReconciler struct{ *Core }
 
 // ReconcileKind implements the generated reconciler's Interface.
 func (r *ClusterBuilderReconciler) ReconcileKind(ctx context.Context, b *v1alpha1.ClusterBuilder) pkgreconciler.Event {
-	keychain := func() (authn.Keychain, error) {
-		return r.Credentials.ForServiceAccount(ctx, b, b.Spec.ServiceAccountRef)
-	}
-	return r.Policy.Finish(ctx, b, r.reconcile(ctx, b, &b.Spec.BuilderSpec, &b.Status, keychain))
+	return r.Policy.Finish(ctx, b, r.reconcile(ctx, b, &b.Spec.BuilderSpec, &b.Status, b.Spec.ServiceAccountRef))
 }
 
 // ObserveDeletion drops the deleted builder's backoff, circuit waits and
@@ -106,10 +103,12 @@ type object interface {
 }
 
 // reconcile makes the builder image, or checks that the one built from the
-// same inputs is still at the tag. Status changes only on success.
+// same inputs is still at the tag, and signs it with the keys of account
+// (the builder's ServiceAccount; nil for anonymous). Status changes only on
+// success.
 func (r *Core) reconcile(ctx context.Context, obj object, spec *v1alpha1.BuilderSpec, status *v1alpha1.BuilderStatus,
-	keychain func() (authn.Keychain, error)) error {
-	in, err := r.resolveInputs(ctx, obj, spec, keychain)
+	account *v1alpha1.ServiceAccountRef) error {
+	in, err := r.resolveInputs(ctx, obj, spec, account)
 	if err != nil {
 		return err
 	}
@@ -126,8 +125,7 @@ func (r *Core) reconcile(ctx context.Context, obj object, spec *v1alpha1.Builder
 		}
 		if found && desc.Ref.String() == last.latestImage {
 			next.LatestImage, next.Platforms = last.latestImage, last.platforms
-			*status = next
-			return nil
+			return r.finish(ctx, in, status, next)
 		}
 		// The tag moved or is gone: push again.
 	}
@@ -135,6 +133,17 @@ func (r *Core) reconcile(ctx context.Context, obj object, spec *v1alpha1.Builder
 		return err
 	}
 	r.pushes.Store(key, pushRecord{fingerprint: next.Fingerprint, latestImage: next.LatestImage, platforms: next.Platforms})
+	return r.finish(ctx, in, status, next)
+}
+
+// finish signs the builder's images when it has signing keys, and records
+// next as its status. A failed signature leaves the status as it was: the
+// next reconcile finds the pushed image (one HEAD) and signs it then.
+func (r *Core) finish(ctx context.Context, in *inputs, status *v1alpha1.BuilderStatus, next v1alpha1.BuilderStatus) error {
+	var err error
+	if next.Signatures, err = sign(ctx, in.registry, in.keys, &next, status.Signatures); err != nil {
+		return err
+	}
 	*status = next
 	return nil
 }
@@ -145,6 +154,7 @@ type inputs struct {
 	stack    *v1alpha1.ClusterStack
 	store    *v1alpha1.ClusterStore
 	registry registry.Access // with the builder's credentials
+	keys     []signingKey    // of the builder's ServiceAccount
 	// lifecycle is the lifecycle image, named lifecycleName in messages.
 	lifecycle     clusterlifecycle.Image
 	lifecycleName string
@@ -159,7 +169,7 @@ type inputs struct {
 // resolveInputs validates the spec and resolves the stack, the store, the
 // credentials, the order and the platforms to build.
 func (r *Core) resolveInputs(ctx context.Context, obj object, spec *v1alpha1.BuilderSpec,
-	keychain func() (authn.Keychain, error)) (*inputs, error) {
+	account *v1alpha1.ServiceAccountRef) (*inputs, error) {
 	if err := reconciler.Validate(ctx, obj); err != nil {
 		return nil, err
 	}
@@ -177,11 +187,20 @@ func (r *Core) resolveInputs(ctx context.Context, obj object, spec *v1alpha1.Bui
 	if err := cnb.ValidateEnv(buildEnv(spec.Env)); err != nil {
 		return nil, err
 	}
-	kc, err := keychain()
+	kc, err := r.Credentials.ForServiceAccount(ctx, obj, account)
 	if err != nil {
 		return nil, err
 	}
 	in.registry = r.Registry.As(kc)
+	// Signing keys before any push: a key that does not parse is known
+	// before a builder it could not sign is pushed.
+	secrets, err := r.Credentials.SigningSecrets(ctx, obj, account, cosign.SecretKey, cosign.SecretPassword)
+	if err != nil {
+		return nil, err
+	}
+	if in.keys, err = r.keys.of(secrets); err != nil {
+		return nil, err
+	}
 	if in.resolved, err = cnb.ResolveOrder(spec.Order, spec.System, in.store.Status.Buildpacks); err != nil {
 		return nil, err
 	}

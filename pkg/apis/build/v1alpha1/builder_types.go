@@ -123,6 +123,20 @@ type BuiltPlatform struct {
 	Image string `json:"image"`
 }
 
+// ImageSignature is a cosign signature of a builder image.
+type ImageSignature struct {
+	// Image is the signed image, as repository@digest.
+	Image string `json:"image"`
+	// SigningSecret is the Secret holding the key, as namespace/name.
+	SigningSecret string `json:"signingSecret"`
+	// KeyID is the SHA-256 of the public key (PKIX): a new key in the
+	// Secret signs again.
+	KeyID string `json:"keyId"`
+	// Signature is the signature image: the tag cosign reads
+	// (sha256-<hex>.sig) and the digest pushed, tag@digest.
+	Signature string `json:"signature"`
+}
+
 // BuildEnv is a build-time environment variable. Where the app's own
 // environment or a buildpack sets it too, Suffix says which wins.
 type BuildEnv struct {
@@ -178,6 +192,11 @@ type BuilderStatus struct {
 	// builder image (LatestImage itself when there is one platform).
 	// +optional
 	Platforms []BuiltPlatform `json:"platforms,omitempty"`
+	// Signatures are the cosign signatures pushed for LatestImage and, when
+	// it is an index, for each platform's image: one per image and signing
+	// key of the builder's ServiceAccount.
+	// +optional
+	Signatures []ImageSignature `json:"signatures,omitempty"`
 	// SkippedPlatforms says which platforms of the stack were left out of
 	// a default (no targets) build, and for lack of what.
 	// +optional

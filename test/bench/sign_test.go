@@ -1,0 +1,150 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/buildsmith/buildsmith/test/cosigntest"
+	"github.com/buildsmith/buildsmith/test/localhost"
+	"github.com/buildsmith/buildsmith/test/registrytest"
+)
+
+// TestSigningCost is scenario 13: what signing builders with a cosign key
+// costs in registry requests. BENCH_SIGN_N (default 100) builders without
+// a key, then as many with one from the start; then the key is added to the
+// first ones' ServiceAccount (signing builders already pushed); then every
+// builder is resynced.
+func TestSigningCost(t *testing.T) {
+	if !full {
+		t.Skip("BENCH=1")
+	}
+	n := envInt("BENCH_SIGN_N", 100)
+	ctx := context.Background()
+	f := registrytest.New(t)
+	seed(t, f.Addr)
+	p, _ := startController(t)
+	defer p.Kill()
+	w := newWorld(t, f.Addr)
+	w.waitStoreStackReady(t, 60*time.Second)
+	private, _ := cosigntest.KeyPair(t, "bench")
+	addKey := func(ns string) {
+		t.Helper()
+		secret := cosigntest.Secret(ns, "cosign", private, "bench")
+		secret.ResourceVersion = ""
+		if _, err := kube.CoreV1().Secrets(ns).Create(ctx, secret, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := kube.CoreV1().ServiceAccounts(ns).Update(ctx, &corev1.ServiceAccount{
+			ObjectMeta: metav1.ObjectMeta{Name: "default", Namespace: ns},
+			Secrets:    []corev1.ObjectReference{{Name: "cosign"}}}, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// signed waits until the n builders of ns are Ready with want
+	// signatures each.
+	signed := func(ns string, want int) (time.Duration, bool) {
+		t.Helper()
+		took, err := localhost.Poll(ctx, 3*time.Minute, 200*time.Millisecond, "builders signed", func() (bool, string) {
+			list, err := client.BuildsmithV1alpha1().Builders(ns).List(ctx, metav1.ListOptions{})
+			if err != nil {
+				return false, err.Error()
+			}
+			done := 0
+			for _, b := range list.Items {
+				if b.Status.IsReady() && b.Status.ObservedGeneration == b.Generation && len(b.Status.Signatures) == want {
+					done++
+				}
+			}
+			return done == n, fmt.Sprintf("%d/%d", done, n)
+		})
+		if err != nil {
+			t.Log(err)
+		}
+		return took, err == nil
+	}
+	type phase struct {
+		name string
+		took time.Duration
+		ok   bool
+		cost cost
+	}
+	var phases []phase
+	measure := func(name string, run func() (time.Duration, bool)) {
+		t.Helper()
+		f.Traffic().Reset()
+		took, ok := run()
+		time.Sleep(time.Second) // late requeues and status writes
+		phases = append(phases, phase{name, took, ok, w.cost(f.Traffic().Requests())})
+	}
+
+	unsigned := w.inNamespace(t, w.name+"-unsigned", f.Addr)
+	measure("push, no key", func() (time.Duration, bool) {
+		unsigned.createBuilders(t, 0, n, w.order())
+		return unsigned.waitBuildersReady(t, n, 3*time.Minute)
+	})
+	keyed := w.inNamespace(t, w.name+"-signed", f.Addr)
+	addKey(keyed.ns)
+	measure("push and sign", func() (time.Duration, bool) {
+		keyed.createBuilders(t, n, 2*n, w.order())
+		return signed(keyed.ns, 1)
+	})
+	measure("key added: sign builders already pushed", func() (time.Duration, bool) {
+		addKey(unsigned.ns)
+		return signed(unsigned.ns, 1)
+	})
+	measure("resync of signed builders", func() (time.Duration, bool) {
+		begin := time.Now()
+		if out, err := env.Kubectl("annotate", "builders", "--all", "-n", keyed.ns, "--overwrite",
+			"bench.buildsmith.dev/resync="+begin.Format(time.RFC3339Nano)).CombinedOutput(); err != nil {
+			t.Fatalf("kubectl annotate: %v\n%s", err, out)
+		}
+		for time.Since(begin) < 2*time.Minute {
+			asked := map[string]bool{}
+			var last time.Time
+			for _, q := range f.Traffic().Requests() {
+				if strings.HasPrefix(q.Repo, "builders/") {
+					asked[q.Repo] = true
+				}
+				last = q.At
+			}
+			if len(asked) == n && time.Since(last) > 2*time.Second {
+				return last.Sub(begin), true
+			}
+			time.Sleep(500 * time.Millisecond)
+		}
+		return time.Since(begin), false
+	})
+
+	s := &section{title: fmt.Sprintf("13. The cost of signing: %d builders with a cosign key, %d without", n, n),
+		what: fmt.Sprintf("%d single-platform builders pushed without a key; %d more in a namespace whose ServiceAccount lists a "+
+			"cosign key Secret from the start; then the key is added to the first namespace's ServiceAccount, which signs its "+
+			"builders already pushed; then the signed builders are asked to reconcile (as at a resync). Requests are every "+
+			"request the registry saw in the phase, divided by %d.", n, n, n),
+		header: []string{"phase", "took", "requests/builder", "manifest PUTs/builder", "bytes up/builder", "requests by kind"}}
+	per := func(v int) string { return fmt.Sprintf("%.1f", float64(v)/float64(n)) }
+	for _, ph := range phases {
+		took := ph.took.Round(100 * time.Millisecond).String()
+		if !ph.ok {
+			took = "not all in " + took
+		}
+		s.rows = append(s.rows, []string{ph.name, took, per(ph.cost.requests), per(ph.cost.manifestPuts),
+			fmt.Sprintf("%d B", ph.cost.bytesIn/int64(n)), kinds(ph.cost.byKind)})
+	}
+	if len(phases) == 4 {
+		extra := float64(phases[1].cost.requests-phases[0].cost.requests) / float64(n)
+		s.notes = append(s.notes, fmt.Sprintf("Signing adds %.1f requests per builder to a push (%s − %s).", extra,
+			per(phases[1].cost.requests), per(phases[0].cost.requests)))
+		s.targets = []target{
+			{"resync of signed builders", "1 request per builder (nothing signed again)", per(phases[3].cost.requests),
+				phases[3].ok && phases[3].cost.requests <= n},
+			{"every phase done", "all builders Ready (and signed)", fmt.Sprint(phases[0].ok && phases[1].ok && phases[2].ok), phases[0].ok && phases[1].ok && phases[2].ok},
+		}
+	}
+	addSection(s)
+}

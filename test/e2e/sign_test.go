@@ -1,0 +1,126 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/buildsmith/buildsmith/pkg/apis/build/v1alpha1"
+	"github.com/buildsmith/buildsmith/test/registrytest"
+	"github.com/buildsmith/buildsmith/test/sampleimages"
+)
+
+// TestSignedBuilder: a key pair made by the real cosign (generate-key-pair),
+// in a Secret of the builder's ServiceAccount as kpack documents it, signs a
+// two-platform builder: the real `cosign verify --key` accepts the index
+// and each platform's image, and refuses them with another key.
+func TestSignedBuilder(t *testing.T) {
+	ctx := context.Background()
+	cosignBin := filepath.Join(env.Root, "bin", "cosign")
+	keys := t.TempDir()
+	generate := func(dir, password string) {
+		t.Helper()
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(cosignBin, "generate-key-pair")
+		cmd.Dir, cmd.Env = dir, append(os.Environ(), "COSIGN_PASSWORD="+password)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("cosign generate-key-pair: %v\n%s", err, out)
+		}
+	}
+	generate(filepath.Join(keys, "signer"), "s3cret")
+	generate(filepath.Join(keys, "other"), "")
+	private, err := os.ReadFile(filepath.Join(keys, "signer", "cosign.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	f := registrytest.New(t)
+	amd64 := v1.Platform{OS: "linux", Architecture: "amd64"}
+	arm64 := v1.Platform{OS: "linux", Architecture: "arm64"}
+	pushIndex := func(repo string) func(v1.ImageIndex, error) {
+		return func(index v1.ImageIndex, err error) {
+			t.Helper()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := remote.WriteIndex(f.Ref(repo), index); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	pushIndex("buildsmith/lifecycle:0.21.0")(sampleimages.LifecycleIndex(map[string]string{
+		"linux/amd64": filepath.Join(env.Root, "bin", "lifecycle"),
+		"linux/arm64": filepath.Join(env.Root, "bin", "lifecycle-linux-arm64"),
+	}, "0.21.0"))
+	pushIndex("stack/build:1")(sampleimages.StackIndex("io.buildpacks.stacks.signed", cnbUID, amd64, arm64))
+	pushIndex("stack/run:1")(sampleimages.StackIndex("io.buildpacks.stacks.signed", 0, amd64, arm64))
+	pushIndex("buildpacks/hello:1")(sampleimages.BuildpackageIndex([]v1.Platform{amd64, arm64}, helloBuildpack))
+
+	const ns = "signed"
+	if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// The Secret as kpack's docs and `cosign generate-key-pair k8s://…`
+	// make it: no type, the two keys; listed in the account's secrets.
+	if _, err := kube.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "cosign"},
+		Data: map[string][]byte{"cosign.key": private, "cosign.password": []byte("s3cret")}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kube.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"},
+		Secrets: []corev1.ObjectReference{{Name: "cosign"}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	useLifecycleImage(t, f.Addr+"/buildsmith/lifecycle:0.21.0")
+	startController(t)
+	objects := storeStack{Addr: f.Addr, Name: "signed", Buildpackages: []string{"buildpacks/hello:1"}, StackID: "io.buildpacks.stacks.signed"}
+	objects.create(t)
+	objects.createBuilder(t, ns, "signed", v1alpha1.NamespacedBuilderSpec{BuilderSpec: v1alpha1.BuilderSpec{Order: helloOrder()}})
+
+	var b *v1alpha1.Builder
+	eventually(t, 60*time.Second, "signed builder Ready", func() (bool, string) {
+		b, err = client.BuildsmithV1alpha1().Builders(ns).Get(ctx, "signed", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		return b.Status.IsReady() && len(b.Status.Signatures) == 3, fmt.Sprintf("%+v %+v", b.Status.Conditions, b.Status.Signatures)
+	})
+	out, _ := env.Kubectl("get", "-n", ns, "builder/signed", "-o", "jsonpath={.status.signatures}").CombinedOutput()
+	t.Logf("status.signatures: %s", out)
+	images := []string{b.Status.LatestImage}
+	for _, p := range b.Status.Platforms {
+		images = append(images, p.Image)
+	}
+	if len(images) != 3 {
+		t.Fatalf("want an index of two platforms, got %+v", b.Status.Platforms)
+	}
+	verify := func(key, image string) (string, error) {
+		cmd := exec.Command(cosignBin, "verify", "--key", key, "--insecure-ignore-tlog=true", "--allow-http-registry", image)
+		cmd.Env = append(os.Environ(), "COSIGN_EXPERIMENTAL=0", "HOME="+keys)
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	for _, image := range images {
+		if out, err := verify(filepath.Join(keys, "signer", "cosign.pub"), image); err != nil {
+			t.Errorf("cosign verify --key cosign.pub %s: %v\n%s", image, err, out)
+		} else {
+			t.Logf("cosign verify %s:\n%s", image, out)
+		}
+		if out, err := verify(filepath.Join(keys, "other", "cosign.pub"), image); err == nil {
+			t.Errorf("cosign verify with another key accepted %s:\n%s", image, out)
+		} else if !strings.Contains(out, "signature") {
+			t.Errorf("cosign verify with another key failed, but not on the signature: %v\n%s", err, out)
+		}
+	}
+}
