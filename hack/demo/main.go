@@ -148,6 +148,19 @@ func (d *demo) seed() error {
 	if err != nil {
 		return err
 	}
+	// An extension package (linux/amd64): the extensions sample's builder.
+	curl, err := sampleimages.ExtensionPackage(sampleimages.Extension{ID: "buildsmith-demo/curl", Version: "1.0.0",
+		Detect: "exit 0\n", Generate: "printf 'ARG base_image\\nFROM ${base_image}\\nRUN echo installing curl\\n' > \"$CNB_OUTPUT_DIR/build.Dockerfile\"\n"})
+	if err != nil {
+		return err
+	}
+	curlRef, err := name.ParseReference(d.registry.Addr + "/buildsmith-demo/extensions/curl:1.0.0")
+	if err != nil {
+		return err
+	}
+	if err := remote.Write(curlRef, curl); err != nil {
+		return fmt.Errorf("pushing %s: %w", curlRef, err)
+	}
 	for repo, index := range map[string]v1.ImageIndex{
 		"buildsmith-demo/lifecycle:0.21.0":          lifecycle,
 		"buildsmith-demo/buildpacks/hello:1.0.0":    hello,

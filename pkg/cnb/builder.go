@@ -27,6 +27,8 @@ const (
 	LabelBuilderMetadata = "io.buildpacks.builder.metadata"
 	LabelBuildpackOrder  = "io.buildpacks.buildpack.order"
 	LabelBuildpackSystem = "io.buildpacks.buildpack.system"
+	// LabelOrderExtensions is the builder's [[order-extensions]], as JSON.
+	LabelOrderExtensions = "io.buildpacks.buildpack.order-extensions"
 	LabelLifecycleVer    = "io.buildpacks.lifecycle.version"
 	LabelLifecycleAPIs   = "io.buildpacks.lifecycle.apis"
 	reservedLabelPrefix  = "io.buildpacks."
@@ -66,6 +68,10 @@ type BuilderSpec struct {
 	// meta-buildpacks included.
 	Buildpacks []BuildpackLayer
 	Order      []v1alpha1.OrderEntry // resolved: every entry has a version
+	// Extensions are the image extensions of OrderExtensions (resolved),
+	// laid out in their layers under /cnb/extensions/<id>/<version>/.
+	Extensions      []BuildpackLayer
+	OrderExtensions []v1alpha1.OrderEntry
 	// System are the system buildpacks (resolved), or nil: /cnb/system.toml.
 	System           *v1alpha1.SystemBuildpacks
 	AdditionalLabels map[string]string
@@ -97,7 +103,7 @@ func AssembleBuilder(spec BuilderSpec) (v1.Image, error) {
 
 	layers := []v1.Layer{dirs, spec.Lifecycle.Layer}
 	seen := map[string]bool{}
-	for _, bp := range sortedBuildpackLayers(spec.Buildpacks) {
+	for _, bp := range slices.Concat(sortedBuildpackLayers(spec.Buildpacks), sortedBuildpackLayers(spec.Extensions)) {
 		if seen[bp.Buildpack.DiffID] {
 			continue // a flattened buildpackage holds several buildpacks in one layer
 		}
@@ -173,7 +179,7 @@ func directoriesLayer(uid, gid int, mediaType types.MediaType) (v1.Layer, error)
 // cannot know which platform API the platform will use; and the build-time
 // env files, if any.
 func configFilesLayer(spec BuilderSpec, mediaType types.MediaType) (v1.Layer, error) {
-	order, err := encodeTOML(orderTOML{Order: tomlOrder(spec.Order)})
+	order, err := encodeTOML(orderTOML{Order: tomlOrder(spec.Order), OrderExtensions: tomlOrder(spec.OrderExtensions)})
 	if err != nil {
 		return nil, err
 	}
@@ -240,7 +246,8 @@ func tarLayer(entries []tarEntry, mediaType types.MediaType) (v1.Layer, error) {
 // TOML files of the lifecycle.
 
 type orderTOML struct {
-	Order []groupTOML `toml:"order"`
+	Order           []groupTOML `toml:"order"`
+	OrderExtensions []groupTOML `toml:"order-extensions,omitempty"`
 }
 
 type groupTOML struct {
@@ -324,6 +331,7 @@ func encodeTOML(v any) ([]byte, error) {
 type builderMetadata struct {
 	Description string             `json:"description"`
 	Buildpacks  []buildpackInfo    `json:"buildpacks"`
+	Extensions  []buildpackInfo    `json:"extensions,omitempty"`
 	Stack       stackMetadata      `json:"stack"`
 	Images      []runImageMetadata `json:"images"`
 	Lifecycle   lifecycleMetadata  `json:"lifecycle"`
@@ -399,21 +407,30 @@ func builderLabels(spec BuilderSpec) (map[string]string, error) {
 		},
 		CreatedBy: map[string]string{"name": "buildsmith", "version": spec.CreatedBy},
 	}
-	layers := map[string]map[string]layerInfo{}
-	for _, bl := range sortedBuildpackLayers(spec.Buildpacks) {
-		bp := bl.Buildpack
-		meta.Buildpacks = append(meta.Buildpacks, buildpackInfo{ID: bp.ID, Version: bp.Version, Homepage: bp.Homepage})
-		if layers[bp.ID] == nil {
-			layers[bp.ID] = map[string]layerInfo{}
+	layersOf := func(modules []BuildpackLayer, info *[]buildpackInfo) map[string]map[string]layerInfo {
+		layers := map[string]map[string]layerInfo{}
+		for _, bl := range sortedBuildpackLayers(modules) {
+			bp := bl.Buildpack
+			*info = append(*info, buildpackInfo{ID: bp.ID, Version: bp.Version, Homepage: bp.Homepage})
+			if layers[bp.ID] == nil {
+				layers[bp.ID] = map[string]layerInfo{}
+			}
+			layers[bp.ID][bp.Version] = layerInfo{API: bp.API, Stacks: bp.Stacks, Targets: bp.Targets,
+				Order: bp.Order, LayerDiffID: bp.DiffID, Homepage: bp.Homepage}
 		}
-		layers[bp.ID][bp.Version] = layerInfo{API: bp.API, Stacks: bp.Stacks, Targets: bp.Targets,
-			Order: bp.Order, LayerDiffID: bp.DiffID, Homepage: bp.Homepage}
+		return layers
 	}
+	buildpackLayers := layersOf(spec.Buildpacks, &meta.Buildpacks)
+	extensionLayers := layersOf(spec.Extensions, &meta.Extensions)
 	values := map[string]any{
 		LabelBuilderMetadata: meta,
 		LabelBuildpackOrder:  spec.Order,
-		LabelBuildpackLayers: layers,
+		LabelBuildpackLayers: buildpackLayers,
 		LabelLifecycleAPIs:   labelAPIs(spec.Lifecycle.APIs),
+	}
+	if len(spec.Extensions) > 0 {
+		values[LabelExtensionLayers] = extensionLayers
+		values[LabelOrderExtensions] = spec.OrderExtensions
 	}
 	if system := systemOf(spec.System); system != nil {
 		values[LabelBuildpackSystem] = system

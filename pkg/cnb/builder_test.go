@@ -352,3 +352,74 @@ func TestAssembleBuilderSystemBuildpacks(t *testing.T) {
 		})
 	}
 }
+
+// TestAssembleBuilderExtensions: extensions' layers come after the
+// buildpacks', order.toml gains [[order-extensions]], and the labels pack
+// writes for them are there; without extensions none of it is.
+func TestAssembleBuilderExtensions(t *testing.T) {
+	curl := fixedLayer(t, "cnb/extensions/example_curl/1.0.0/extension.toml", "api = \"0.10\"")
+	spec := builderSpec(t)
+	plain, err := AssembleBuilder(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec.Extensions = []BuildpackLayer{{Buildpack: v1alpha1.StoreBuildpack{ID: "example/curl", Version: "1.0.0", API: "0.10",
+		DiffID: diffID(t, curl), Targets: []v1alpha1.BuildpackTarget{{OS: "linux"}}}, Layer: curl}}
+	spec.OrderExtensions = []v1alpha1.OrderEntry{{Group: []v1alpha1.BuildpackRef{{ID: "example/curl", Version: "1.0.0"}}}}
+	img, err := AssembleBuilder(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, tc := range map[string]struct {
+		img       v1.Image
+		layers    int
+		orderTail string
+		labels    map[string]string // "" for absent
+		extMeta   string
+	}{
+		"without": {img: plain, layers: 6, labels: map[string]string{LabelExtensionLayers: "", LabelOrderExtensions: ""}},
+		"with": {img: img, layers: 7,
+			orderTail: "\n[[order-extensions]]\n\n  [[order-extensions.group]]\n    id = \"example/curl\"\n    version = \"1.0.0\"\n",
+			labels: map[string]string{
+				LabelExtensionLayers: `{"example/curl":{"1.0.0":{"api":"0.10","targets":[{"os":"linux"}],"layerDiffID":"` + diffID(t, curl) + `"}}}`,
+				LabelOrderExtensions: `[{"group":[{"id":"example/curl","version":"1.0.0"}]}]`,
+			},
+			extMeta: `"extensions":[{"id":"example/curl","version":"1.0.0"}]`},
+	} {
+		t.Run(name, func(t *testing.T) {
+			layers, _ := tc.img.Layers()
+			if len(layers) != tc.layers {
+				t.Errorf("%d layers, want %d", len(layers), tc.layers)
+			}
+			if tc.extMeta != "" && diffID(t, layers[5]) != diffID(t, curl) {
+				t.Errorf("layer 5 is not the extension's")
+			}
+			rc := mutate.Extract(tc.img)
+			defer rc.Close()
+			tr := tar.NewReader(rc)
+			order := ""
+			for {
+				h, err := tr.Next()
+				if err != nil {
+					break
+				}
+				if h.Name == "cnb/order.toml" {
+					b, _ := io.ReadAll(tr)
+					order = string(b)
+				}
+			}
+			if strings.Contains(order, "order-extensions") != (tc.orderTail != "") || !strings.HasSuffix(order, tc.orderTail) {
+				t.Errorf("order.toml:\n%s\nwant it to end with:\n%s", order, tc.orderTail)
+			}
+			cf, _ := tc.img.ConfigFile()
+			for key, want := range tc.labels {
+				if got, found := cf.Config.Labels[key]; got != want || found != (want != "") {
+					t.Errorf("label %s = %q (set: %v), want %q", key, got, found, want)
+				}
+			}
+			if meta := cf.Config.Labels[LabelBuilderMetadata]; strings.Contains(meta, `"extensions"`) != (tc.extMeta != "") || !strings.Contains(meta, tc.extMeta) {
+				t.Errorf("builder metadata %s, want %s", meta, tc.extMeta)
+			}
+		})
+	}
+}

@@ -16,8 +16,12 @@ import (
 )
 
 // LabelBuildpackLayers lists the buildpacks of a buildpackage (or builder)
-// and the layer each lives in.
-const LabelBuildpackLayers = "io.buildpacks.buildpack.layers"
+// and the layer each lives in; LabelExtensionLayers the image extensions of
+// an extension package (or builder), in the same shape.
+const (
+	LabelBuildpackLayers = "io.buildpacks.buildpack.layers"
+	LabelExtensionLayers = "io.buildpacks.extension.layers"
+)
 
 // maxLabelSize bounds a label we parse; real ones are a few KiB.
 const maxLabelSize = 1 << 20
@@ -45,16 +49,57 @@ type layerInfo struct {
 // config and manifest; storeImage is the image as repository@digest.
 // Buildpacks are sorted by id, then version.
 func Buildpackage(storeImage string, config *v1.ConfigFile, manifest *v1.Manifest) ([]v1alpha1.StoreBuildpack, error) {
-	raw, ok := config.Config.Labels[LabelBuildpackLayers]
-	if !ok {
+	if _, ok := config.Config.Labels[LabelBuildpackLayers]; !ok {
 		return nil, failure.Permanentf(ReasonInvalidBuildpackage, "%s has no %s label: not a buildpackage", storeImage, LabelBuildpackLayers)
 	}
+	return modules(storeImage, config, manifest, LabelBuildpackLayers)
+}
+
+// Package is what a store source holds: a buildpackage's buildpacks, an
+// extension package's image extensions (pack writes either kind of
+// package; an image with both labels has both).
+type Package struct {
+	Buildpacks, Extensions []v1alpha1.StoreBuildpack
+}
+
+// ReadPackage lists the buildpacks and image extensions of a buildpackage
+// or extension package, as Buildpackage lists buildpacks.
+func ReadPackage(storeImage string, config *v1.ConfigFile, manifest *v1.Manifest) (Package, error) {
+	_, buildpacks := config.Config.Labels[LabelBuildpackLayers]
+	_, extensions := config.Config.Labels[LabelExtensionLayers]
+	if !buildpacks && !extensions {
+		return Package{}, failure.Permanentf(ReasonInvalidBuildpackage, "%s has neither a %s nor a %s label: not a buildpackage or extension package",
+			storeImage, LabelBuildpackLayers, LabelExtensionLayers)
+	}
+	var p Package
+	var err error
+	if buildpacks {
+		if p.Buildpacks, err = modules(storeImage, config, manifest, LabelBuildpackLayers); err != nil {
+			return Package{}, err
+		}
+	}
+	if extensions {
+		if p.Extensions, err = modules(storeImage, config, manifest, LabelExtensionLayers); err != nil {
+			return Package{}, err
+		}
+	}
+	return p, nil
+}
+
+// modules lists the modules (buildpacks or extensions) that label says the
+// image holds.
+func modules(storeImage string, config *v1.ConfigFile, manifest *v1.Manifest, label string) ([]v1alpha1.StoreBuildpack, error) {
+	raw := config.Config.Labels[label]
 	if len(raw) > maxLabelSize {
-		return nil, failure.Permanentf(ReasonInvalidBuildpackage, "%s: label %s is larger than %d bytes", storeImage, LabelBuildpackLayers, maxLabelSize)
+		return nil, failure.Permanentf(ReasonInvalidBuildpackage, "%s: label %s is larger than %d bytes", storeImage, label, maxLabelSize)
 	}
 	var layers map[string]map[string]layerInfo
 	if err := decodeStrict(raw, &layers); err != nil {
-		return nil, failure.Permanentf(ReasonInvalidBuildpackage, "%s: label %s: %v", storeImage, LabelBuildpackLayers, err)
+		return nil, failure.Permanentf(ReasonInvalidBuildpackage, "%s: label %s: %v", storeImage, label, err)
+	}
+	kind := "buildpack"
+	if label == LabelExtensionLayers {
+		kind = "extension"
 	}
 	if len(config.RootFS.DiffIDs) != len(manifest.Layers) {
 		return nil, failure.Permanentf(ReasonInvalidBuildpackage, "%s: %d diffIDs for %d layers", storeImage, len(config.RootFS.DiffIDs), len(manifest.Layers))
@@ -68,15 +113,15 @@ func Buildpackage(storeImage string, config *v1.ConfigFile, manifest *v1.Manifes
 	for id, versions := range layers {
 		for version, info := range versions {
 			if id == "" || version == "" {
-				return nil, failure.Permanentf(ReasonInvalidBuildpackage, "%s: label %s has an entry without id or version", storeImage, LabelBuildpackLayers)
+				return nil, failure.Permanentf(ReasonInvalidBuildpackage, "%s: label %s has an entry without id or version", storeImage, label)
 			}
 			layer, ok := layerOf[info.LayerDiffID]
 			if !ok {
-				return nil, failure.Permanentf(ReasonInvalidBuildpackage, "%s: buildpack %s@%s names layer %q, which the image does not have",
-					storeImage, id, version, info.LayerDiffID)
+				return nil, failure.Permanentf(ReasonInvalidBuildpackage, "%s: %s %s@%s names layer %q, which the image does not have",
+					storeImage, kind, id, version, info.LayerDiffID)
 			}
 			if info.API == "" && len(info.Order) == 0 {
-				return nil, failure.Permanentf(ReasonInvalidBuildpackage, "%s: buildpack %s@%s has no api", storeImage, id, version)
+				return nil, failure.Permanentf(ReasonInvalidBuildpackage, "%s: %s %s@%s has no api", storeImage, kind, id, version)
 			}
 			out = append(out, v1alpha1.StoreBuildpack{
 				ID: id, Version: version, Homepage: info.Homepage, API: info.API,
@@ -127,9 +172,17 @@ func IndexBuildpacks(images []PlatformBuildpacks) []v1alpha1.StoreBuildpack {
 
 // BuildpackDiffID returns the diffID of the layer that holds id@version in a
 // buildpackage image (its config and manifest; storeImage names it in
-// messages), or false when the image holds no such buildpack.
-func BuildpackDiffID(storeImage string, config *v1.ConfigFile, manifest *v1.Manifest, id, version string) (v1.Hash, bool, error) {
-	buildpacks, err := Buildpackage(storeImage, config, manifest)
+// messages), or false when the image holds no such buildpack. With
+// extension, the same for an image extension of an extension package.
+func BuildpackDiffID(storeImage string, config *v1.ConfigFile, manifest *v1.Manifest, id, version string, extension bool) (v1.Hash, bool, error) {
+	label := LabelBuildpackLayers
+	if extension {
+		label = LabelExtensionLayers
+	}
+	if _, ok := config.Config.Labels[label]; !ok {
+		return v1.Hash{}, false, failure.Permanentf(ReasonInvalidBuildpackage, "%s has no %s label", storeImage, label)
+	}
+	buildpacks, err := modules(storeImage, config, manifest, label)
 	if err != nil {
 		return v1.Hash{}, false, err
 	}
@@ -148,6 +201,16 @@ func BuildpackDiffID(storeImage string, config *v1.ConfigFile, manifest *v1.Mani
 // same layer, and is an error when it is not: a builder could not tell which
 // one is meant.
 func MergeBuildpacks(sources ...[]v1alpha1.StoreBuildpack) ([]v1alpha1.StoreBuildpack, error) {
+	return merge("buildpack", sources)
+}
+
+// MergeExtensions merges the image extensions of several extension
+// packages, as MergeBuildpacks merges buildpacks.
+func MergeExtensions(sources ...[]v1alpha1.StoreBuildpack) ([]v1alpha1.StoreBuildpack, error) {
+	return merge("extension", sources)
+}
+
+func merge(kind string, sources [][]v1alpha1.StoreBuildpack) ([]v1alpha1.StoreBuildpack, error) {
 	seen := map[string]v1alpha1.StoreBuildpack{}
 	var out []v1alpha1.StoreBuildpack
 	for _, buildpacks := range sources {
@@ -156,7 +219,7 @@ func MergeBuildpacks(sources ...[]v1alpha1.StoreBuildpack) ([]v1alpha1.StoreBuil
 			if prev, ok := seen[key]; ok {
 				if prev.DiffID != bp.DiffID {
 					return nil, failure.Permanentf(ReasonDuplicateBuildpack,
-						"buildpack %s is in %s and in %s with different contents", key, prev.StoreImage.Image, bp.StoreImage.Image)
+						"%s %s is in %s and in %s with different contents", kind, key, prev.StoreImage.Image, bp.StoreImage.Image)
 				}
 				continue
 			}
@@ -166,14 +229,14 @@ func MergeBuildpacks(sources ...[]v1alpha1.StoreBuildpack) ([]v1alpha1.StoreBuil
 	}
 	if len(out) > MaxStoreBuildpacks {
 		return nil, failure.Permanentf(ReasonTooManyBuildpacks,
-			"the sources hold %d buildpacks, more than the %d a store lists: split them over several stores", len(out), MaxStoreBuildpacks)
+			"the sources hold %d %ss, more than the %d a store lists: split them over several stores", len(out), kind, MaxStoreBuildpacks)
 	}
 	// Entries carry what the buildpackages' labels say (stacks, mixins,
 	// targets, orders), which a label of up to maxLabelSize can make large.
 	if b, err := json.Marshal(out); err == nil && len(b) > MaxStoreStatusBytes {
 		return nil, failure.Permanentf(ReasonTooManyBuildpacks,
-			"the sources' %d buildpacks take %d KiB in status, more than the %d KiB a store lists: split them over several stores",
-			len(out), len(b)>>10, MaxStoreStatusBytes>>10)
+			"the sources' %d %ss take %d KiB in status, more than the %d KiB a store lists: split them over several stores",
+			len(out), kind, len(b)>>10, MaxStoreStatusBytes>>10)
 	}
 	SortBuildpacks(out)
 	return out, nil

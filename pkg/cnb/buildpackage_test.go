@@ -199,7 +199,7 @@ func TestBuildpackDiffID(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			config, manifest := buildpackage(tc.label)
-			got, found, err := BuildpackDiffID(storeImage, config, manifest, tc.id, tc.version)
+			got, found, err := BuildpackDiffID(storeImage, config, manifest, tc.id, tc.version, false)
 			if tc.reason != "" {
 				if f, ok := failure.As(err); !ok || f.Reason != tc.reason {
 					t.Fatalf("error = %v, want %s", err, tc.reason)
@@ -210,5 +210,59 @@ func TestBuildpackDiffID(t *testing.T) {
 				t.Errorf("BuildpackDiffID = %v, %v, %v; want %v, %v", got, found, err, tc.want, tc.found)
 			}
 		})
+	}
+}
+
+// TestReadPackage: a store source may be a buildpackage, an extension
+// package, or both; neither label is an error naming both; a broken
+// extension label names the extension.
+func TestReadPackage(t *testing.T) {
+	a, b := hash("a").String(), hash("b").String()
+	bps := `{"example/go": {"1.0.0": {"api": "0.10", "layerDiffID": "` + a + `"}}}`
+	exts := `{"example/curl": {"1.0.0": {"api": "0.10", "targets": [{"os": "linux"}], "layerDiffID": "` + b + `"}}}`
+	goBP := v1alpha1.StoreBuildpack{ID: "example/go", Version: "1.0.0", API: "0.10", DiffID: a, Digest: hash("c").String(), Size: 10,
+		StoreImage: v1alpha1.ImageSource{Image: storeImage}}
+	curl := v1alpha1.StoreBuildpack{ID: "example/curl", Version: "1.0.0", API: "0.10", DiffID: b, Digest: hash("d").String(), Size: 20,
+		StoreImage: v1alpha1.ImageSource{Image: storeImage}, Targets: []v1alpha1.BuildpackTarget{{OS: "linux"}}}
+	for _, tc := range []struct {
+		name    string
+		labels  map[string]string
+		want    Package
+		wantErr string
+	}{
+		{name: "a buildpackage", labels: map[string]string{LabelBuildpackLayers: bps}, want: Package{Buildpacks: []v1alpha1.StoreBuildpack{goBP}}},
+		{name: "an extension package", labels: map[string]string{LabelExtensionLayers: exts}, want: Package{Extensions: []v1alpha1.StoreBuildpack{curl}}},
+		{name: "both", labels: map[string]string{LabelBuildpackLayers: bps, LabelExtensionLayers: exts},
+			want: Package{Buildpacks: []v1alpha1.StoreBuildpack{goBP}, Extensions: []v1alpha1.StoreBuildpack{curl}}},
+		{name: "neither", labels: map[string]string{"other": "x"},
+			wantErr: storeImage + " has neither a io.buildpacks.buildpack.layers nor a io.buildpacks.extension.layers label: not a buildpackage or extension package"},
+		{name: "an extension without api", labels: map[string]string{LabelExtensionLayers: `{"example/curl": {"1.0.0": {"layerDiffID": "` + b + `"}}}`},
+			wantErr: storeImage + ": extension example/curl@1.0.0 has no api"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			config, manifest := buildpackage("")
+			config.Config.Labels = tc.labels
+			got, err := ReadPackage(storeImage, config, manifest)
+			if tc.wantErr != "" {
+				if f, ok := failure.As(err); !ok || f.Reason != ReasonInvalidBuildpackage || err.Error() != tc.wantErr {
+					t.Fatalf("error %v, want %s %q", err, ReasonInvalidBuildpackage, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("ReadPackage (-want +got):\n%s", diff)
+			}
+			if _, found, err := BuildpackDiffID(storeImage, config, manifest, "example/curl", "1.0.0", true); found != (len(tc.want.Extensions) > 0) ||
+				(err != nil) != (len(tc.want.Extensions) == 0) {
+				t.Errorf("BuildpackDiffID of the extension: found %v, %v", found, err)
+			}
+		})
+	}
+	if _, err := MergeExtensions([]v1alpha1.StoreBuildpack{curl}, []v1alpha1.StoreBuildpack{{ID: "example/curl", Version: "1.0.0", DiffID: a,
+		StoreImage: v1alpha1.ImageSource{Image: "elsewhere"}}}); err == nil || !strings.HasPrefix(err.Error(), "extension example/curl@1.0.0 is in") {
+		t.Errorf("MergeExtensions of two different example/curl@1.0.0: %v", err)
 	}
 }

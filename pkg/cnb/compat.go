@@ -18,8 +18,12 @@ const (
 )
 
 // SystemPlatformAPI is the first platform API whose lifecycle reads
-// /cnb/system.toml.
-const SystemPlatformAPI = "0.15"
+// /cnb/system.toml; ExtensionsPlatformAPI the first whose detector runs
+// image extensions (experimental until 0.13: CNB_EXPERIMENTAL_MODE=warn).
+const (
+	SystemPlatformAPI     = "0.15"
+	ExtensionsPlatformAPI = "0.10"
+)
 
 // CheckPlatformAPI checks that a lifecycle supports platform API want or a
 // later one, for what (e.g. "system buildpacks"): an older lifecycle would

@@ -35,7 +35,7 @@ type ResolvedOrder struct {
 // semantic version the store has. All errors are Permanent: the spec or
 // the store must change.
 func ResolveOrder(order []v1alpha1.OrderEntry, system *v1alpha1.SystemBuildpacks, store []v1alpha1.StoreBuildpack) (*ResolvedOrder, error) {
-	r := resolver{byID: map[string][]v1alpha1.StoreBuildpack{}, used: map[string]v1alpha1.StoreBuildpack{}}
+	r := resolver{kind: "buildpack", byID: map[string][]v1alpha1.StoreBuildpack{}, used: map[string]v1alpha1.StoreBuildpack{}}
 	for _, bp := range store {
 		r.byID[bp.ID] = append(r.byID[bp.ID], bp)
 	}
@@ -79,7 +79,35 @@ func ResolveOrder(order []v1alpha1.OrderEntry, system *v1alpha1.SystemBuildpacks
 	return out, nil
 }
 
+// ResolveExtensions pins an order of image extensions against the
+// extensions of a store, as ResolveOrder pins buildpacks. Extensions are
+// always optional to the lifecycle; the resolved order keeps what the spec
+// says.
+func ResolveExtensions(order []v1alpha1.OrderEntry, store []v1alpha1.StoreBuildpack) (*ResolvedOrder, error) {
+	r := resolver{kind: "extension", byID: map[string][]v1alpha1.StoreBuildpack{}, used: map[string]v1alpha1.StoreBuildpack{}}
+	for _, ext := range store {
+		r.byID[ext.ID] = append(r.byID[ext.ID], ext)
+	}
+	out := &ResolvedOrder{Order: make([]v1alpha1.OrderEntry, len(order))}
+	for i, entry := range order {
+		for _, ref := range entry.Group {
+			ext, err := r.resolve(ref)
+			if err != nil {
+				return nil, fmt.Errorf("orderExtensions: %w", err)
+			}
+			r.used[ext.ID+"@"+ext.Version] = ext
+			out.Order[i].Group = append(out.Order[i].Group, v1alpha1.BuildpackRef{ID: ext.ID, Version: ext.Version, Optional: ref.Optional})
+		}
+	}
+	for _, ext := range r.used {
+		out.Buildpacks = append(out.Buildpacks, ext)
+	}
+	SortBuildpacks(out.Buildpacks)
+	return out, nil
+}
+
 type resolver struct {
+	kind string // "buildpack", "extension": for messages
 	byID map[string][]v1alpha1.StoreBuildpack
 	used map[string]v1alpha1.StoreBuildpack // by id@version
 }
@@ -87,7 +115,7 @@ type resolver struct {
 func (r *resolver) resolve(ref v1alpha1.BuildpackRef) (v1alpha1.StoreBuildpack, error) {
 	candidates := r.byID[ref.ID]
 	if len(candidates) == 0 {
-		return v1alpha1.StoreBuildpack{}, failure.Permanentf(ReasonBuildpackNotFound, "buildpack %s is not in the store", ref.ID)
+		return v1alpha1.StoreBuildpack{}, failure.Permanentf(ReasonBuildpackNotFound, "%s %s is not in the store", r.kind, ref.ID)
 	}
 	if ref.Version != "" {
 		for _, bp := range candidates {
@@ -96,7 +124,7 @@ func (r *resolver) resolve(ref v1alpha1.BuildpackRef) (v1alpha1.StoreBuildpack, 
 			}
 		}
 		return v1alpha1.StoreBuildpack{}, failure.Permanentf(ReasonBuildpackNotFound,
-			"buildpack %s@%s is not in the store, which has versions %s", ref.ID, ref.Version, versions(candidates))
+			"%s %s@%s is not in the store, which has versions %s", r.kind, ref.ID, ref.Version, versions(candidates))
 	}
 	var best v1alpha1.StoreBuildpack
 	var bestVersion *semver.Version
@@ -104,7 +132,7 @@ func (r *resolver) resolve(ref v1alpha1.BuildpackRef) (v1alpha1.StoreBuildpack, 
 		v, err := semver.StrictNewVersion(strings.TrimPrefix(bp.Version, "v"))
 		if err != nil {
 			return v1alpha1.StoreBuildpack{}, failure.Permanentf(ReasonInvalidBuildpackVersion,
-				"buildpack %s has version %q, which is not a semantic version: name the version to use", bp.ID, bp.Version)
+				"%s %s has version %q, which is not a semantic version: name the version to use", r.kind, bp.ID, bp.Version)
 		}
 		if bestVersion == nil || v.GreaterThan(bestVersion) {
 			best, bestVersion = bp, v

@@ -319,3 +319,26 @@ func TestCheckPlatformAPI(t *testing.T) {
 		}
 	}
 }
+
+func TestResolveExtensions(t *testing.T) {
+	store := []v1alpha1.StoreBuildpack{sbp("curl", "1.0.0"), sbp("curl", "1.2.0"), sbp("apt", "0.1.0")}
+	got, err := ResolveExtensions([]v1alpha1.OrderEntry{group(ref("curl", "")), group(ref("apt", "0.1.0"), ref("curl", "1.0.0"))}, store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []v1alpha1.OrderEntry{group(ref("curl", "1.2.0")), group(ref("apt", "0.1.0"), ref("curl", "1.0.0"))}
+	if diff := cmp.Diff(want, got.Order); diff != "" {
+		t.Errorf("order (-want +got):\n%s", diff)
+	}
+	var used []string
+	for _, ext := range got.Buildpacks {
+		used = append(used, ext.ID+"@"+ext.Version)
+	}
+	if diff := cmp.Diff([]string{"apt@0.1.0", "curl@1.0.0", "curl@1.2.0"}, used); diff != "" {
+		t.Errorf("extensions (-want +got):\n%s", diff)
+	}
+	_, err = ResolveExtensions([]v1alpha1.OrderEntry{group(ref("ghost", ""))}, store)
+	if f, ok := failure.As(err); !ok || f.Reason != ReasonBuildpackNotFound || err.Error() != "orderExtensions: extension ghost is not in the store" {
+		t.Errorf("missing extension: %v", err)
+	}
+}

@@ -22,6 +22,7 @@ func TestKubectlApplySamples(t *testing.T) {
 		"clusterlifecycle.buildsmith.dev/lifecycle-0-21 created",
 		"builder.buildsmith.dev/demo created",
 		"builder.buildsmith.dev/demo-system created",
+		"builder.buildsmith.dev/demo-extensions created",
 		"clusterbuilder.buildsmith.dev/demo created",
 	} {
 		if !strings.Contains(string(out), want) {

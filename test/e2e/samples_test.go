@@ -30,6 +30,8 @@ func TestSamplesGoReady(t *testing.T) {
 	labels := map[string]string{"io.buildpacks.stack.id": "dev.buildsmith.stacks.demo"}
 	f.PushImage("buildsmith-demo/stack/build:1.0.0", labels, "CNB_USER_ID=1000", "CNB_GROUP_ID=1000")
 	f.PushImage("buildsmith-demo/stack/run:1.0.0", labels)
+	curl, err := sampleimages.ExtensionPackage(curlExtension)
+	push(t, f, "buildsmith-demo/extensions/curl:1.0.0", curl, err)
 	lifecycle, err := sampleimages.Lifecycle(filepath.Join(env.Root, "bin", "lifecycle"), "0.21.0")
 	push(t, f, "buildsmith-demo/lifecycle:0.21.0", lifecycle, err)
 	startController(t)
@@ -65,6 +67,6 @@ func TestSamplesGoReady(t *testing.T) {
 		if err != nil {
 			return false, err.Error()
 		}
-		return len(s.Status.Buildpacks) == 2, fmt.Sprintf("%+v", s.Status.Buildpacks)
+		return len(s.Status.Buildpacks) == 2 && len(s.Status.Extensions) == 1, fmt.Sprintf("%+v %+v", s.Status.Buildpacks, s.Status.Extensions)
 	})
 }

@@ -216,6 +216,53 @@ func buildpackage(platform v1.Platform, withArch bool, buildpacks []Buildpack) (
 	return BuildpackageOfLayers(platform, layers...)
 }
 
+// Extension is an image extension of buildpack API 0.10 for linux.
+type Extension struct {
+	ID, Version string
+	// Detect and Generate are the bodies of bin/detect and bin/generate
+	// (sh); bin/generate writes Dockerfiles into $CNB_OUTPUT_DIR.
+	Detect, Generate string
+}
+
+// ExtensionPackage makes a linux/amd64 extension package, as pack
+// extension package makes one: each extension in a layer of its own under
+// /cnb/extensions/<id>/<version>/, listed by the
+// io.buildpacks.extension.layers label.
+func ExtensionPackage(extensions ...Extension) (v1.Image, error) {
+	layers := make([]v1.Layer, 0, len(extensions))
+	label := map[string]map[string]map[string]any{}
+	for _, ext := range extensions {
+		dir := "cnb/extensions/" + strings.ReplaceAll(ext.ID, "/", "_") + "/"
+		descriptor := fmt.Sprintf("api = \"0.10\"\n\n[extension]\n  id = %q\n  version = %q\n\n[[targets]]\n  os = \"linux\"\n", ext.ID, ext.Version)
+		layer, err := Layer(
+			File{Path: "cnb/", Mode: 0o755}, File{Path: "cnb/extensions/", Mode: 0o755},
+			File{Path: dir, Mode: 0o755}, File{Path: dir + ext.Version + "/", Mode: 0o755},
+			File{Path: dir + ext.Version + "/extension.toml", Mode: 0o644, Content: []byte(descriptor)},
+			File{Path: dir + ext.Version + "/bin/", Mode: 0o755},
+			File{Path: dir + ext.Version + "/bin/detect", Mode: 0o755, Content: []byte("#!/bin/sh\n" + ext.Detect)},
+			File{Path: dir + ext.Version + "/bin/generate", Mode: 0o755, Content: []byte("#!/bin/sh\nset -e\n" + ext.Generate)},
+		)
+		if err != nil {
+			return nil, err
+		}
+		diffID, err := layer.DiffID()
+		if err != nil {
+			return nil, err
+		}
+		layers = append(layers, layer)
+		if label[ext.ID] == nil {
+			label[ext.ID] = map[string]map[string]any{}
+		}
+		label[ext.ID][ext.Version] = map[string]any{"api": "0.10", "layerDiffID": diffID.String(),
+			"targets": []map[string]string{{"os": "linux"}}}
+	}
+	raw, err := json.Marshal(label)
+	if err != nil {
+		return nil, err
+	}
+	return ImageFor(amd64, layers, map[string]string{"io.buildpacks.extension.layers": string(raw)})
+}
+
 // BuildpackLayer is a buildpack's layer in a buildpackage, and what the
 // io.buildpacks.buildpack.layers label says of it besides the layer's diffID
 // (api, targets).

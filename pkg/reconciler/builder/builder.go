@@ -159,6 +159,7 @@ type inputs struct {
 	lifecycle     clusterlifecycle.Image
 	lifecycleName string
 	resolved      *cnb.ResolvedOrder
+	extensions    *cnb.ResolvedOrder // nil without orderExtensions
 	builds        []platformBuild
 	skipped       []string
 	// fingerprint identifies all of the above and the spec: a builder
@@ -204,13 +205,18 @@ func (r *Core) resolveInputs(ctx context.Context, obj object, spec *v1alpha1.Bui
 	if in.resolved, err = cnb.ResolveOrder(spec.Order, spec.System, in.store.Status.Buildpacks); err != nil {
 		return nil, err
 	}
+	if len(spec.OrderExtensions) > 0 {
+		if in.extensions, err = cnb.ResolveExtensions(spec.OrderExtensions, in.store.Status.Extensions); err != nil {
+			return nil, err
+		}
+	}
 	if in.lifecycle, in.lifecycleName, err = r.lifecycle(ctx, obj, in.registry, spec.Lifecycle); err != nil {
 		return nil, err
 	}
-	if in.builds, in.skipped, err = r.platforms(ctx, in.registry, in.stack, in.lifecycle, in.lifecycleName, in.resolved, spec.Targets); err != nil {
+	if in.builds, in.skipped, err = r.platforms(ctx, in.registry, in.stack, in.lifecycle, in.lifecycleName, in.resolved, in.extensions, spec.Targets); err != nil {
 		return nil, err
 	}
-	in.fingerprint = fingerprintOf(in.stack, in.builds, in.resolved, spec, r.Version)
+	in.fingerprint = fingerprintOf(in.stack, in.builds, in.resolved, in.extensions, spec, r.Version)
 	return in, nil
 }
 
@@ -224,6 +230,7 @@ func (in *inputs) status(status *v1alpha1.BuilderStatus) v1alpha1.BuilderStatus 
 		SkippedPlatforms:  in.skipped,
 		Order:             in.resolved.Order,
 		System:            in.resolved.System,
+		OrderExtensions:   in.orderExtensions(),
 		Stack:             v1alpha1.BuiltStack{ID: in.stack.Status.ID, RunImage: in.stack.Status.RunImage.Image},
 		Lifecycle: v1alpha1.LifecycleStatus{Image: in.lifecycle.Ref.String(),
 			Version: in.builds[0].lifecycle.Version, APIs: in.builds[0].lifecycle.APIs},
@@ -235,6 +242,14 @@ func (in *inputs) status(status *v1alpha1.BuilderStatus) v1alpha1.BuilderStatus 
 		next.BuilderMetadata = append(next.BuilderMetadata, v1alpha1.BuildpackMetadata{ID: bp.ID, Version: bp.Version, Homepage: bp.Homepage})
 	}
 	return next
+}
+
+// orderExtensions is the resolved order of extensions, or nil.
+func (in *inputs) orderExtensions() []v1alpha1.OrderEntry {
+	if in.extensions == nil {
+		return nil
+	}
+	return in.extensions.Order
 }
 
 // buildAndPush assembles the builder for each platform and pushes it (an
@@ -292,10 +307,11 @@ func (r *Core) lastPush(key types.NamespacedName, status *v1alpha1.BuilderStatus
 // platformBuild is one platform of a builder, its lifecycle, and its order
 // (without the optional buildpacks the platform lacks).
 type platformBuild struct {
-	platform  cnb.Platform
-	stack     *cnb.Stack
-	lifecycle clusterlifecycle.PlatformLifecycle
-	order     *cnb.ResolvedOrder
+	platform   cnb.Platform
+	stack      *cnb.Stack
+	lifecycle  clusterlifecycle.PlatformLifecycle
+	order      *cnb.ResolvedOrder
+	extensions *cnb.ResolvedOrder // nil without orderExtensions
 }
 
 // lifecycle returns the lifecycle image of a builder: its ClusterLifecycle's
@@ -320,7 +336,7 @@ func (r *Core) lifecycle(ctx context.Context, obj object, reg registry.Access, r
 // lifecycle and stack. skipped says which of the stack's platforms a
 // default build leaves out, and why.
 func (r *Core) platforms(ctx context.Context, reg registry.Access, stack *v1alpha1.ClusterStack, lifecycleImage clusterlifecycle.Image,
-	lifecycleName string, resolved *cnb.ResolvedOrder, targets []v1alpha1.Platform) ([]platformBuild, []string, error) {
+	lifecycleName string, resolved, extensions *cnb.ResolvedOrder, targets []v1alpha1.Platform) ([]platformBuild, []string, error) {
 	stackPlatforms := cnb.PlatformsOf(stack.Status.Platforms)
 	parts := []cnb.PlatformPart{
 		{Name: "ClusterStack " + stack.Name, Platforms: stackPlatforms},
@@ -329,6 +345,11 @@ func (r *Core) platforms(ctx context.Context, reg registry.Access, stack *v1alph
 	for _, bp := range resolved.Buildpacks {
 		if !resolved.Optional(bp) {
 			parts = append(parts, cnb.PlatformPart{Name: "buildpack " + bp.ID + "@" + bp.Version, Platforms: cnb.PlatformsOf(bp.Platforms)})
+		}
+	}
+	if extensions != nil {
+		for _, ext := range extensions.Buildpacks {
+			parts = append(parts, cnb.PlatformPart{Name: "extension " + ext.ID + "@" + ext.Version, Platforms: cnb.PlatformsOf(ext.Platforms)})
 		}
 	}
 	selected, err := cnb.SelectPlatforms(cnb.PlatformsOf(targets), parts)
@@ -367,7 +388,15 @@ func (r *Core) platforms(ctx context.Context, reg registry.Access, stack *v1alph
 				return nil, nil, err
 			}
 		}
-		builds[i] = platformBuild{platform: p, stack: info, lifecycle: lifecycle, order: order}
+		if extensions != nil {
+			if err := cnb.CheckPlatformAPI(lifecycle.Lifecycle, cnb.ExtensionsPlatformAPI, "image extensions"); err != nil {
+				return nil, nil, err
+			}
+			if err := cnb.CheckCompatibility(extensions.Buildpacks, lifecycle.APIs.Buildpack, info); err != nil {
+				return nil, nil, err
+			}
+		}
+		builds[i] = platformBuild{platform: p, stack: info, lifecycle: lifecycle, order: order, extensions: extensions}
 	}
 	return builds, skipped, nil
 }
@@ -396,11 +425,23 @@ func (r *Core) assemble(ctx context.Context, reg registry.Access, stack *v1alpha
 	}
 	layers := make([]cnb.BuildpackLayer, 0, len(b.order.Buildpacks))
 	for _, bp := range b.order.Buildpacks {
-		layer, err := buildpackLayer(ctx, reg, bp, platform)
+		layer, err := buildpackLayer(ctx, reg, bp, platform, false)
 		if err != nil {
 			return nil, err
 		}
 		layers = append(layers, cnb.BuildpackLayer{Buildpack: bp, Layer: layer})
+	}
+	var extensions []cnb.BuildpackLayer
+	var orderExtensions []v1alpha1.OrderEntry
+	if b.extensions != nil {
+		for _, ext := range b.extensions.Buildpacks {
+			layer, err := buildpackLayer(ctx, reg, ext, platform, true)
+			if err != nil {
+				return nil, err
+			}
+			extensions = append(extensions, cnb.BuildpackLayer{Buildpack: ext, Layer: layer})
+		}
+		orderExtensions = b.extensions.Order
 	}
 	return cnb.AssembleBuilder(cnb.BuilderSpec{
 		BuildImage:       build.Image,
@@ -411,16 +452,18 @@ func (r *Core) assemble(ctx context.Context, reg registry.Access, stack *v1alpha
 		Buildpacks:       layers,
 		Order:            b.order.Order,
 		System:           b.order.System,
+		Extensions:       extensions,
+		OrderExtensions:  orderExtensions,
 		AdditionalLabels: spec.AdditionalLabels,
 		Env:              buildEnv(spec.Env),
 		CreatedBy:        r.Version,
 	})
 }
 
-// buildpackLayer finds the layer holding bp in its store image's image for
-// platform, by the layers label of that image: each platform of a
-// buildpackage index has its own layer.
-func buildpackLayer(ctx context.Context, reg registry.Access, bp v1alpha1.StoreBuildpack, platform v1.Platform) (v1.Layer, error) {
+// buildpackLayer finds the layer holding bp (an image extension, with
+// extension) in its store image's image for platform, by the layers label
+// of that image: each platform of a buildpackage index has its own layer.
+func buildpackLayer(ctx context.Context, reg registry.Access, bp v1alpha1.StoreBuildpack, platform v1.Platform, extension bool) (v1.Layer, error) {
 	storeRef, err := name.NewDigest(bp.StoreImage.Image)
 	if err != nil {
 		return nil, failure.Permanentf(ReasonStoreNotReady, "buildpack %s@%s: store image %q: %v", bp.ID, bp.Version, bp.StoreImage.Image, err)
@@ -435,7 +478,7 @@ func buildpackLayer(ctx context.Context, reg registry.Access, bp v1alpha1.StoreB
 		return nil, failure.Waitingf(ReasonStoreNotReady, "buildpack %s@%s: %s is for %s, not %s",
 			bp.ID, bp.Version, bp.StoreImage.Image, own, cnb.PlatformOf(platform))
 	}
-	diffID, found, err := cnb.BuildpackDiffID(bp.StoreImage.Image, img.Config, img.Manifest, bp.ID, bp.Version)
+	diffID, found, err := cnb.BuildpackDiffID(bp.StoreImage.Image, img.Config, img.Manifest, bp.ID, bp.Version, extension)
 	if err != nil {
 		return nil, err
 	}
@@ -479,10 +522,42 @@ func why(s v1alpha1.ConditionedStatus) string {
 // else: a buildpack counts by its layer and its metadata, not by the
 // buildpackage it came from (re-pushing a buildpackage with the same layer
 // changes no builder).
-func fingerprintOf(stack *v1alpha1.ClusterStack, builds []platformBuild, resolved *cnb.ResolvedOrder,
+func fingerprintOf(stack *v1alpha1.ClusterStack, builds []platformBuild, resolved, extensions *cnb.ResolvedOrder,
 	spec *v1alpha1.BuilderSpec, version string) string {
-	buildpacks := make([]v1alpha1.StoreBuildpack, len(resolved.Buildpacks))
-	for i, bp := range resolved.Buildpacks {
+	platforms := make([]string, len(builds)) // each built, with its lifecycle image
+	for i, b := range builds {
+		platforms[i] = b.platform.String() + "=" + b.lifecycle.Digest
+	}
+	var extensionModules []v1alpha1.StoreBuildpack
+	var orderExtensions []v1alpha1.OrderEntry
+	if extensions != nil {
+		extensionModules, orderExtensions = fingerprinted(extensions.Buildpacks), extensions.Order
+	}
+	raw, _ := json.Marshal(struct {
+		BuildImage, RunImage, Tag, Version string
+		RunImageMirrors                    []string
+		Platforms                          []string
+		Buildpacks                         []v1alpha1.StoreBuildpack
+		Order                              []v1alpha1.OrderEntry
+		Labels                             map[string]string
+		Env                                []v1alpha1.BuildEnv
+		// Omitted when empty: the fingerprints of builders from before
+		// system buildpacks and extensions stay the same.
+		System          *v1alpha1.SystemBuildpacks `json:",omitempty"`
+		Extensions      []v1alpha1.StoreBuildpack  `json:",omitempty"`
+		OrderExtensions []v1alpha1.OrderEntry      `json:",omitempty"`
+	}{stack.Status.BuildImage.LatestImage, stack.Status.RunImage.Image, spec.Tag, version, stack.Status.RunImage.Mirrors,
+		platforms, fingerprinted(resolved.Buildpacks), resolved.Order, spec.AdditionalLabels, spec.Env, resolved.System,
+		extensionModules, orderExtensions})
+	sum := sha256.Sum256(raw)
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+// fingerprinted is what of each buildpack (or extension) is an input of
+// the builder image.
+func fingerprinted(modules []v1alpha1.StoreBuildpack) []v1alpha1.StoreBuildpack {
+	out := make([]v1alpha1.StoreBuildpack, len(modules))
+	for i, bp := range modules {
 		// The layer's digests identify a single-platform buildpack; the
 		// store image does not (another buildpackage may hold the same
 		// layer). For an index, the layer is the first platform's only:
@@ -494,25 +569,7 @@ func fingerprintOf(stack *v1alpha1.ClusterStack, builds []platformBuild, resolve
 		// platforms built (below): a platform the builder does not build
 		// changes nothing.
 		bp.Platforms = nil
-		buildpacks[i] = bp
+		out[i] = bp
 	}
-	platforms := make([]string, len(builds)) // each built, with its lifecycle image
-	for i, b := range builds {
-		platforms[i] = b.platform.String() + "=" + b.lifecycle.Digest
-	}
-	raw, _ := json.Marshal(struct {
-		BuildImage, RunImage, Tag, Version string
-		RunImageMirrors                    []string
-		Platforms                          []string
-		Buildpacks                         []v1alpha1.StoreBuildpack
-		Order                              []v1alpha1.OrderEntry
-		Labels                             map[string]string
-		Env                                []v1alpha1.BuildEnv
-		// Omitted when empty: the fingerprints of builders from before
-		// system buildpacks stay the same.
-		System *v1alpha1.SystemBuildpacks `json:",omitempty"`
-	}{stack.Status.BuildImage.LatestImage, stack.Status.RunImage.Image, spec.Tag, version, stack.Status.RunImage.Mirrors,
-		platforms, buildpacks, resolved.Order, spec.AdditionalLabels, spec.Env, resolved.System})
-	sum := sha256.Sum256(raw)
-	return "sha256:" + hex.EncodeToString(sum[:])
+	return out
 }

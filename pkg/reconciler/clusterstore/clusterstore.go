@@ -42,7 +42,7 @@ func (r *Reconciler) reconcile(ctx context.Context, store *v1alpha1.ClusterStore
 	// Every source is read to the end (no cancelling the others on the
 	// first failure), and the first failure in source order is reported:
 	// the same failures always give the same condition.
-	perSource := make([][]v1alpha1.StoreBuildpack, len(store.Spec.Sources))
+	perSource := make([]cnb.Package, len(store.Spec.Sources))
 	errs := make([]error, len(store.Spec.Sources))
 	var g errgroup.Group
 	g.SetLimit(parallelReads)
@@ -58,18 +58,27 @@ func (r *Reconciler) reconcile(ctx context.Context, store *v1alpha1.ClusterStore
 			return err
 		}
 	}
-	buildpacks, err := cnb.MergeBuildpacks(perSource...)
+	var buildpacks, extensions [][]v1alpha1.StoreBuildpack
+	for _, p := range perSource {
+		buildpacks, extensions = append(buildpacks, p.Buildpacks), append(extensions, p.Extensions)
+	}
+	mergedBuildpacks, err := cnb.MergeBuildpacks(buildpacks...)
 	if err != nil {
 		return err
 	}
-	store.Status.Buildpacks = buildpacks
+	mergedExtensions, err := cnb.MergeExtensions(extensions...)
+	if err != nil {
+		return err
+	}
+	store.Status.Buildpacks, store.Status.Extensions = mergedBuildpacks, mergedExtensions
 	return nil
 }
 
-// readSource reads one buildpackage and lists its buildpacks into out, each
-// with the platforms the buildpackage has it for: an index is read
-// platform by platform (each has its own layers).
-func readSource(ctx context.Context, reg registry.Access, image string, out *[]v1alpha1.StoreBuildpack) error {
+// readSource reads one buildpackage or extension package and lists its
+// buildpacks and extensions into out, each with the platforms the package
+// has it for: an index is read platform by platform (each has its own
+// layers).
+func readSource(ctx context.Context, reg registry.Access, image string, out *cnb.Package) error {
 	ref, err := name.ParseReference(image)
 	if err != nil { // Validate parsed it already
 		return failure.Permanentf(registry.ReasonInvalidReference, "%v", err)
@@ -79,25 +88,30 @@ func readSource(ctx context.Context, reg registry.Access, image string, out *[]v
 		return err
 	}
 	if len(img.Platforms) <= 1 {
-		bps, err := cnb.Buildpackage(img.Ref.String(), img.Config, img.Manifest)
-		for i := range bps {
-			bps[i].Platforms = cnb.APIPlatforms(cnb.PlatformsOfV1(img.Platforms))
+		pkg, err := cnb.ReadPackage(img.Ref.String(), img.Config, img.Manifest)
+		platforms := cnb.APIPlatforms(cnb.PlatformsOfV1(img.Platforms))
+		for _, modules := range [][]v1alpha1.StoreBuildpack{pkg.Buildpacks, pkg.Extensions} {
+			for i := range modules {
+				modules[i].Platforms = platforms
+			}
 		}
-		*out = bps
+		*out = pkg
 		return err
 	}
-	images := make([]cnb.PlatformBuildpacks, len(img.Platforms))
+	buildpacks := make([]cnb.PlatformBuildpacks, len(img.Platforms))
+	extensions := make([]cnb.PlatformBuildpacks, len(img.Platforms))
 	for i, p := range img.Platforms {
 		child, err := reg.ReadImage(ctx, img.Ref, &p)
 		if err != nil {
 			return err
 		}
-		bps, err := cnb.Buildpackage(img.Ref.String(), child.Config, child.Manifest)
+		pkg, err := cnb.ReadPackage(img.Ref.String(), child.Config, child.Manifest)
 		if err != nil {
 			return fmt.Errorf("%s: %w", cnb.PlatformOf(p), err)
 		}
-		images[i] = cnb.PlatformBuildpacks{Platform: cnb.PlatformOf(p), Buildpacks: bps}
+		buildpacks[i] = cnb.PlatformBuildpacks{Platform: cnb.PlatformOf(p), Buildpacks: pkg.Buildpacks}
+		extensions[i] = cnb.PlatformBuildpacks{Platform: cnb.PlatformOf(p), Buildpacks: pkg.Extensions}
 	}
-	*out = cnb.IndexBuildpacks(images)
+	*out = cnb.Package{Buildpacks: cnb.IndexBuildpacks(buildpacks), Extensions: cnb.IndexBuildpacks(extensions)}
 	return nil
 }

@@ -36,6 +36,11 @@ func TestReconcile(t *testing.T) {
 	if err := remote.WriteIndex(f.Ref("bp/multi:1"), multi); err != nil {
 		t.Fatal(err)
 	}
+	curl, err := sampleimages.ExtensionPackage(sampleimages.Extension{ID: "example/curl", Version: "1.0.0", Detect: "exit 0\n", Generate: "true\n"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Write("ext/curl:1", curl)
 
 	previous := []v1alpha1.StoreBuildpack{{ID: "example/old", Version: "0.1.0", DiffID: "sha256:1", Digest: "sha256:2"}}
 	tests := []struct {
@@ -46,6 +51,7 @@ func TestReconcile(t *testing.T) {
 		want     rt.Outcome
 		// wantBuildpacks: id@version in status order; nil: the previous list kept.
 		wantBuildpacks []string
+		wantExtensions []string
 		validate       func(*testing.T, []v1alpha1.StoreBuildpack)
 	}{{
 		name:           "ready",
@@ -69,6 +75,12 @@ func TestReconcile(t *testing.T) {
 				t.Errorf("platforms of a plain image's buildpack (-want +got):\n%s", diff)
 			}
 		},
+	}, {
+		name:           "an extension package beside a buildpackage",
+		sources:        []string{"bp/node:1", "ext/curl:1"},
+		want:           rt.Outcome{Ready: corev1.ConditionTrue, Requeue: rt.Resync, MinDelay: 8 * time.Minute, MaxDelay: 12 * time.Minute, EventReasons: []string{"Ready"}},
+		wantBuildpacks: []string{"example/node@2.0.0"},
+		wantExtensions: []string{"example/curl@1.0.0"},
 	}, {
 		name:     "one source unavailable: the whole previous list is kept",
 		sources:  []string{"bp/node:1", "bp/go:1"},
@@ -131,6 +143,16 @@ func TestReconcile(t *testing.T) {
 			}
 			if diff := cmp.Diff(tc.wantBuildpacks, ids); diff != "" {
 				t.Errorf("buildpacks (-want +got):\n%s", diff)
+			}
+			var extensions []string
+			for _, ext := range got.Status.Extensions {
+				extensions = append(extensions, ext.ID+"@"+ext.Version)
+				if ext.DiffID == "" || ext.API == "" || len(ext.Platforms) != 1 {
+					t.Errorf("incomplete extension %+v", ext)
+				}
+			}
+			if diff := cmp.Diff(tc.wantExtensions, extensions); diff != "" {
+				t.Errorf("extensions (-want +got):\n%s", diff)
 			}
 			if tc.validate != nil {
 				tc.validate(t, got.Status.Buildpacks)

@@ -63,6 +63,14 @@ type BuilderSpec struct {
 	// Order is the detection order: the lifecycle tries each group in turn.
 	// +kubebuilder:validation:MinItems=1
 	Order []OrderEntry `json:"order"`
+	// OrderExtensions is the order of image extensions (pack's
+	// [[order-extensions]]) from the store's extension packages: the
+	// lifecycle's detector tries them, each optional, before every group
+	// of the order, and runs the ones that pass to generate Dockerfiles.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=128
+	OrderExtensions []OrderEntry `json:"orderExtensions,omitempty"`
 	// System are buildpacks the lifecycle runs before (pre) and after
 	// (post) every group of the order, as pack's [system]: written to
 	// /cnb/system.toml, which the lifecycle reads at platform API 0.15 and
@@ -207,6 +215,9 @@ type BuilderStatus struct {
 	// Order is the spec's order with every version resolved.
 	// +optional
 	Order []OrderEntry `json:"order,omitempty"`
+	// OrderExtensions is the spec's order of extensions, resolved.
+	// +optional
+	OrderExtensions []OrderEntry `json:"orderExtensions,omitempty"`
 	// System is the spec's system buildpacks with every version resolved.
 	// +optional
 	System *SystemBuildpacks `json:"system,omitempty"`

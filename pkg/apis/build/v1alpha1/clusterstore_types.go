@@ -46,6 +46,10 @@ type ClusterStoreStatus struct {
 	// version. Kept from the last success while a reconcile fails.
 	// +optional
 	Buildpacks []StoreBuildpack `json:"buildpacks,omitempty"`
+	// Extensions are the image extensions of all sources (extension
+	// packages), listed as buildpacks are.
+	// +optional
+	Extensions []StoreBuildpack `json:"extensions,omitempty"`
 }
 
 // StoreBuildpack is one buildpack found in a store's sources.

@@ -119,6 +119,9 @@ func (s *BuilderSpec) validate() *apis.FieldError {
 		errs = errs.Also(validateRef(s.Lifecycle.Kind, "ClusterLifecycle", s.Lifecycle.Name).ViaField("lifecycle"))
 	}
 	errs = errs.Also(validateOrder(s.Order).ViaField("order"))
+	if len(s.OrderExtensions) > 0 {
+		errs = errs.Also(validateOrder(s.OrderExtensions).ViaField("orderExtensions"))
+	}
 	if s.System != nil {
 		errs = errs.Also(s.System.validate().ViaField("system"))
 	}

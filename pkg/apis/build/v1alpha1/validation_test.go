@@ -96,6 +96,19 @@ func TestValidate(t *testing.T) {
 			}),
 		},
 		{
+			name: "builder with extensions",
+			obj: builder(func(s *NamespacedBuilderSpec) {
+				s.OrderExtensions = []OrderEntry{{Group: []BuildpackRef{{ID: "example/curl"}}}}
+			}),
+		},
+		{
+			name: "extension order with an empty group and an empty id",
+			obj: builder(func(s *NamespacedBuilderSpec) {
+				s.OrderExtensions = []OrderEntry{{}, {Group: []BuildpackRef{{ID: ""}}}}
+			}),
+			want: []string{"missing field(s): spec.orderExtensions[0].group, spec.orderExtensions[1].group[0].id"},
+		},
+		{
 			name: "builder with system buildpacks",
 			obj: builder(func(s *NamespacedBuilderSpec) {
 				s.System = &SystemBuildpacks{Pre: []SystemBuildpackRef{{ID: "a"}}, Post: []SystemBuildpackRef{{ID: "b", Version: "1.0.0"}}}

@@ -133,6 +133,13 @@ func (in *BuilderSpec) DeepCopyInto(out *BuilderSpec) {
 			(*in)[i].DeepCopyInto(&(*out)[i])
 		}
 	}
+	if in.OrderExtensions != nil {
+		in, out := &in.OrderExtensions, &out.OrderExtensions
+		*out = make([]OrderEntry, len(*in))
+		for i := range *in {
+			(*in)[i].DeepCopyInto(&(*out)[i])
+		}
+	}
 	if in.System != nil {
 		in, out := &in.System, &out.System
 		*out = new(SystemBuildpacks)
@@ -194,6 +201,13 @@ func (in *BuilderStatus) DeepCopyInto(out *BuilderStatus) {
 	}
 	if in.Order != nil {
 		in, out := &in.Order, &out.Order
+		*out = make([]OrderEntry, len(*in))
+		for i := range *in {
+			(*in)[i].DeepCopyInto(&(*out)[i])
+		}
+	}
+	if in.OrderExtensions != nil {
+		in, out := &in.OrderExtensions, &out.OrderExtensions
 		*out = make([]OrderEntry, len(*in))
 		for i := range *in {
 			(*in)[i].DeepCopyInto(&(*out)[i])
@@ -727,6 +741,13 @@ func (in *ClusterStoreStatus) DeepCopyInto(out *ClusterStoreStatus) {
 	in.ConditionedStatus.DeepCopyInto(&out.ConditionedStatus)
 	if in.Buildpacks != nil {
 		in, out := &in.Buildpacks, &out.Buildpacks
+		*out = make([]StoreBuildpack, len(*in))
+		for i := range *in {
+			(*in)[i].DeepCopyInto(&(*out)[i])
+		}
+	}
+	if in.Extensions != nil {
+		in, out := &in.Extensions, &out.Extensions
 		*out = make([]StoreBuildpack, len(*in))
 		for i := range *in {
 			(*in)[i].DeepCopyInto(&(*out)[i])

@@ -1,0 +1,134 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/buildsmith/buildsmith/pkg/apis/build/v1alpha1"
+	"github.com/buildsmith/buildsmith/test/registrytest"
+	"github.com/buildsmith/buildsmith/test/sampleimages"
+)
+
+// curlExtension passes detection and generates a build.Dockerfile.
+var curlExtension = sampleimages.Extension{ID: "example/curl", Version: "1.0.0", Detect: "exit 0\n",
+	Generate: "printf 'ARG base_image\\nFROM ${base_image}\\nRUN echo curl installed\\n' > \"$CNB_OUTPUT_DIR/build.Dockerfile\"\n"}
+
+// TestImageExtensions: a ClusterStore lists the image extensions of an
+// extension package; a builder with orderExtensions holds them in
+// /cnb/extensions with [[order-extensions]] and the labels pack writes; the
+// real lifecycle's detector (platform API 0.13) runs the extension's
+// bin/detect and bin/generate from the builder and writes its Dockerfile.
+func TestImageExtensions(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("this test drops to uid 1000 to run the lifecycle (which refuses root) and must run as root")
+	}
+	ctx := context.Background()
+	f := registrytest.New(t)
+	objects := storeStack{Addr: f.Addr, Name: "extensions",
+		Buildpackages: []string{"buildpacks/hello:1.0.0", "extensions/curl:1.0.0"}, StackID: "io.buildpacks.stacks.test"}
+	objects.pushSamples(t, func(repo string, img v1.Image, err error) { push(t, f, repo, img, err) })
+	ext, err := sampleimages.ExtensionPackage(curlExtension)
+	push(t, f, "extensions/curl:1.0.0", ext, err)
+	const ns = "extensions"
+	if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kube.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	useLifecycleImage(t, f.Addr+"/buildsmith/lifecycle:0.21.0")
+	startController(t)
+	objects.create(t)
+	objects.createBuilder(t, ns, "extended", v1alpha1.NamespacedBuilderSpec{BuilderSpec: v1alpha1.BuilderSpec{Order: helloOrder(),
+		OrderExtensions: []v1alpha1.OrderEntry{{Group: []v1alpha1.BuildpackRef{{ID: "example/curl"}}}}}})
+
+	var builder *v1alpha1.Builder
+	eventually(t, 30*time.Second, "Builder Ready", func() (bool, string) {
+		b, err := client.BuildsmithV1alpha1().Builders(ns).Get(ctx, "extended", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		builder = b
+		return b.Status.IsReady() && b.Status.LatestImage != "", fmt.Sprintf("%+v", b.Status.Conditions)
+	})
+	store, err := client.BuildsmithV1alpha1().ClusterStores().Get(ctx, "extensions", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(store.Status.Extensions) != 1 || store.Status.Extensions[0].ID != "example/curl" || len(store.Status.Buildpacks) != 1 {
+		t.Errorf("store status: buildpacks %+v, extensions %+v", store.Status.Buildpacks, store.Status.Extensions)
+	}
+	if got := builder.Status.OrderExtensions; len(got) != 1 || got[0].Group[0] != (v1alpha1.BuildpackRef{ID: "example/curl", Version: "1.0.0"}) {
+		t.Errorf("status.orderExtensions: %+v", got)
+	}
+	ref, err := name.NewDigest(builder.Status.LatestImage)
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := remote.Image(ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cf, err := img.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	labels := cf.Config.Labels
+	var meta struct {
+		Extensions []struct{ ID, Version string } `json:"extensions"`
+	}
+	_ = json.Unmarshal([]byte(labels["io.buildpacks.builder.metadata"]), &meta)
+	if !strings.Contains(labels["io.buildpacks.extension.layers"], `"example/curl":{"1.0.0"`) ||
+		labels["io.buildpacks.buildpack.order-extensions"] != `[{"group":[{"id":"example/curl","version":"1.0.0"}]}]` ||
+		len(meta.Extensions) != 1 || meta.Extensions[0].ID != "example/curl" {
+		t.Errorf("labels: extension layers %s, order-extensions %s, metadata extensions %+v",
+			labels["io.buildpacks.extension.layers"], labels["io.buildpacks.buildpack.order-extensions"], meta.Extensions)
+	}
+
+	work := worldReadableTempDir(t)
+	rootfs := filepath.Join(work, "rootfs")
+	extract(t, img, rootfs)
+	app, layers, platform := filepath.Join(work, "app"), filepath.Join(work, "layers"), filepath.Join(work, "platform")
+	for _, dir := range []string{app, layers, platform} {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(dir, cnbUID, cnbUID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(app, "hello.txt"), []byte("hi"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	runLifecycle(t, rootfs, "detector", "-app", app, "-layers", layers, "-platform", platform,
+		"-buildpacks", filepath.Join(rootfs, "cnb/buildpacks"), "-extensions", filepath.Join(rootfs, "cnb/extensions"),
+		"-order", filepath.Join(rootfs, "cnb/order.toml"), "-run", filepath.Join(rootfs, "cnb/run.toml"),
+		"-group", filepath.Join(layers, "group.toml"), "-plan", filepath.Join(layers, "plan.toml"),
+		"-analyzed", filepath.Join(layers, "analyzed.toml"), "-generated", filepath.Join(layers, "generated"), "-log-level", "debug")
+	group, err := os.ReadFile(filepath.Join(layers, "group.toml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(group), "[[group-extensions]]") || !strings.Contains(string(group), `id = "example/curl"`) ||
+		!strings.Contains(string(group), `id = "example/hello"`) {
+		t.Errorf("group.toml:\n%s", group)
+	}
+	// At platform API 0.13 the generator keeps each extension's output as
+	// <generated>/<extension>/build.Dockerfile.
+	dockerfile, err := os.ReadFile(filepath.Join(layers, "generated", "example_curl", "build.Dockerfile"))
+	if err != nil || !strings.Contains(string(dockerfile), "RUN echo curl installed") {
+		t.Errorf("the extension's generated Dockerfile: %v\n%s", err, dockerfile)
+	}
+}
