@@ -14,6 +14,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -29,6 +30,7 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
+	"github.com/buildsmith/buildsmith/test/cosigntest"
 	"github.com/buildsmith/buildsmith/test/distribution"
 	"github.com/buildsmith/buildsmith/test/envtest"
 	"github.com/buildsmith/buildsmith/test/localhost"
@@ -187,6 +189,14 @@ func (d *demo) apply(ctx context.Context) error {
 		// No controller-manager here: no default ServiceAccount either.
 		"apiVersion: v1\nkind: ServiceAccount\nmetadata:\n  name: default\n  namespace: default",
 	}
+	// The signing key of the signed builder sample (config/samples/builder-signed.yaml),
+	// as cosign generate-key-pair k8s://default/cosign would make it.
+	private, _, err := cosigntest.NewKeyPair("demo")
+	if err != nil {
+		return err
+	}
+	manifests = append(manifests, fmt.Sprintf("apiVersion: v1\nkind: Secret\nmetadata:\n  name: cosign\n  namespace: default\ndata:\n  cosign.key: %s\n  cosign.password: %s",
+		base64.StdEncoding.EncodeToString(private), base64.StdEncoding.EncodeToString([]byte("demo"))))
 	samples, err := filepath.Glob(filepath.Join(d.root, "config", "samples", "*.yaml"))
 	if err != nil {
 		return err
@@ -276,6 +286,11 @@ func (d *demo) printBuilder(ctx context.Context) error {
 		}
 		fmt.Printf("  %s:\n    %s\n", key, value)
 	}
+	signatures, err := d.kubectl(ctx, "", "get", "builder", "demo-signed", "-n", "default", "-o", "jsonpath={.status.signatures[*].signature}")
+	if err != nil {
+		return err
+	}
+	step("builder demo-signed is signed with the cosign key of its ServiceAccount: %s", signatures)
 	return nil
 }
 

@@ -23,6 +23,8 @@ func TestKubectlApplySamples(t *testing.T) {
 		"builder.buildsmith.dev/demo created",
 		"builder.buildsmith.dev/demo-system created",
 		"builder.buildsmith.dev/demo-extensions created",
+		"builder.buildsmith.dev/demo-signed created",
+		"serviceaccount/signer created",
 		"clusterbuilder.buildsmith.dev/demo created",
 	} {
 		if !strings.Contains(string(out), want) {

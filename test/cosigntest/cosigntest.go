@@ -15,40 +15,55 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// KeyPair returns a new ECDSA P-256 private key, encrypted with password
-// (PEM "ENCRYPTED SIGSTORE PRIVATE KEY": PKCS #8 sealed with scrypt and
-// secretbox), and its public key (PEM "PUBLIC KEY").
+// NewKeyPair returns a new ECDSA P-256 private key, encrypted with
+// password (PEM "ENCRYPTED SIGSTORE PRIVATE KEY": PKCS #8 sealed with
+// scrypt and secretbox), and its public key (PEM "PUBLIC KEY"), as
+// cosign generate-key-pair writes cosign.key and cosign.pub.
+func NewKeyPair(password string) (private, public []byte, err error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, err
+	}
+	if private, err = encrypt(key, password); err != nil {
+		return nil, nil, err
+	}
+	der, err := x509.MarshalPKIXPublicKey(&key.PublicKey)
+	if err != nil {
+		return nil, nil, err
+	}
+	return private, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der}), nil
+}
+
+// KeyPair is NewKeyPair for tests.
 func KeyPair(tb testing.TB, password string) (private, public []byte) {
 	tb.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	private, public, err := NewKeyPair(password)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	return Encrypt(tb, key, password), PublicPEM(tb, key)
+	return private, public
 }
 
 // Encrypt seals any private key as cosign does.
 func Encrypt(tb testing.TB, key any, password string) []byte {
 	tb.Helper()
-	der, err := x509.MarshalPKCS8PrivateKey(key)
+	sealed, err := encrypt(key, password)
 	if err != nil {
 		tb.Fatal(err)
+	}
+	return sealed
+}
+
+func encrypt(key any, password string) ([]byte, error) {
+	der, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		return nil, err
 	}
 	sealed, err := encrypted.Encrypt(der, []byte(password))
 	if err != nil {
-		tb.Fatal(err)
+		return nil, err
 	}
-	return pem.EncodeToMemory(&pem.Block{Type: "ENCRYPTED SIGSTORE PRIVATE KEY", Bytes: sealed})
-}
-
-// PublicPEM is the PEM of key's public key, as cosign.pub holds it.
-func PublicPEM(tb testing.TB, key *ecdsa.PrivateKey) []byte {
-	tb.Helper()
-	der, err := x509.MarshalPKIXPublicKey(&key.PublicKey)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der})
+	return pem.EncodeToMemory(&pem.Block{Type: "ENCRYPTED SIGSTORE PRIVATE KEY", Bytes: sealed}), nil
 }
 
 // Secret is a signing Secret as kpack documents it, and as

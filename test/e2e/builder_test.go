@@ -17,7 +17,6 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/buildsmith/buildsmith/pkg/apis/build/v1alpha1"
@@ -47,13 +46,7 @@ func TestBuilderRunsTheRealLifecycle(t *testing.T) {
 	push(t, f, "buildpacks/never:1.0.0", never, err)
 
 	const ns = "conformance"
-	if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	// envtest runs no controller-manager: no default ServiceAccount.
-	if _, err := kube.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	tenantNamespace(t, ns)
 	startController(t)
 
 	bs := client.BuildsmithV1alpha1()
@@ -253,29 +246,8 @@ func runLifecycleAt(t *testing.T, platformAPI, rootfs, phase string, args ...str
 // example/hello's bin/build writes.
 func buildApp(t *testing.T, img v1.Image, wantGroup string) string {
 	t.Helper()
-	work := worldReadableTempDir(t)
-	rootfs := filepath.Join(work, "rootfs")
-	extract(t, img, rootfs)
-
-	app := filepath.Join(work, "app")
-	layers := filepath.Join(work, "layers")
-	platform := filepath.Join(work, "platform")
-	for _, dir := range []string{app, layers, platform} {
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Chown(dir, cnbUID, cnbUID); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := os.WriteFile(filepath.Join(app, "hello.txt"), []byte("hi"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-
-	common := []string{"-app", app, "-layers", layers, "-platform", platform,
-		"-buildpacks", filepath.Join(rootfs, "cnb/buildpacks"),
-		"-group", filepath.Join(layers, "group.toml"), "-plan", filepath.Join(layers, "plan.toml"),
-		"-log-level", "debug"}
+	w := unpackBuilder(t, img)
+	rootfs, layers, common := w.rootfs, w.layers, w.args()
 	runLifecycle(t, rootfs, "detector", append(common,
 		"-order", filepath.Join(rootfs, "cnb/order.toml"),
 		"-run", filepath.Join(rootfs, "cnb/run.toml"),

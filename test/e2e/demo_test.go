@@ -17,7 +17,8 @@ func TestMakeDemo(t *testing.T) {
 		t.Fatalf("demo: %v\n%s", err, out)
 	}
 	for _, want := range []string{"builder.buildsmith.dev/demo   True", "clusterbuilder.buildsmith.dev/demo   True",
-		`"id": "buildsmith-demo/greeting"`, "io.buildpacks.lifecycle.version"} {
+		`"id": "buildsmith-demo/greeting"`, "io.buildpacks.lifecycle.version",
+		"builder demo-signed is signed with the cosign key of its ServiceAccount: 127.0.0.1:"} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("demo output lacks %q:\n%s", want, out)
 		}

@@ -13,7 +13,6 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/buildsmith/buildsmith/pkg/apis/build/v1alpha1"
@@ -42,12 +41,7 @@ func TestImageExtensions(t *testing.T) {
 	ext, err := sampleimages.ExtensionPackage(curlExtension)
 	push(t, f, "extensions/curl:1.0.0", ext, err)
 	const ns = "extensions"
-	if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := kube.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	tenantNamespace(t, ns)
 	useLifecycleImage(t, f.Addr+"/buildsmith/lifecycle:0.21.0")
 	startController(t)
 	objects.create(t)
@@ -97,26 +91,11 @@ func TestImageExtensions(t *testing.T) {
 			labels["io.buildpacks.extension.layers"], labels["io.buildpacks.buildpack.order-extensions"], meta.Extensions)
 	}
 
-	work := worldReadableTempDir(t)
-	rootfs := filepath.Join(work, "rootfs")
-	extract(t, img, rootfs)
-	app, layers, platform := filepath.Join(work, "app"), filepath.Join(work, "layers"), filepath.Join(work, "platform")
-	for _, dir := range []string{app, layers, platform} {
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Chown(dir, cnbUID, cnbUID); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := os.WriteFile(filepath.Join(app, "hello.txt"), []byte("hi"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	runLifecycle(t, rootfs, "detector", "-app", app, "-layers", layers, "-platform", platform,
-		"-buildpacks", filepath.Join(rootfs, "cnb/buildpacks"), "-extensions", filepath.Join(rootfs, "cnb/extensions"),
+	w := unpackBuilder(t, img)
+	rootfs, layers := w.rootfs, w.layers
+	runLifecycle(t, rootfs, "detector", append(w.args(), "-extensions", filepath.Join(rootfs, "cnb/extensions"),
 		"-order", filepath.Join(rootfs, "cnb/order.toml"), "-run", filepath.Join(rootfs, "cnb/run.toml"),
-		"-group", filepath.Join(layers, "group.toml"), "-plan", filepath.Join(layers, "plan.toml"),
-		"-analyzed", filepath.Join(layers, "analyzed.toml"), "-generated", filepath.Join(layers, "generated"), "-log-level", "debug")
+		"-analyzed", filepath.Join(layers, "analyzed.toml"), "-generated", filepath.Join(layers, "generated"))...)
 	group, err := os.ReadFile(filepath.Join(layers, "group.toml"))
 	if err != nil {
 		t.Fatal(err)

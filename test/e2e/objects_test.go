@@ -2,13 +2,17 @@ package e2e
 
 import (
 	"context"
+	"os"
 	"path/filepath"
 	"testing"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/buildsmith/buildsmith/pkg/apis/build/v1alpha1"
+	"github.com/buildsmith/buildsmith/test/registrytest"
 	"github.com/buildsmith/buildsmith/test/sampleimages"
 )
 
@@ -89,4 +93,87 @@ func (s storeStack) createBuilder(t *testing.T, ns, name string, spec v1alpha1.N
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: spec}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// tenantNamespace creates namespace ns and its default ServiceAccount
+// (envtest runs no controller-manager, which would make it), whose
+// secrets are the named ones.
+func tenantNamespace(t *testing.T, ns string, secrets ...string) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}
+	for _, s := range secrets {
+		sa.Secrets = append(sa.Secrets, corev1.ObjectReference{Name: s})
+	}
+	if _, err := kube.CoreV1().ServiceAccounts(ns).Create(ctx, sa, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// pushMultiPlatformSamples pushes to f, for linux/amd64 and linux/arm64,
+// what pushSamples pushes for one platform: the real lifecycle 0.21.0
+// (built for both), the stack of stackID and the hello buildpackage, each
+// an image index.
+func pushMultiPlatformSamples(t *testing.T, f *registrytest.Registry, stackID string) {
+	t.Helper()
+	pushIndex := func(repo string, index v1.ImageIndex, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := remote.WriteIndex(f.Ref(repo), index); err != nil {
+			t.Fatal(err)
+		}
+	}
+	amd64 := v1.Platform{OS: "linux", Architecture: "amd64"}
+	arm64 := v1.Platform{OS: "linux", Architecture: "arm64"}
+	lifecycle, err := sampleimages.LifecycleIndex(map[string]string{
+		"linux/amd64": filepath.Join(env.Root, "bin", "lifecycle"),
+		"linux/arm64": filepath.Join(env.Root, "bin", "lifecycle-linux-arm64"),
+	}, "0.21.0")
+	pushIndex("buildsmith/lifecycle:0.21.0", lifecycle, err)
+	build, err := sampleimages.StackIndex(stackID, cnbUID, amd64, arm64)
+	pushIndex("stack/build:1", build, err)
+	run, err := sampleimages.StackIndex(stackID, 0, amd64, arm64)
+	pushIndex("stack/run:1", run, err)
+	hello, err := sampleimages.BuildpackageIndex([]v1.Platform{amd64, arm64}, helloBuildpack)
+	pushIndex("buildpacks/hello:1", hello, err)
+}
+
+// builderWorkspace is a builder image unpacked (rootfs) beside the
+// directories a platform gives the lifecycle, all usable by the build
+// user, and an app holding hello.txt.
+type builderWorkspace struct {
+	rootfs, app, layers, platform string
+}
+
+func unpackBuilder(t *testing.T, img v1.Image) builderWorkspace {
+	t.Helper()
+	work := worldReadableTempDir(t)
+	w := builderWorkspace{rootfs: filepath.Join(work, "rootfs"), app: filepath.Join(work, "app"),
+		layers: filepath.Join(work, "layers"), platform: filepath.Join(work, "platform")}
+	extract(t, img, w.rootfs)
+	for _, dir := range []string{w.app, w.layers, w.platform} {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(dir, cnbUID, cnbUID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(w.app, "hello.txt"), []byte("hi"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
+// args are the lifecycle arguments every phase takes: the directories,
+// the builder's buildpacks, the group and plan files.
+func (w builderWorkspace) args() []string {
+	return []string{"-app", w.app, "-layers", w.layers, "-platform", w.platform,
+		"-buildpacks", filepath.Join(w.rootfs, "cnb/buildpacks"),
+		"-group", filepath.Join(w.layers, "group.toml"), "-plan", filepath.Join(w.layers, "plan.toml"), "-log-level", "debug"}
 }

@@ -6,7 +6,6 @@ import (
 	"debug/elf"
 	"encoding/json"
 	"fmt"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -15,7 +14,6 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/buildsmith/buildsmith/pkg/apis/build/v1alpha1"
@@ -33,35 +31,12 @@ func TestMultiPlatformBuilder(t *testing.T) {
 	ctx := context.Background()
 	f := registrytest.New(t)
 	amd64 := v1.Platform{OS: "linux", Architecture: "amd64"}
-	arm64 := v1.Platform{OS: "linux", Architecture: "arm64"}
-	pushIndex := func(repo string) func(v1.ImageIndex, error) {
-		return func(index v1.ImageIndex, err error) {
-			t.Helper()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := remote.WriteIndex(f.Ref(repo), index); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	pushIndex("buildsmith/lifecycle:0.21.0")(sampleimages.LifecycleIndex(map[string]string{
-		"linux/amd64": filepath.Join(env.Root, "bin", "lifecycle"),
-		"linux/arm64": filepath.Join(env.Root, "bin", "lifecycle-linux-arm64"),
-	}, "0.21.0"))
-	pushIndex("stack/build:1")(sampleimages.StackIndex("io.buildpacks.stacks.multi", cnbUID, amd64, arm64))
-	pushIndex("stack/run:1")(sampleimages.StackIndex("io.buildpacks.stacks.multi", 0, amd64, arm64))
-	pushIndex("buildpacks/hello:1")(sampleimages.BuildpackageIndex([]v1.Platform{amd64, arm64}, helloBuildpack))
+	pushMultiPlatformSamples(t, f, "io.buildpacks.stacks.multi")
 	x86, err := sampleimages.BuildpackageFor(amd64, sampleimages.Buildpack{ID: "example/x86", Version: "1.0.0", Detect: "exit 0\n", Build: "exit 0\n"})
 	push(t, f, "buildpacks/x86:1", x86, err)
 
 	const ns = "platforms"
-	if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := kube.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	tenantNamespace(t, ns)
 	useLifecycleImage(t, f.Addr+"/buildsmith/lifecycle:0.21.0")
 	startController(t)
 

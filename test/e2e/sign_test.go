@@ -10,14 +10,11 @@ import (
 	"testing"
 	"time"
 
-	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/remote"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/buildsmith/buildsmith/pkg/apis/build/v1alpha1"
 	"github.com/buildsmith/buildsmith/test/registrytest"
-	"github.com/buildsmith/buildsmith/test/sampleimages"
 )
 
 // TestSignedBuilder: a key pair made by the real cosign (generate-key-pair),
@@ -47,39 +44,14 @@ func TestSignedBuilder(t *testing.T) {
 	}
 
 	f := registrytest.New(t)
-	amd64 := v1.Platform{OS: "linux", Architecture: "amd64"}
-	arm64 := v1.Platform{OS: "linux", Architecture: "arm64"}
-	pushIndex := func(repo string) func(v1.ImageIndex, error) {
-		return func(index v1.ImageIndex, err error) {
-			t.Helper()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := remote.WriteIndex(f.Ref(repo), index); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	pushIndex("buildsmith/lifecycle:0.21.0")(sampleimages.LifecycleIndex(map[string]string{
-		"linux/amd64": filepath.Join(env.Root, "bin", "lifecycle"),
-		"linux/arm64": filepath.Join(env.Root, "bin", "lifecycle-linux-arm64"),
-	}, "0.21.0"))
-	pushIndex("stack/build:1")(sampleimages.StackIndex("io.buildpacks.stacks.signed", cnbUID, amd64, arm64))
-	pushIndex("stack/run:1")(sampleimages.StackIndex("io.buildpacks.stacks.signed", 0, amd64, arm64))
-	pushIndex("buildpacks/hello:1")(sampleimages.BuildpackageIndex([]v1.Platform{amd64, arm64}, helloBuildpack))
+	pushMultiPlatformSamples(t, f, "io.buildpacks.stacks.signed")
 
 	const ns = "signed"
-	if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
 	// The Secret as kpack's docs and `cosign generate-key-pair k8s://…`
 	// make it: no type, the two keys; listed in the account's secrets.
+	tenantNamespace(t, ns, "cosign")
 	if _, err := kube.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "cosign"},
 		Data: map[string][]byte{"cosign.key": private, "cosign.password": []byte("s3cret")}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := kube.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"},
-		Secrets: []corev1.ObjectReference{{Name: "cosign"}}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	useLifecycleImage(t, f.Addr+"/buildsmith/lifecycle:0.21.0")

@@ -12,7 +12,6 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/buildsmith/buildsmith/pkg/apis/build/v1alpha1"
@@ -46,12 +45,7 @@ func TestSystemBuildpacks(t *testing.T) {
 		push(t, f, "buildpacks/"+id+":1.0.0", bp, err)
 	}
 	const ns = "system"
-	if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := kube.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	tenantNamespace(t, ns)
 	useLifecycleImage(t, f.Addr+"/buildsmith/lifecycle:0.21.0")
 	startController(t)
 	objects.create(t)
@@ -79,24 +73,8 @@ func TestSystemBuildpacks(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	work := worldReadableTempDir(t)
-	rootfs := filepath.Join(work, "rootfs")
-	extract(t, img, rootfs)
-	app, layers, platform := filepath.Join(work, "app"), filepath.Join(work, "layers"), filepath.Join(work, "platform")
-	for _, dir := range []string{app, layers, platform} {
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Chown(dir, cnbUID, cnbUID); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := os.WriteFile(filepath.Join(app, "hello.txt"), []byte("hi"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	common := []string{"-app", app, "-layers", layers, "-platform", platform,
-		"-buildpacks", filepath.Join(rootfs, "cnb/buildpacks"),
-		"-group", filepath.Join(layers, "group.toml"), "-plan", filepath.Join(layers, "plan.toml"), "-log-level", "debug"}
+	w := unpackBuilder(t, img)
+	rootfs, layers, common := w.rootfs, w.layers, w.args()
 	runLifecycleAt(t, "0.15", rootfs, "detector", append(common,
 		"-order", filepath.Join(rootfs, "cnb/order.toml"),
 		"-system", filepath.Join(rootfs, "cnb/system.toml"),

@@ -65,26 +65,10 @@ func TestBuilderExtensions(t *testing.T) {
 
 	old := x.fakeLifecycle(t, "lifecycle:0.9", "0.9.0",
 		`{"buildpack":{"supported":["0.10"]},"platform":{"supported":["0.7","0.8","0.9"]}}`)
-	for name, tc := range map[string]struct {
-		builder   *v1alpha1.Builder
-		lifecycle string
-		reason    string
-		message   string
-	}{
+	x.checkStalled(t, got.Status, map[string]stalled{
 		"an extension the store lacks": {withExtensions("example/ghost"), lifecycle, cnb.ReasonBuildpackNotFound,
 			"orderExtensions: extension example/ghost is not in the store"},
 		"a lifecycle without extensions": {withExtensions("example/curl"), old, cnb.ReasonPlatformAPIUnsupported,
 			"image extensions need platform API 0.10 or later; lifecycle 0.9.0 supports 0.7, 0.8, 0.9"},
-	} {
-		t.Run(name, func(t *testing.T) {
-			b := tc.builder
-			b.Status = got.Status
-			failed, events, err, _ := x.run(t, b, tc.lifecycle)
-			rt.Check(t, failed, err, events, rt.Outcome{Ready: corev1.ConditionFalse, Reason: tc.reason, Stalled: true,
-				Requeue: rt.NoRequeue, EventReasons: []string{tc.reason}, MessageContains: tc.message})
-			if failed.Status.LatestImage != got.Status.LatestImage {
-				t.Errorf("latestImage %q, want %q kept", failed.Status.LatestImage, got.Status.LatestImage)
-			}
-		})
-	}
+	})
 }

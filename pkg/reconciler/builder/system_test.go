@@ -57,25 +57,34 @@ func TestBuilderSystemBuildpacks(t *testing.T) {
 	// A lifecycle without platform API 0.15 would ignore system.toml.
 	old := x.fakeLifecycle(t, "lifecycle:0.20.0", "0.20.0",
 		`{"buildpack":{"supported":["0.10"]},"platform":{"supported":["0.12","0.13","0.14"]}}`)
-	for name, tc := range map[string]struct {
-		builder   *v1alpha1.Builder
-		lifecycle string
-		reason    string
-		message   string
-	}{
+	x.checkStalled(t, got.Status, map[string]stalled{
 		"a system buildpack the store lacks": {withSystem("example/certs", "example/ghost"), lifecycle, cnb.ReasonBuildpackNotFound,
 			"system post buildpacks: buildpack example/ghost is not in the store"},
 		"a lifecycle without platform API 0.15": {withSystem("example/certs", "example/go"), old, cnb.ReasonPlatformAPIUnsupported,
 			"system buildpacks need platform API 0.15 or later; lifecycle 0.20.0 supports 0.12, 0.13, 0.14"},
-	} {
+	})
+}
+
+// stalled is a builder that must stall (with the lifecycle image named
+// lifecycle): with reason, and a message containing message.
+type stalled struct {
+	builder                    *v1alpha1.Builder
+	lifecycle, reason, message string
+}
+
+// checkStalled runs each case's builder from the status before (a Ready
+// one) and checks that it stalls as the case says, keeping its image.
+func (x *fixture) checkStalled(t *testing.T, before v1alpha1.BuilderStatus, cases map[string]stalled) {
+	t.Helper()
+	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			b := tc.builder
-			b.Status = got.Status
+			b.Status = before
 			failed, events, err, _ := x.run(t, b, tc.lifecycle)
 			rt.Check(t, failed, err, events, rt.Outcome{Ready: corev1.ConditionFalse, Reason: tc.reason, Stalled: true,
 				Requeue: rt.NoRequeue, EventReasons: []string{tc.reason}, MessageContains: tc.message})
-			if failed.Status.LatestImage != got.Status.LatestImage {
-				t.Errorf("latestImage %q, want %q kept", failed.Status.LatestImage, got.Status.LatestImage)
+			if failed.Status.LatestImage != before.LatestImage {
+				t.Errorf("latestImage %q, want %q kept", failed.Status.LatestImage, before.LatestImage)
 			}
 		})
 	}
