@@ -242,6 +242,27 @@ func merge(kind string, sources [][]v1alpha1.StoreBuildpack) ([]v1alpha1.StoreBu
 	return out, nil
 }
 
+// CheckStoreSize checks that a store's buildpacks and extensions together
+// stay within what one status can hold (each list alone was checked as it
+// was merged).
+func CheckStoreSize(buildpacks, extensions []v1alpha1.StoreBuildpack) error {
+	if len(extensions) == 0 {
+		return nil
+	}
+	if n := len(buildpacks) + len(extensions); n > MaxStoreBuildpacks {
+		return failure.Permanentf(ReasonTooManyBuildpacks,
+			"the sources hold %d buildpacks and extensions, more than the %d a store lists: split them over several stores", n, MaxStoreBuildpacks)
+	}
+	b, _ := json.Marshal(buildpacks)
+	e, _ := json.Marshal(extensions)
+	if size := len(b) + len(e); size > MaxStoreStatusBytes {
+		return failure.Permanentf(ReasonTooManyBuildpacks,
+			"the sources' buildpacks and extensions take %d KiB in status, more than the %d KiB a store lists: split them over several stores",
+			size>>10, MaxStoreStatusBytes>>10)
+	}
+	return nil
+}
+
 // MaxStoreBuildpacks bounds a store's status.buildpacks. An entry is about
 // 1 KiB with its platforms and targets, and the API server refuses objects
 // over about 1.5 MiB: a store listing more would fail to save its status

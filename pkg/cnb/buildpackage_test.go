@@ -266,3 +266,20 @@ func TestReadPackage(t *testing.T) {
 		t.Errorf("MergeExtensions of two different example/curl@1.0.0: %v", err)
 	}
 }
+
+func TestCheckStoreSize(t *testing.T) {
+	half := make([]v1alpha1.StoreBuildpack, MaxStoreBuildpacks/2+1)
+	for i := range half {
+		half[i] = v1alpha1.StoreBuildpack{ID: fmt.Sprintf("bp-%d", i), Version: "1"}
+	}
+	if err := CheckStoreSize(half, nil); err != nil {
+		t.Errorf("buildpacks alone: %v", err)
+	}
+	if err := CheckStoreSize(half, half); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("%d buildpacks and extensions", 2*len(half))) {
+		t.Errorf("too many together: %v", err)
+	}
+	big := []v1alpha1.StoreBuildpack{{ID: "big", Version: "1", Homepage: strings.Repeat("x", MaxStoreStatusBytes/2+1)}}
+	if err := CheckStoreSize(big, big); err == nil || !strings.Contains(err.Error(), "KiB in status") {
+		t.Errorf("too large together: %v", err)
+	}
+}

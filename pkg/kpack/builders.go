@@ -204,12 +204,11 @@ const kpackDefaultLifecycle = "default-lifecycle"
 // unless the input converts it, becomes buildsmith's default: the image the
 // lifecycle-image ConfigMap names.
 func (c *converter) lifecycle(o *object, spec *fields) *v1alpha1.LifecycleRef {
-	if spec.m["lifecycle"] == nil {
-		spec.take("lifecycle")
-		return nil
-	}
 	name := refName(spec, "lifecycle", "ClusterLifecycle")
 	switch {
+	case name == "" && c.lifecycles[kpackDefaultLifecycle]:
+		// kpack builds a builder that names none with its default.
+		return &v1alpha1.LifecycleRef{Kind: "ClusterLifecycle", Name: kpackDefaultLifecycle}
 	case name == "":
 		return nil
 	case c.lifecycles[name]:

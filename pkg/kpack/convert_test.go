@@ -644,6 +644,43 @@ spec:
     - id: paketo-buildpacks/nodejs
 `,
 	}, {
+		name: "lifecycle: a builder naming none gets kpack's default when the input converts it",
+		in: `apiVersion: kpack.io/v1alpha2
+kind: ClusterLifecycle
+metadata: {name: default-lifecycle}
+spec:
+  image: buildpacksio/lifecycle:0.21.0
+---
+apiVersion: kpack.io/v1alpha2
+kind: Builder
+metadata: {name: b, namespace: apps}
+spec:
+  tag: gcr.io/sample/b
+  stack: {name: base, kind: ClusterStack}
+  store: {name: s, kind: ClusterStore}
+  order:
+  - group:
+    - id: paketo-buildpacks/nodejs
+`,
+		want: `apiVersion: buildsmith.dev/v1alpha1
+kind: ClusterLifecycle
+metadata: {name: default-lifecycle}
+spec:
+  image: buildpacksio/lifecycle:0.21.0
+---
+apiVersion: buildsmith.dev/v1alpha1
+kind: Builder
+metadata: {name: b, namespace: apps}
+spec:
+  tag: gcr.io/sample/b
+  stack: {kind: ClusterStack, name: base}
+  store: {kind: ClusterStore, name: s}
+  lifecycle: {kind: ClusterLifecycle, name: default-lifecycle}
+  order:
+  - group:
+    - id: paketo-buildpacks/nodejs
+`,
+	}, {
 		name: "lifecycle: kpack's default dropped unless converted; another kept, with a warning",
 		in: `apiVersion: kpack.io/v1alpha2
 kind: Builder

@@ -164,7 +164,12 @@ func (c Credentials) SigningSecrets(ctx context.Context, obj kmeta.Accessor, ref
 		return nil, err
 	}
 	var out []*corev1.Secret
+	seen := map[string]bool{}
 	for _, s := range sa.Secrets {
+		if seen[s.Name] {
+			continue
+		}
+		seen[s.Name] = true
 		track("Secret", s.Name)
 		secret, err := c.Keychains.Secrets.Get(ctx, ref.Namespace, s.Name)
 		if apierrors.IsNotFound(err) {

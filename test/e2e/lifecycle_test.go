@@ -110,8 +110,11 @@ func TestClusterLifecycle(t *testing.T) {
 
 	// The ClusterLifecycle moves to another image: the pinned builder is
 	// rebuilt with it, the default one is not touched.
+	// Pushes and reads of a builder's tag: a builder not reconciled at
+	// all has neither (a reconcile that changes nothing still HEADs it).
 	pushes := func(builder string) int { return f.Count("PUT", "/builders/"+builder+"/manifests/") }
-	defaultPushes := pushes("default")
+	heads := func(builder string) int { return f.Count("HEAD", "/builders/"+builder+"/manifests/") }
+	defaultPushes, defaultHeads := pushes("default"), heads("default")
 	lc.Spec.Image = next
 	if _, err := bs.ClusterLifecycles().Update(ctx, lc, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
@@ -131,14 +134,16 @@ func TestClusterLifecycle(t *testing.T) {
 	if pinned2.Status.Fingerprint == pinned.Status.Fingerprint {
 		t.Errorf("pinned builder: same fingerprint after its lifecycle changed")
 	}
-	if def2.Status.Fingerprint != def.Status.Fingerprint || def2.Status.LatestImage != def.Status.LatestImage || pushes("default") != defaultPushes {
-		t.Errorf("default builder changed with the ClusterLifecycle: fingerprint %s → %s, latestImage %s → %s, %d new pushes",
-			def.Status.Fingerprint, def2.Status.Fingerprint, def.Status.LatestImage, def2.Status.LatestImage, pushes("default")-defaultPushes)
+	if def2.Status.Fingerprint != def.Status.Fingerprint || def2.Status.LatestImage != def.Status.LatestImage ||
+		pushes("default") != defaultPushes || heads("default") != defaultHeads {
+		t.Errorf("default builder reconciled for the ClusterLifecycle: fingerprint %s → %s, latestImage %s → %s, %d new pushes, %d new HEADs",
+			def.Status.Fingerprint, def2.Status.Fingerprint, def.Status.LatestImage, def2.Status.LatestImage,
+			pushes("default")-defaultPushes, heads("default")-defaultHeads)
 	}
 
 	// The lifecycle-image ConfigMap moves: the default builder follows it,
 	// the pinned one is not touched.
-	pinnedPushes := pushes("pinned")
+	pinnedPushes, pinnedHeads := pushes("pinned"), heads("pinned")
 	useLifecycleImage(t, next)
 	_, def3 := builders("the default builder rebuilt with the new default lifecycle", func(_, def *v1alpha1.Builder) bool {
 		return def.Status.Lifecycle.Image == nextDigest // the same image as the ClusterLifecycle's now
@@ -150,8 +155,8 @@ func TestClusterLifecycle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if pinned3.Status.Fingerprint != pinned2.Status.Fingerprint || pushes("pinned") != pinnedPushes {
-		t.Errorf("pinned builder changed with the ConfigMap: fingerprint %s → %s, %d new pushes",
-			pinned2.Status.Fingerprint, pinned3.Status.Fingerprint, pushes("pinned")-pinnedPushes)
+	if pinned3.Status.Fingerprint != pinned2.Status.Fingerprint || pushes("pinned") != pinnedPushes || heads("pinned") != pinnedHeads {
+		t.Errorf("pinned builder reconciled for the ConfigMap: fingerprint %s → %s, %d new pushes, %d new HEADs",
+			pinned2.Status.Fingerprint, pinned3.Status.Fingerprint, pushes("pinned")-pinnedPushes, heads("pinned")-pinnedHeads)
 	}
 }

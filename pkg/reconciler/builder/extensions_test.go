@@ -42,7 +42,10 @@ func TestBuilderExtensions(t *testing.T) {
 		})
 	}
 
-	plain, _, _, _ := x.run(t, x.builder(nil), lifecycle)
+	plain, _, err, _ := x.run(t, x.builder(nil), lifecycle)
+	if !plain.Status.IsReady() {
+		t.Fatalf("the builder without extensions: %v", err)
+	}
 	got, events, err, _ := x.run(t, withExtensions("example/curl"), lifecycle)
 	rt.Check(t, got, err, events, rt.Outcome{Ready: corev1.ConditionTrue, Requeue: rt.Resync,
 		MinDelay: 8 * time.Minute, MaxDelay: 12 * time.Minute, EventReasons: []string{"Ready"}})

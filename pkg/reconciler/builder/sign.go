@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -101,10 +102,11 @@ func parseSigningSecret(secret *corev1.Secret) (signingKey, error) {
 
 // sign makes sure each image of the builder (the tag's image and, for an
 // index, each platform's) carries a signature by each key, and returns
-// them. A signature recorded in status for the same image and key is
-// trusted without a request; otherwise the image's signature tag is read
-// first, and a signature already there (the status write after a push
-// failed, say) is kept rather than added again.
+// them, by image and then in the keys' order. A signature recorded in
+// status for the same image, key and signature tag is trusted without a
+// request; the others are added with one read and one write of each
+// signature tag, and a signature already there (the status write after a
+// push failed, say) is kept rather than added again.
 func sign(ctx context.Context, reg registry.Access, keys []signingKey, status *v1alpha1.BuilderStatus, recorded []v1alpha1.ImageSignature) ([]v1alpha1.ImageSignature, error) {
 	if len(keys) == 0 {
 		return nil, nil
@@ -121,65 +123,122 @@ func sign(ctx context.Context, reg registry.Access, keys []signingKey, status *v
 		if err != nil {
 			return nil, fmt.Errorf("signing %q: %w", image, err)
 		}
-		for _, k := range keys {
-			if s, ok := findSignature(recorded, image, k); ok {
-				out = append(out, s)
+		signatures := make([]v1alpha1.ImageSignature, len(keys))
+		missing := map[signatureTag][]int{} // by where they go: the keys' indexes
+		var tags []signatureTag
+		for i, k := range keys {
+			where := k.tagFor(digest)
+			if s, ok := findSignature(recorded, image, k, where.tag); ok {
+				signatures[i] = s
 				continue
 			}
-			signature, err := signImage(ctx, reg, digest, k)
+			if missing[where] == nil {
+				tags = append(tags, where)
+			}
+			missing[where] = append(missing[where], i)
+		}
+		for _, where := range tags {
+			var signers []signingKey
+			for _, i := range missing[where] {
+				signers = append(signers, keys[i])
+			}
+			signature, err := signImage(ctx, reg, digest, where, signers)
 			if err != nil {
 				return nil, err
 			}
-			out = append(out, v1alpha1.ImageSignature{Image: image, SigningSecret: k.secret, KeyID: k.key.ID, Signature: signature})
+			for _, i := range missing[where] {
+				signatures[i] = v1alpha1.ImageSignature{Image: image, SigningSecret: keys[i].secret, KeyID: keys[i].key.ID, Signature: signature}
+			}
 		}
+		out = append(out, signatures...)
 	}
 	return out, nil
 }
 
-func findSignature(recorded []v1alpha1.ImageSignature, image string, k signingKey) (v1alpha1.ImageSignature, bool) {
+// signatureTag is where a key's signatures of an image go, and in what
+// manifest type a new signature image is made.
+type signatureTag struct {
+	tag    name.Tag
+	docker bool
+}
+
+func (k signingKey) tagFor(image name.Digest) signatureTag {
+	repo := image.Context()
+	if k.repository != nil {
+		repo = *k.repository
+	}
+	return signatureTag{tag: cosign.SignatureTag(repo, image), docker: k.docker}
+}
+
+// findSignature finds the signature of image by k at tag among those
+// recorded: a key moved to another Secret, replaced, or sending its
+// signatures elsewhere now signs again.
+func findSignature(recorded []v1alpha1.ImageSignature, image string, k signingKey, tag name.Tag) (v1alpha1.ImageSignature, bool) {
 	for _, s := range recorded {
-		if s.Image == image && s.SigningSecret == k.secret && s.KeyID == k.key.ID {
+		if s.Image == image && s.SigningSecret == k.secret && s.KeyID == k.key.ID && strings.HasPrefix(s.Signature, tag.String()+"@") {
 			return s, true
 		}
 	}
 	return v1alpha1.ImageSignature{}, false
 }
 
-// signImage adds k's signature of image to its signature image, unless
-// one is there already, and returns the signature image as tag@digest.
-func signImage(ctx context.Context, reg registry.Access, image name.Digest, k signingKey) (string, error) {
-	repo := image.Context()
-	if k.repository != nil {
-		repo = *k.repository
-	}
-	tag := cosign.SignatureTag(repo, image)
+// writeAttempts bounds how often a signature tag that another writer
+// replaced meanwhile is read and written again within one reconcile.
+const writeAttempts = 3
+
+// signImage adds the signers' signatures of image to the signature image
+// at where (those not there already) and returns it as tag@digest. The
+// tag is read, extended and written, then checked: another writer (a
+// builder of the same image, a shared signature repository) may have
+// replaced it in between, and its signatures and ours must both stay.
+func signImage(ctx context.Context, reg registry.Access, image name.Digest, where signatureTag, signers []signingKey) (string, error) {
 	payload := cosign.Payload(image)
-	desc, found, err := reg.Lookup(ctx, tag)
-	if err != nil {
-		return "", err
-	}
-	var existing v1.Image // another signer's, or ours before a failed status write
-	if found {
-		read, err := reg.ReadImage(ctx, desc.Ref, nil)
+	for range writeAttempts {
+		desc, found, err := reg.Lookup(ctx, where.tag)
 		if err != nil {
 			return "", err
 		}
-		if cosign.Signed(read.Manifest, payload, k.key) {
-			return tag.String() + "@" + desc.Ref.DigestStr(), nil
+		var existing v1.Image // another signer's, or ours before a failed status write
+		var manifest *v1.Manifest
+		if found {
+			read, err := reg.ReadImage(ctx, desc.Ref, nil)
+			if err != nil {
+				return "", err
+			}
+			existing, manifest = read.Image, read.Manifest
 		}
-		existing = read.Image
+		var add []cosign.Signature
+		for _, k := range signers {
+			if cosign.Signed(manifest, payload, k.key) {
+				continue
+			}
+			signature, err := k.key.Sign(payload)
+			if err != nil {
+				return "", err
+			}
+			add = append(add, cosign.Signature{Payload: payload, Signature: signature})
+		}
+		if len(add) == 0 {
+			return where.tag.String() + "@" + desc.Ref.DigestStr(), nil
+		}
+		img, err := cosign.SignatureImage(existing, add, where.docker)
+		if err != nil {
+			return "", err
+		}
+		pushed, err := reg.Write(ctx, where.tag, img)
+		if err != nil {
+			return "", err
+		}
+		now, found, err := reg.Lookup(ctx, where.tag)
+		if err != nil {
+			return "", err
+		}
+		if found && now.Ref.DigestStr() == pushed.DigestStr() {
+			return where.tag.String() + "@" + pushed.DigestStr(), nil
+		}
 	}
-	signature, err := k.key.Sign(payload)
-	if err != nil {
-		return "", err
-	}
-	img, err := cosign.SignatureImage(existing, []cosign.Signature{{Payload: payload, Signature: signature}}, k.docker)
-	if err != nil {
-		return "", err
-	}
-	pushed, err := reg.Write(ctx, tag, img)
-	if err != nil {
-		return "", err
-	}
-	return tag.String() + "@" + pushed.DigestStr(), nil
+	return "", failure.Transientf(ReasonSignatureConflict, "the signature tag %s changed %d times while it was written; trying again", where.tag, writeAttempts)
 }
+
+// ReasonSignatureConflict: other writers kept replacing a signature tag.
+const ReasonSignatureConflict = "SignatureConflict"

@@ -70,6 +70,9 @@ func (r *Reconciler) reconcile(ctx context.Context, store *v1alpha1.ClusterStore
 	if err != nil {
 		return err
 	}
+	if err := cnb.CheckStoreSize(mergedBuildpacks, mergedExtensions); err != nil {
+		return err
+	}
 	store.Status.Buildpacks, store.Status.Extensions = mergedBuildpacks, mergedExtensions
 	return nil
 }
