@@ -85,9 +85,9 @@ func ImageOf(lc *v1alpha1.ClusterLifecycle) (Image, error) {
 	if err != nil {
 		return Image{}, failure.Permanentf(cnb.ReasonInvalidLifecycleImage, "ClusterLifecycle %s: image %q: %v", lc.Name, lc.Status.Image.LatestImage, err)
 	}
-	platforms := make([]v1.Platform, len(lc.Status.Platforms))
-	for i, p := range lc.Status.Platforms {
-		platforms[i] = v1.Platform{OS: p.OS, Architecture: p.Arch, Variant: p.Variant}
+	var platforms []v1.Platform
+	for _, p := range cnb.PlatformsOf(lc.Status.Platforms) {
+		platforms = append(platforms, p.V1())
 	}
 	return Image{Ref: ref, Platforms: platforms}, nil
 }
