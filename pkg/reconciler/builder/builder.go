@@ -213,7 +213,7 @@ func (r *Core) resolveInputs(ctx context.Context, obj object, spec *v1alpha1.Bui
 	if in.lifecycle, in.lifecycleName, err = r.lifecycle(ctx, obj, in.registry, spec.Lifecycle); err != nil {
 		return nil, err
 	}
-	if in.builds, in.skipped, err = r.platforms(ctx, in.registry, in.stack, in.lifecycle, in.lifecycleName, in.resolved, in.extensions, spec.Targets); err != nil {
+	if in.builds, in.skipped, err = r.platforms(ctx, in, spec.Targets); err != nil {
 		return nil, err
 	}
 	in.fingerprint = fingerprintOf(in.stack, in.builds, in.resolved, in.extensions, spec, r.Version)
@@ -335,12 +335,12 @@ func (r *Core) lifecycle(ctx context.Context, obj object, reg registry.Access, r
 // of the order have, and checks the buildpacks against each platform's
 // lifecycle and stack. skipped says which of the stack's platforms a
 // default build leaves out, and why.
-func (r *Core) platforms(ctx context.Context, reg registry.Access, stack *v1alpha1.ClusterStack, lifecycleImage clusterlifecycle.Image,
-	lifecycleName string, resolved, extensions *cnb.ResolvedOrder, targets []v1alpha1.Platform) ([]platformBuild, []string, error) {
+func (r *Core) platforms(ctx context.Context, in *inputs, targets []v1alpha1.Platform) ([]platformBuild, []string, error) {
+	stack, resolved, extensions := in.stack, in.resolved, in.extensions
 	stackPlatforms := cnb.PlatformsOf(stack.Status.Platforms)
 	parts := []cnb.PlatformPart{
 		{Name: "ClusterStack " + stack.Name, Platforms: stackPlatforms},
-		{Name: lifecycleName, Platforms: cnb.PlatformsOfV1(lifecycleImage.Platforms)},
+		{Name: in.lifecycleName, Platforms: cnb.PlatformsOfV1(in.lifecycle.Platforms)},
 	}
 	for _, bp := range resolved.Buildpacks {
 		if !resolved.Optional(bp) {
@@ -367,7 +367,7 @@ func (r *Core) platforms(ctx context.Context, reg registry.Access, stack *v1alph
 
 	builds := make([]platformBuild, len(selected))
 	for i, p := range selected {
-		lifecycle, err := lifecycleImage.For(ctx, reg, p.V1())
+		lifecycle, err := in.lifecycle.For(ctx, in.registry, p.V1())
 		if err != nil {
 			return nil, nil, err
 		}
