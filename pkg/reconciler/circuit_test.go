@@ -99,11 +99,12 @@ func TestHeldBackDuringWidespreadFailure(t *testing.T) {
 	if event := policy.Finish(ctx, ready, err); controller.IsPermanentError(event) {
 		t.Fatalf("Finish = %v", event)
 	}
-	c := ready.Status.GetCondition(v1alpha1.ConditionReconciling)
-	if !ready.Status.IsReady() || c == nil || !c.IsTrue() || c.Reason != registry.ReasonRegistryUnavailable ||
-		!strings.HasPrefix(c.Message, "retrying when "+f.Addr+" answers again") {
-		t.Errorf("a Ready store held back: Ready %+v, Reconciling %+v; want Ready kept, Reconciling saying why",
-			ready.Status.GetCondition(v1alpha1.ConditionReady), c)
+	c := ready.Status.GetCondition(v1alpha1.ConditionUpToDate)
+	if !ready.Status.IsReady() || c == nil || !c.IsFalse() || c.Reason != registry.ReasonRegistryUnavailable ||
+		!strings.Contains(c.Message, "; retrying when "+f.Addr+" answers again") ||
+		ready.Status.GetCondition(v1alpha1.ConditionReconciling) != nil {
+		t.Errorf("a Ready store held back: Ready %+v, UpToDate %+v, Reconciling %+v; want Ready kept, UpToDate saying why, no Reconciling",
+			ready.Status.GetCondition(v1alpha1.ConditionReady), c, ready.Status.GetCondition(v1alpha1.ConditionReconciling))
 	}
 
 	fresh := &v1alpha1.ClusterStore{ObjectMeta: metav1.ObjectMeta{Name: "new"}}

@@ -2,7 +2,10 @@ package reconciler
 
 import (
 	"context"
+	"sync"
 	"time"
+
+	"k8s.io/apimachinery/pkg/types"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -17,7 +20,7 @@ var (
 	meter = otel.Meter("buildsmith.dev/reconciler")
 
 	reconciles, _ = meter.Int64Counter("buildsmith.reconciles",
-		metric.WithDescription("Reconciles by kind and outcome: ready, transient, waiting or permanent."))
+		metric.WithDescription("Reconciles by kind and outcome: ready, stale (a usable object kept Ready through a passing failure), transient, waiting or permanent."))
 	requeueDelays, _ = meter.Float64Histogram("buildsmith.requeue.delay",
 		metric.WithDescription("The delay before an object is reconciled again, by kind and outcome."),
 		metric.WithUnit("s"),
@@ -40,4 +43,48 @@ func recordOutcome(ctx context.Context, kind, outcome string, delay time.Duratio
 	if delay > 0 {
 		requeueDelays.Record(ctx, delay.Seconds(), attrs)
 	}
+}
+
+// staleObjects counts the objects that are Ready while their last re-check
+// failed for a passing reason (UpToDate=False): the number to alert on when
+// a registry stays unreachable, since Ready alone no longer shows it.
+var staleObjects, _ = meter.Int64UpDownCounter("buildsmith.stale",
+	metric.WithDescription("Ready objects whose last re-check failed for a passing reason (UpToDate=False), by kind."))
+
+// staleSet is a controller's stale objects, kept so that each is counted
+// once and uncounted when it succeeds, fails otherwise or is deleted. It
+// holds at most one key per object of the kind.
+type staleSet struct {
+	mu   sync.Mutex
+	keys map[types.NamespacedName]struct{}
+}
+
+func (s *staleSet) add(ctx context.Context, kind string, key types.NamespacedName) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.keys[key]; ok {
+		return
+	}
+	if s.keys == nil {
+		s.keys = map[types.NamespacedName]struct{}{}
+	}
+	s.keys[key] = struct{}{}
+	staleObjects.Add(ctx, 1, metric.WithAttributes(attribute.String("kind", kind)))
+}
+
+func (s *staleSet) remove(ctx context.Context, kind string, key types.NamespacedName) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.keys[key]; !ok {
+		return
+	}
+	delete(s.keys, key)
+	staleObjects.Add(ctx, -1, metric.WithAttributes(attribute.String("kind", kind)))
+}
+
+// len is the number of stale objects.
+func (s *staleSet) len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.keys)
 }

@@ -5,6 +5,7 @@ package reconciler
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"math/rand/v2"
@@ -84,21 +85,28 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 }
 
 // Policy turns the outcome of a reconcile into conditions, an event on a
-// Ready transition, and the requeue, as the class of the error says:
+// transition, and the requeue, as the class of the error says:
 //
-//	success    Ready=True; Reconciling and Stalled removed; backoff reset;
-//	           requeue after the resync interval.
-//	transient  Ready=False, Reconciling=True. When the place it failed on
-//	           (a registry or a repository) has an open circuit: wait on
+//	success    Ready=True, UpToDate=True; Reconciling and Stalled removed;
+//	           backoff reset; requeue after the resync interval.
+//	transient  a usable object (Ready for its current generation) whose
+//	           reconcile was a re-check, not an update (see Updating):
+//	           Ready stays True and the resolved status stays as it is;
+//	           UpToDate=False says what failed and when it is tried
+//	           again (MarkStale). Otherwise Ready=False, UpToDate=False,
+//	           Reconciling=True. Either way: when the place it failed on
+//	           (a registry or a repository) has an open circuit, wait on
 //	           it, woken the moment a probe gets an answer, with a
-//	           requeue after the maximum delay as a safety net only.
-//	           Otherwise "retrying in 4s": requeue after the per-object
+//	           requeue after the maximum delay as a safety net only;
+//	           else "retrying in 4s": requeue after the per-object
 //	           exponential backoff (jittered ±20 %, never sooner than the
 //	           server's Retry-After).
-//	waiting    Ready=False, Reconciling=True; requeue after the poll
-//	           interval (dependency changes requeue at once via trackers).
-//	permanent  Ready=False, Stalled=True; no requeue until the object or a
-//	           dependency changes; a Warning event with the reason.
+//	waiting    Ready=False, UpToDate=False, Reconciling=True; requeue after
+//	           the poll interval (dependency changes requeue at once via
+//	           trackers).
+//	permanent  Ready=False, UpToDate=False, Stalled=True; no requeue until
+//	           the object or a dependency changes; a Warning event with the
+//	           reason.
 //
 // A Policy belongs to one controller: it holds that controller's backoffs.
 type Policy struct {
@@ -112,6 +120,7 @@ type Policy struct {
 	statusBackoff workqueue.TypedRateLimiter[string]
 	jitter        func() float64 // in [0, 1)
 	refresh       func(context.Context, Object) error
+	stale         staleSet
 }
 
 // NewPolicy returns the Policy of the controller of kind: enqueue puts a
@@ -158,6 +167,39 @@ func RefreshStatus[T Object](get func(ctx context.Context, namespace, name strin
 	}
 }
 
+// Reconcile runs do, the reconcile of obj, on the context it is to use, and
+// records how it ended (Finish): every ReconcileKind is this call.
+//
+// An object whose status says nothing of its current generation yet (new,
+// or just edited) is reconciled without waiting out any Retry-After inside
+// registry calls: a call under a rate limit could otherwise wait 10 s at a
+// time, ten times over, before its first status is written, leaving a user
+// who just applied it in silence. Its first reconcile fails fast instead
+// (RateLimited, in status within seconds), waits on the circuit, and the
+// next one, with a status to show, waits out short holds as every other.
+func (p *Policy) Reconcile(ctx context.Context, obj Object, do func(context.Context) error) pkgreconciler.Event {
+	if obj.GetStatus().ObservedGeneration != obj.GetGeneration() {
+		ctx = registry.WithMaxHoldWait(ctx, 0)
+	}
+	return p.Finish(ctx, obj, do(ctx))
+}
+
+// Updating marks err as having happened while the object was being brought
+// to new inputs (a builder pushing an image for a new fingerprint), rather
+// than while re-checking inputs that did not change as far as the controller
+// knows: a usable object does not stay Ready through it, since what it
+// offers is no longer what its inputs ask for.
+func Updating(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &updatingError{err}
+}
+
+type updatingError struct{ error }
+
+func (e *updatingError) Unwrap() error { return e.error }
+
 // Finish records on obj's status how reconciling it ended (err nil for
 // success) and returns what ReconcileKind returns.
 func (p *Policy) Finish(ctx context.Context, obj Object, err error) pkgreconciler.Event {
@@ -168,7 +210,10 @@ func (p *Policy) Finish(ctx context.Context, obj Object, err error) pkgreconcile
 		_ = p.refresh(ctx, obj)
 	}
 	conditions := obj.Conditions()
-	before := conditions.GetCondition(v1alpha1.ConditionReady).DeepCopy()
+	before := transitionOf(conditions)
+	// Usable: the resolved status is good for this generation, as the newest
+	// status says (a new generation starts with Ready Unknown).
+	usable := conditions.IsUsable(obj.GetGeneration())
 	if requested := obj.GetAnnotations()[v1alpha1.ReconcileRequestedAtAnnotation]; requested != "" &&
 		requested != conditions.LastHandledReconcileAt {
 		// Someone asked for this reconcile (its annotation's change
@@ -181,7 +226,8 @@ func (p *Policy) Finish(ctx context.Context, obj Object, err error) pkgreconcile
 	if err == nil {
 		conditions.MarkReady()
 		p.Forget(key)
-		p.recordTransition(ctx, obj, before)
+		p.stale.remove(ctx, p.kind, key)
+		p.recordTransition(ctx, obj, before, "")
 		if p.opts.ResyncInterval > 0 {
 			delay := p.jittered(p.opts.ResyncInterval)
 			recordOutcome(ctx, p.kind, "ready", delay)
@@ -195,12 +241,16 @@ func (p *Policy) Finish(ctx context.Context, obj Object, err error) pkgreconcile
 	// The whole chain: what wrapped the classified error says where it
 	// happened ("system pre buildpacks: …", "in meta-buildpack …: …").
 	message := capMessage(err.Error())
+	var updating *updatingError
+	if f.Class != failure.Transient || !usable || errors.As(err, &updating) {
+		p.stale.remove(ctx, p.kind, key)
+	}
 	switch f.Class {
 	case failure.Permanent:
 		conditions.MarkStalled(f.Reason, message)
 		p.Forget(key)
 		recordOutcome(ctx, p.kind, "permanent", 0)
-		if !readyChanged(before, conditions.GetCondition(v1alpha1.ConditionReady)) {
+		if !conditionChanged(before.ready, conditions.GetCondition(v1alpha1.ConditionReady)) {
 			// Same failure as last time (a tracked Secret changed, the
 			// controller restarted): no event again. A skip key is
 			// forgotten by the queue without the generated reconciler's
@@ -216,41 +266,44 @@ func (p *Policy) Finish(ctx context.Context, obj Object, err error) pkgreconcile
 		p.forgetWaits(key) // it moved on from any failing place
 		conditions.MarkRetrying(f.Reason, message,
 			fmt.Sprintf("retrying in %s, or when a dependency changes", p.opts.PollInterval))
-		p.recordTransition(ctx, obj, before)
+		p.recordTransition(ctx, obj, before, message)
 		delay := p.jittered(p.opts.PollInterval)
 		recordOutcome(ctx, p.kind, "waiting", delay)
 		return controller.NewRequeueAfter(delay)
 	default:
-		delay := p.transient(key, f, conditions, message)
-		p.recordTransition(ctx, obj, before)
-		recordOutcome(ctx, p.kind, "transient", delay)
+		delay, retry := p.transient(key, f)
+		outcome := "transient"
+		if usable && updating == nil {
+			// A re-check failed for a passing reason: what the object
+			// offers is as good as before (every resolved field is kept),
+			// so it stays Ready, and UpToDate says what failed.
+			conditions.MarkStale(f.Reason, message+"; "+retry)
+			p.stale.add(ctx, p.kind, key)
+			outcome = "stale"
+		} else {
+			conditions.MarkRetrying(f.Reason, message, retry)
+		}
+		p.recordTransition(ctx, obj, before, message)
+		recordOutcome(ctx, p.kind, outcome, delay)
 		return controller.NewRequeueAfter(delay)
 	}
 }
 
-// transient marks a transient failure f on conditions and returns when to
-// try again.
-func (p *Policy) transient(key types.NamespacedName, f *failure.Error, conditions *v1alpha1.ConditionedStatus, message string) time.Duration {
+// transient returns when to try again after a transient failure f, and
+// says so for a condition's message.
+func (p *Policy) transient(key types.NamespacedName, f *failure.Error) (time.Duration, string) {
 	if p.waitOnCircuit(key, f) {
 		// The place failed for everyone: its circuit's probe tries again
 		// for all its waiters, so this object's own backoff would only
 		// add requests and delay.
-		waiting := WaitingMessage(registry.Place{Host: f.Host, Repository: f.Repository}, p.opts.RetryMaxDelay)
-		if f.Untried && conditions.IsReady() {
-			// Held back before its own images were asked: a Ready object
-			// stays Ready, saying what it waits for.
-			conditions.MarkQueued(f.Reason, waiting+" ("+message+")")
-		} else {
-			conditions.MarkRetrying(f.Reason, message, waiting)
-		}
-		return max(p.jittered(p.opts.RetryMaxDelay), f.RetryAfter)
+		return max(p.jittered(p.opts.RetryMaxDelay), f.RetryAfter),
+			WaitingMessage(registry.Place{Host: f.Host, Repository: f.Repository}, p.opts.RetryMaxDelay)
 	}
 	p.forgetWaits(key) // it moved on from any failing place
 	// Jitter first, then the cap, then the server's wish: the cap is a
 	// promise to the user, Retry-After a promise to the server.
 	delay := max(min(p.jittered(p.backoff.When(key.String())), p.opts.RetryMaxDelay), f.RetryAfter)
-	conditions.MarkRetrying(f.Reason, message, fmt.Sprintf("retrying in %s", delay.Round(time.Second)))
-	return delay
+	return delay, fmt.Sprintf("retrying in %s", delay.Round(time.Second))
 }
 
 // maxMessage bounds a condition's (and event's) message: errors may quote
@@ -280,6 +333,7 @@ func WaitingMessage(place registry.Place, safetyNet time.Duration) string {
 // Forget drops the object's backoff and circuit waits (on success and when
 // it is deleted).
 func (p *Policy) Forget(key types.NamespacedName) {
+	p.stale.remove(context.Background(), p.kind, key)
 	p.backoff.Forget(key.String())
 	p.statusBackoff.Forget(key.String())
 	p.forgetWaits(key)
@@ -304,29 +358,46 @@ func (p *Policy) waitOnCircuit(key types.NamespacedName, f *failure.Error) bool 
 
 func (p *Policy) waitKey(key types.NamespacedName) string { return p.kind + ":" + key.String() }
 
-// readyChanged reports whether Ready's status or reason differ.
-func readyChanged(before, after *apis.Condition) bool {
+// conditionChanged reports whether a condition's status or reason differ.
+func conditionChanged(before, after *apis.Condition) bool {
 	if before == nil || after == nil {
 		return before != after
 	}
 	return before.Status != after.Status || before.Reason != after.Reason
 }
 
-// recordTransition records an event when Ready's status or reason changed.
-func (p *Policy) recordTransition(ctx context.Context, obj Object, before *apis.Condition) {
-	after := obj.Conditions().GetCondition(v1alpha1.ConditionReady)
-	if after == nil || !readyChanged(before, after) {
-		return
-	}
+// transition is what events are recorded for: Ready and UpToDate.
+type transition struct{ ready, upToDate *apis.Condition }
+
+func transitionOf(c *v1alpha1.ConditionedStatus) transition {
+	return transition{ready: c.GetCondition(v1alpha1.ConditionReady).DeepCopy(),
+		upToDate: c.GetCondition(v1alpha1.ConditionUpToDate).DeepCopy()}
+}
+
+// recordTransition records an event when Ready's status or reason changed;
+// when only UpToDate's did, one when a re-check starts failing (or fails
+// for another reason) and one when it succeeds again — not every retry.
+// message is the failure's, without the retry the condition adds.
+func (p *Policy) recordTransition(ctx context.Context, obj Object, before transition, message string) {
 	recorder := controller.GetEventRecorder(ctx)
 	if recorder == nil {
 		return
 	}
-	if after.IsTrue() {
-		recorder.Event(obj, corev1.EventTypeNormal, "Ready", fmt.Sprintf("%s is Ready", obj.GetGroupVersionKind().Kind))
-		return
+	after := transitionOf(obj.Conditions())
+	kind := obj.GetGroupVersionKind().Kind
+	switch {
+	case after.ready != nil && conditionChanged(before.ready, after.ready):
+		if after.ready.IsTrue() {
+			recorder.Event(obj, corev1.EventTypeNormal, "Ready", fmt.Sprintf("%s is Ready", kind))
+			return
+		}
+		recorder.Event(obj, corev1.EventTypeWarning, after.ready.Reason, after.ready.Message)
+	case after.upToDate == nil || !conditionChanged(before.upToDate, after.upToDate):
+	case after.upToDate.IsFalse():
+		recorder.Event(obj, corev1.EventTypeWarning, after.upToDate.Reason, message)
+	case before.upToDate != nil: // True again; an object from before UpToDate existed gets no event
+		recorder.Event(obj, corev1.EventTypeNormal, "UpToDate", fmt.Sprintf("%s is up to date again", kind))
 	}
-	recorder.Event(obj, corev1.EventTypeWarning, after.Reason, after.Message)
 }
 
 // jittered spreads d by ±20 %, so that objects that failed together do not

@@ -253,8 +253,12 @@ func TestFailureKeepsTheNewestStatus(t *testing.T) {
 	if stale.Status.BuildImage != latest.Status.BuildImage {
 		t.Errorf("status.buildImage = %+v, want the API server's %+v", stale.Status.BuildImage, latest.Status.BuildImage)
 	}
-	if c := stale.Status.GetCondition(v1alpha1.ConditionReady); c == nil || c.Reason != registry.ReasonRegistryUnavailable {
-		t.Errorf("Ready = %+v", c)
+	// The newest status says the stack is usable: it stays Ready.
+	if c := stale.Status.GetCondition(v1alpha1.ConditionReady); c == nil || !c.IsTrue() {
+		t.Errorf("Ready = %+v, want the API server's True kept", c)
+	}
+	if c := stale.Status.GetCondition(v1alpha1.ConditionUpToDate); c == nil || !c.IsFalse() || c.Reason != registry.ReasonRegistryUnavailable {
+		t.Errorf("UpToDate = %+v, want False %s", c, registry.ReasonRegistryUnavailable)
 	}
 
 	// A success keeps what the reconcile found: no refresh.

@@ -86,9 +86,29 @@ func (h *retryAfterHolds) left(host, repo string) (time.Duration, string) {
 	return longest, reason
 }
 
-// check fails a call that would have to wait longer than maxWait.
-func (h *retryAfterHolds) check(host, repo string) *failure.Error {
-	if left, reason := h.left(host, repo); left > h.maxWait {
+// maxHoldWaitKey carries a call's own cap on waiting out holds.
+type maxHoldWaitKey struct{}
+
+// WithMaxHoldWait returns ctx whose registry calls wait out a Retry-After
+// of at most d inside the call (less than the client's
+// MaxRetryAfterWait); a longer one fails the call at once, as any hold
+// beyond MaxRetryAfterWait does. 0: fail on the first Retry-After. For
+// callers that must report something before they may wait.
+func WithMaxHoldWait(ctx context.Context, d time.Duration) context.Context {
+	return context.WithValue(ctx, maxHoldWaitKey{}, max(d, 0))
+}
+
+// maxWaitOf is how long a call on ctx waits out a hold.
+func (h *retryAfterHolds) maxWaitOf(ctx context.Context) time.Duration {
+	if d, ok := ctx.Value(maxHoldWaitKey{}).(time.Duration); ok {
+		return min(d, h.maxWait)
+	}
+	return h.maxWait
+}
+
+// check fails a call on ctx that would have to wait longer than it may.
+func (h *retryAfterHolds) check(ctx context.Context, host, repo string) *failure.Error {
+	if left, reason := h.left(host, repo); left > h.maxWaitOf(ctx) {
 		held := h.heldError(host, left, reason)
 		held.Repository = repo
 		return held
@@ -97,14 +117,14 @@ func (h *retryAfterHolds) check(host, repo string) *failure.Error {
 }
 
 // wait returns when repo is no longer held; or at once with an error when
-// the hold is longer than maxWait or than what is left of ctx.
+// the hold is longer than ctx's calls may wait or than what is left of ctx.
 func (h *retryAfterHolds) wait(ctx context.Context, host, repo string) error {
 	for {
 		left, reason := h.left(host, repo)
 		if left == 0 {
 			return nil
 		}
-		if deadline, ok := ctx.Deadline(); left > h.maxWait || (ok && h.now().Add(left).After(deadline)) {
+		if deadline, ok := ctx.Deadline(); left > h.maxWaitOf(ctx) || (ok && h.now().Add(left).After(deadline)) {
 			return h.heldError(host, left, reason)
 		}
 		timer := time.NewTimer(left)

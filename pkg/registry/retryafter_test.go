@@ -158,3 +158,30 @@ func TestRepositoryOf(t *testing.T) {
 		}
 	}
 }
+
+// TestWithMaxHoldWait: a call on a context that may not wait (an object with
+// no status yet, see reconciler.Policy.Reconcile) fails on its first 429,
+// after one request, as RateLimited with the Retry-After; the same call on
+// a plain context waits the hold out and succeeds.
+func TestWithMaxHoldWait(t *testing.T) {
+	f := registrytest.New(t)
+	f.Push("team/app:1")
+	c := newTestClient(t, Options{})
+	f.Inject("", "/team/app/manifests/1", 1, registrytest.Answer(429, map[string]string{"Retry-After": "1"}, ""))
+
+	before := f.Requests()
+	_, err := c.As(nil).Resolve(WithMaxHoldWait(context.Background(), 0), f.Ref("team/app:1"))
+	fe := Classify(err)
+	if fe.Reason != ReasonRateLimited || fe.RetryAfter <= 0 || fe.RetryAfter > time.Second {
+		t.Fatalf("Resolve = %v (%s, Retry-After %v), want RateLimited with about 1s", err, fe.Reason, fe.RetryAfter)
+	}
+	if sent := len(f.Requests()) - len(before); sent > 2 { // the ping, and the manifest once
+		t.Errorf("%d requests, want the one answered 429 (and the ping): %v", sent, f.Requests())
+	}
+
+	f.Inject("", "/team/app/manifests/1", 1, registrytest.Answer(429, map[string]string{"Retry-After": "1"}, ""))
+	time.Sleep(time.Second) // the first hold is over
+	if _, err := c.As(nil).Resolve(context.Background(), f.Ref("team/app:1")); err != nil {
+		t.Errorf("a call that may wait: %v", err)
+	}
+}

@@ -40,7 +40,7 @@ func (c *Client) do(ctx context.Context, ref name.Reference, timeout time.Durati
 	// Begun (or let through): a widespread failure of the registry found
 	// meanwhile does not cut the call's requests short.
 	state.admit(target.Host)
-	if wait := c.waits.check(target.Host, target.Repository); wait != nil {
+	if wait := c.waits.check(ctx, target.Host, target.Repository); wait != nil {
 		return wait
 	}
 	s, err := c.session(kc)

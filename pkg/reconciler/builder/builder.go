@@ -78,8 +78,9 @@ func (r *BuilderReconciler) ReconcileKind(ctx context.Context, b *v1alpha1.Build
 	if account == "" {
 		account = v1alpha1.DefaultServiceAccountName
 	}
-	return r.Policy.Finish(ctx, b, r.reconcile(ctx, b, &b.Spec.BuilderSpec, &b.Status,
-		&v1alpha1.ServiceAccountRef{Namespace: b.Namespace, Name: account}))
+	return r.Policy.Reconcile(ctx, b, func(ctx context.Context) error {
+		return r.reconcile(ctx, b, &b.Spec.BuilderSpec, &b.Status, &v1alpha1.ServiceAccountRef{Namespace: b.Namespace, Name: account})
+	})
 }
 
 // ClusterBuilderReconciler reconciles ClusterBuilders.
@@ -87,7 +88,9 @@ type ClusterBuilderReconciler struct{ *Core }
 
 // ReconcileKind implements the generated reconciler's Interface.
 func (r *ClusterBuilderReconciler) ReconcileKind(ctx context.Context, b *v1alpha1.ClusterBuilder) pkgreconciler.Event {
-	return r.Policy.Finish(ctx, b, r.reconcile(ctx, b, &b.Spec.BuilderSpec, &b.Status, b.Spec.ServiceAccountRef))
+	return r.Policy.Reconcile(ctx, b, func(ctx context.Context) error {
+		return r.reconcile(ctx, b, &b.Spec.BuilderSpec, &b.Status, b.Spec.ServiceAccountRef)
+	})
 }
 
 // ObserveDeletion drops the deleted builder's backoff, circuit waits and
@@ -105,7 +108,10 @@ type object interface {
 // reconcile makes the builder image, or checks that the one built from the
 // same inputs is still at the tag, and signs it with the keys of account
 // (the builder's ServiceAccount; nil for anonymous). Status changes only on
-// success.
+// success. Everything up to that check is a re-check of a builder whose
+// inputs did not change as far as it knows; a push is an update (see
+// reconciler.Updating): a Ready builder whose re-check fails for a passing
+// reason stays Ready, one that has to push a new image and cannot does not.
 func (r *Core) reconcile(ctx context.Context, obj object, spec *v1alpha1.BuilderSpec, status *v1alpha1.BuilderStatus,
 	account *v1alpha1.ServiceAccountRef) error {
 	in, err := r.resolveInputs(ctx, obj, spec, account)
@@ -130,10 +136,10 @@ func (r *Core) reconcile(ctx context.Context, obj object, spec *v1alpha1.Builder
 		// The tag moved or is gone: push again.
 	}
 	if next.LatestImage, next.Platforms, err = r.buildAndPush(ctx, in, spec); err != nil {
-		return err
+		return reconciler.Updating(err)
 	}
 	r.pushes.Store(key, pushRecord{fingerprint: next.Fingerprint, latestImage: next.LatestImage, platforms: next.Platforms})
-	return r.finish(ctx, in, status, next)
+	return reconciler.Updating(r.finish(ctx, in, status, next))
 }
 
 // finish signs the builder's images when it has signing keys, and records

@@ -484,3 +484,63 @@ func (x *fixture) read(t *testing.T, ref string) v1.Image {
 	}
 	return img
 }
+
+// TestBuilderStaysReadyThroughABlip: a Ready builder whose re-check (the
+// HEAD of its tag) fails for a passing reason stays Ready, keeps its
+// status and says why in UpToDate, with one event when it starts and one
+// when it ends; a stack that is Ready with a failed re-check of its own
+// changes nothing for it; and a builder that has to push new inputs and
+// cannot is not Ready.
+func TestBuilderStaysReadyThroughABlip(t *testing.T) {
+	x := newFixture(t)
+	lifecycle := x.f.Addr + "/lifecycle:0.21.0"
+	built, _, _, _ := x.run(t, x.builder(nil), lifecycle)
+	if !built.Status.IsReady() {
+		t.Fatalf("not built: %+v", built.Status.Conditions)
+	}
+
+	x.f.Inject("HEAD", "/builders/go/manifests/", -1, registrytest.Answer(503, nil, ""))
+	stale, events, err, traffic := x.run(t, built, lifecycle)
+	rt.Check(t, stale, err, events, rt.Outcome{Ready: corev1.ConditionTrue, Stale: registry.ReasonRegistryUnavailable,
+		Requeue: rt.Circuit, MinDelay: 4 * time.Minute, MaxDelay: 6 * time.Minute,
+		EventReasons: []string{registry.ReasonRegistryUnavailable}, MessageContains: "503"})
+	if diff := cmp.Diff(built.Status.Fingerprint, stale.Status.Fingerprint); diff != "" || stale.Status.LatestImage != built.Status.LatestImage ||
+		stale.Status.GetCondition(v1alpha1.ConditionReady).LastTransitionTime != built.Status.GetCondition(v1alpha1.ConditionReady).LastTransitionTime {
+		t.Errorf("a failed re-check changed the resolved status or Ready's transition: %+v", stale.Status)
+	}
+	if traffic.Total("PUT") != 0 {
+		t.Errorf("a failed re-check pushed: %v", traffic.Requests)
+	}
+	// Again, still failing: no second event.
+	again, events, err, _ := x.run(t, stale, lifecycle)
+	rt.Check(t, again, err, events, rt.Outcome{Ready: corev1.ConditionTrue, Stale: registry.ReasonRegistryUnavailable,
+		Requeue: rt.Circuit, MinDelay: 4 * time.Minute, MaxDelay: 6 * time.Minute})
+	x.f.ClearFaults()
+	// The circuit's probe (about once a second) finds the tag answering.
+	for deadline := time.Now().Add(10 * time.Second); len(x.client.Circuits().Open()) > 0; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("circuits still open: %v", x.client.Circuits().Open())
+		}
+	}
+
+	// The stack's own re-check failed: it is Ready, not UpToDate. The
+	// builder neither turns not Ready nor rebuilds.
+	x.stack.Status.MarkStale(registry.ReasonRegistryUnavailable, "GET …: 503")
+	recovered, events, err, traffic := x.run(t, again, lifecycle)
+	rt.Check(t, recovered, err, events, rt.Outcome{Ready: corev1.ConditionTrue, Requeue: rt.Resync,
+		MinDelay: 8 * time.Minute, MaxDelay: 12 * time.Minute, EventReasons: []string{"UpToDate"}})
+	if traffic.Total("PUT") != 0 || recovered.Status.LatestImage != built.Status.LatestImage {
+		t.Errorf("recovery beside a stale stack rebuilt: %v, latestImage %s", traffic.Requests, recovered.Status.LatestImage)
+	}
+
+	// New inputs (the stack's run image moved to another tag) and the push
+	// fails: an update, not a re-check. Not Ready; the last image kept.
+	x.stack.Status.RunImage.Image = x.f.Addr + "/stack/run:2"
+	x.f.Inject("PUT", "/builders/go/manifests/", -1, registrytest.Answer(503, nil, ""))
+	updating, events, err, _ := x.run(t, recovered, lifecycle)
+	rt.Check(t, updating, err, events, rt.Outcome{Ready: corev1.ConditionFalse, Reason: registry.ReasonRegistryUnavailable, Reconciling: true,
+		Requeue: rt.Circuit, MinDelay: 4 * time.Minute, MaxDelay: 6 * time.Minute, EventReasons: []string{registry.ReasonRegistryUnavailable}})
+	if updating.Status.LatestImage != built.Status.LatestImage {
+		t.Errorf("latestImage %q, want the last good %q kept", updating.Status.LatestImage, built.Status.LatestImage)
+	}
+}

@@ -90,13 +90,14 @@ func newCore[T reconciler.Object](ctx context.Context, cmw configmap.Watcher, cf
 		Version:    cfg.Version,
 	}
 	// Stacks, stores and lifecycles: the builders that use them are
-	// reconciled when they change (a stack becoming Ready wakes the builders
-	// waiting on it).
-	clusterstackinformer.Get(ctx).Informer().AddEventHandler(controller.HandleAll(
+	// reconciled when they change in what builders read (a stack becoming
+	// Ready wakes the builders waiting on it; its re-check failing and
+	// passing, which leaves it Ready, wakes nobody).
+	clusterstackinformer.Get(ctx).Informer().AddEventHandler(reconciler.OnUsableChange(
 		controller.EnsureTypeMeta(core.Tracker.OnChanged, v1alpha1.SchemeGroupVersion.WithKind("ClusterStack"))))
-	clusterstoreinformer.Get(ctx).Informer().AddEventHandler(controller.HandleAll(
+	clusterstoreinformer.Get(ctx).Informer().AddEventHandler(reconciler.OnUsableChange(
 		controller.EnsureTypeMeta(core.Tracker.OnChanged, v1alpha1.SchemeGroupVersion.WithKind("ClusterStore"))))
-	clusterlifecycleinformer.Get(ctx).Informer().AddEventHandler(controller.HandleAll(
+	clusterlifecycleinformer.Get(ctx).Informer().AddEventHandler(reconciler.OnUsableChange(
 		controller.EnsureTypeMeta(core.Tracker.OnChanged, v1alpha1.SchemeGroupVersion.WithKind("ClusterLifecycle"))))
 	// A new default lifecycle image changes the builders that name no
 	// ClusterLifecycle, and only those.

@@ -23,7 +23,7 @@ type Reconciler struct{ reconciler.Base }
 
 // ReconcileKind implements the generated reconciler's Interface.
 func (r *Reconciler) ReconcileKind(ctx context.Context, lc *v1alpha1.ClusterLifecycle) pkgreconciler.Event {
-	return r.Policy.Finish(ctx, lc, r.reconcile(ctx, lc))
+	return r.Policy.Reconcile(ctx, lc, func(ctx context.Context) error { return r.reconcile(ctx, lc) })
 }
 
 // reconcile reads the lifecycle of every platform of the image and, only

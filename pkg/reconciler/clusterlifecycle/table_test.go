@@ -125,16 +125,28 @@ func TestTable(t *testing.T) {
 		})}},
 		WantEvents: []string{pkgtesting.Eventf(corev1.EventTypeWarning, cnb.ReasonInvalidLifecycleImage, "%s", mismatch)},
 	}, {
-		Name: "transient: the registry answers 503; the resolved status stays",
-		Key:  "lifecycle",
-		Objects: []runtime.Object{withImage(lifecycle("lifecycle:0.21.0", ready("lifecycle:0.21.0", plainDigest.String(), amd64)),
-			f.Addr+"/lifecycle-503:1")},
+		Name:    "transient, unchanged: the registry answers 503; stays Ready, the resolved status stays, UpToDate says why",
+		Key:     "lifecycle",
+		Objects: []runtime.Object{lifecycle("lifecycle-503:1", ready("lifecycle-503:1", plainDigest.String(), amd64))},
 		WantErr: true,
-		WantStatusUpdates: []clientgotesting.UpdateActionImpl{{Object: withImage(lifecycle("lifecycle:0.21.0", func(s *v1alpha1.ClusterLifecycleStatus) {
+		WantStatusUpdates: []clientgotesting.UpdateActionImpl{{Object: lifecycle("lifecycle-503:1", func(s *v1alpha1.ClusterLifecycleStatus) {
+			ready("lifecycle-503:1", plainDigest.String(), amd64)(s)
+			s.MarkStale(registry.ReasonRegistryUnavailable, unavailable+"; "+
+				reconciler.WaitingMessage(registry.Place{Host: f.Addr, Repository: "lifecycle-503"}, 5*time.Minute))
+		})}},
+		WantEvents: []string{pkgtesting.Eventf(corev1.EventTypeWarning, registry.ReasonRegistryUnavailable, "%s", unavailable)},
+	}, {
+		Name: "transient, spec edited: the registry answers 503; not Ready for the new generation, the resolved status stays",
+		Key:  "lifecycle",
+		Objects: []runtime.Object{edited(withImage(lifecycle("lifecycle:0.21.0", ready("lifecycle:0.21.0", plainDigest.String(), amd64)),
+			f.Addr+"/lifecycle-503:1"))},
+		WantErr: true,
+		WantStatusUpdates: []clientgotesting.UpdateActionImpl{{Object: edited(withImage(lifecycle("lifecycle:0.21.0", func(s *v1alpha1.ClusterLifecycleStatus) {
 			resolved("lifecycle:0.21.0", plainDigest.String(), amd64)(s)
+			s.ObservedGeneration = 2
 			s.MarkRetrying(registry.ReasonRegistryUnavailable, unavailable,
 				reconciler.WaitingMessage(registry.Place{Host: f.Addr, Repository: "lifecycle-503"}, 5*time.Minute))
-		}), f.Addr+"/lifecycle-503:1")}},
+		}), f.Addr+"/lifecycle-503:1"))}},
 		WantEvents: []string{pkgtesting.Eventf(corev1.EventTypeWarning, registry.ReasonRegistryUnavailable, "%s", unavailable)},
 	}, {
 		Name:    "permanent: the image does not parse",
@@ -149,6 +161,12 @@ func TestTable(t *testing.T) {
 	rows.Test(t, rt.TableFactory(func(ctx context.Context, cmw configmap.Watcher) *controller.Impl {
 		return NewController(registry.New(ctx, registry.Options{}), reconciler.DefaultOptions())(ctx, cmw)
 	}))
+}
+
+// edited is lc with a new generation, its status still of the last one.
+func edited(lc *v1alpha1.ClusterLifecycle) *v1alpha1.ClusterLifecycle {
+	lc.Generation = 2
+	return lc
 }
 
 // withImage points lc's spec at image, keeping its status (the spec

@@ -22,7 +22,7 @@ type Reconciler struct{ reconciler.Base }
 
 // ReconcileKind implements the generated reconciler's Interface.
 func (r *Reconciler) ReconcileKind(ctx context.Context, stack *v1alpha1.ClusterStack) pkgreconciler.Event {
-	return r.Policy.Finish(ctx, stack, r.reconcile(ctx, stack))
+	return r.Policy.Reconcile(ctx, stack, func(ctx context.Context) error { return r.reconcile(ctx, stack) })
 }
 
 // reconcile resolves the stack and, only when all of it succeeded, replaces

@@ -75,13 +75,14 @@ func TestReconcile(t *testing.T) {
 	previous.MarkReady()
 
 	tests := []struct {
-		name     string
-		spec     func(*v1alpha1.ClusterStackSpec)
-		status   *v1alpha1.ClusterStackStatus
-		objects  []runtime.Object
-		fault    func()
-		want     reconcilertest.Outcome
-		validate func(*testing.T, *v1alpha1.ClusterStack)
+		name       string
+		spec       func(*v1alpha1.ClusterStackSpec)
+		generation int64 // of the object (default 1); status is of generation 1
+		status     *v1alpha1.ClusterStackStatus
+		objects    []runtime.Object
+		fault      func()
+		want       reconcilertest.Outcome
+		validate   func(*testing.T, *v1alpha1.ClusterStack)
 	}{{
 		name: "ready",
 		want: reconcilertest.Outcome{Ready: corev1.ConditionTrue, Requeue: reconcilertest.Resync, MinDelay: 8 * time.Minute, MaxDelay: 12 * time.Minute,
@@ -115,13 +116,29 @@ func TestReconcile(t *testing.T) {
 			}
 		},
 	}, {
-		name:   "registry answers 503: last good status kept, waits on the repository's circuit",
+		name:   "unchanged, registry answers 503: stays Ready, not UpToDate, status kept, waits on the repository's circuit",
 		status: &previous,
 		fault:  func() { f.Inject("", "/stack/run/manifests/", -1, registrytest.Answer(503, nil, "")) },
+		want: reconcilertest.Outcome{Ready: corev1.ConditionTrue, Stale: registry.ReasonRegistryUnavailable,
+			Requeue: reconcilertest.Circuit, MinDelay: 4 * time.Minute, MaxDelay: 6 * time.Minute,
+			EventReasons:    []string{registry.ReasonRegistryUnavailable},
+			MessageContains: "503"},
+	}, {
+		name:       "spec edited, registry answers 503: not Ready for the new generation, status kept",
+		generation: 2,
+		status:     &previous,
+		fault:      func() { f.Inject("", "/stack/run/manifests/", -1, registrytest.Answer(503, nil, "")) },
 		want: reconcilertest.Outcome{Ready: corev1.ConditionFalse, Reason: registry.ReasonRegistryUnavailable, Reconciling: true,
 			Requeue: reconcilertest.Circuit, MinDelay: 4 * time.Minute, MaxDelay: 6 * time.Minute,
 			EventReasons:    []string{registry.ReasonRegistryUnavailable},
 			MessageContains: "503"},
+	}, {
+		name:   "unchanged, run image gone: waiting, not Ready (a real change, not a blip)",
+		spec:   func(s *v1alpha1.ClusterStackSpec) { s.RunImage.Image = f.Addr + "/stack/run:404" },
+		status: &previous,
+		want: reconcilertest.Outcome{Ready: corev1.ConditionFalse, Reason: registry.ReasonImageNotFound, Reconciling: true,
+			Requeue: reconcilertest.Poll, MinDelay: 48 * time.Second, MaxDelay: 72 * time.Second,
+			EventReasons: []string{registry.ReasonImageNotFound}},
 	}, {
 		name: "rate limited: waits on the repository's circuit (probed after Retry-After)",
 		fault: func() {
@@ -193,6 +210,9 @@ func TestReconcile(t *testing.T) {
 			}
 			if tc.spec != nil {
 				tc.spec(&stack.Spec)
+			}
+			if tc.generation != 0 {
+				stack.Generation = tc.generation
 			}
 			if tc.status != nil {
 				stack.Status = *tc.status.DeepCopy()

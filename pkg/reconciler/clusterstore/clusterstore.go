@@ -25,7 +25,7 @@ type Reconciler struct{ reconciler.Base }
 
 // ReconcileKind implements the generated reconciler's Interface.
 func (r *Reconciler) ReconcileKind(ctx context.Context, store *v1alpha1.ClusterStore) pkgreconciler.Event {
-	return r.Policy.Finish(ctx, store, r.reconcile(ctx, store))
+	return r.Policy.Reconcile(ctx, store, func(ctx context.Context) error { return r.reconcile(ctx, store) })
 }
 
 // reconcile reads all sources and replaces status.buildpacks only when every

@@ -66,7 +66,7 @@ func TestTable(t *testing.T) {
 		}, "bp/go:1")}},
 		WantEvents: []string{pkgtesting.Eventf(corev1.EventTypeNormal, "Ready", "ClusterStore is Ready")},
 	}, {
-		Name: "transient: a source answers 502, the previous list is kept",
+		Name: "transient, unchanged: a source answers 502; stays Ready, the list is kept, UpToDate says why",
 		Key:  "default",
 		Objects: []runtime.Object{store(func(s *v1alpha1.ClusterStoreStatus) {
 			kept(s)
@@ -75,9 +75,39 @@ func TestTable(t *testing.T) {
 		WantErr: true,
 		WantStatusUpdates: []clientgotesting.UpdateActionImpl{{Object: store(func(s *v1alpha1.ClusterStoreStatus) {
 			kept(s)
-			s.MarkRetrying(registry.ReasonRegistryUnavailable, unavailable, reconciler.WaitingMessage(registry.Place{Host: f.Addr, Repository: "bp/flaky"}, 5*time.Minute))
+			s.MarkReady()
+			s.MarkStale(registry.ReasonRegistryUnavailable, unavailable+"; "+
+				reconciler.WaitingMessage(registry.Place{Host: f.Addr, Repository: "bp/flaky"}, 5*time.Minute))
 		}, "bp/go:1", "bp/flaky:1")}},
 		WantEvents: []string{pkgtesting.Eventf(corev1.EventTypeWarning, registry.ReasonRegistryUnavailable, "%s", unavailable)},
+	}, {
+		Name: "transient, spec edited: a source answers 502; not Ready for the new generation, the list is kept",
+		Key:  "default",
+		Objects: []runtime.Object{edited(store(func(s *v1alpha1.ClusterStoreStatus) {
+			kept(s)
+			s.MarkReady()
+		}, "bp/go:1", "bp/flaky:1"))},
+		WantErr: true,
+		WantStatusUpdates: []clientgotesting.UpdateActionImpl{{Object: edited(store(func(s *v1alpha1.ClusterStoreStatus) {
+			kept(s)
+			s.ObservedGeneration = 2
+			s.MarkRetrying(registry.ReasonRegistryUnavailable, unavailable, reconciler.WaitingMessage(registry.Place{Host: f.Addr, Repository: "bp/flaky"}, 5*time.Minute))
+		}, "bp/go:1", "bp/flaky:1"))}},
+		WantEvents: []string{pkgtesting.Eventf(corev1.EventTypeWarning, registry.ReasonRegistryUnavailable, "%s", unavailable)},
+	}, {
+		Name: "recovered: UpToDate again, one event",
+		Key:  "default",
+		Objects: []runtime.Object{store(func(s *v1alpha1.ClusterStoreStatus) {
+			kept(s)
+			s.MarkReady()
+			s.MarkStale(registry.ReasonRegistryUnavailable, unavailable)
+		}, "bp/go:1")},
+		WantErr: true, // the resync requeue
+		WantStatusUpdates: []clientgotesting.UpdateActionImpl{{Object: store(func(s *v1alpha1.ClusterStoreStatus) {
+			kept(s)
+			s.MarkReady()
+		}, "bp/go:1")}},
+		WantEvents: []string{pkgtesting.Eventf(corev1.EventTypeNormal, "UpToDate", "ClusterStore is up to date again")},
 	}, {
 		Name:    "waiting: service account missing",
 		Key:     "default",
@@ -114,6 +144,12 @@ func duplicateMessage(t *testing.T, f *registrytest.Registry) string {
 		t.Fatal(err)
 	}
 	return fmt.Sprintf("buildpack example/go@1.0.0 is in %s and in %s with different contents", goRef, forkRef)
+}
+
+// edited is s with a new generation, its status still of the last one.
+func edited(s *v1alpha1.ClusterStore) *v1alpha1.ClusterStore {
+	s.Generation = 2
+	return s
 }
 
 func withAccount(s *v1alpha1.ClusterStore) *v1alpha1.ClusterStore {

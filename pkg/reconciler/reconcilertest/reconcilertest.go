@@ -109,19 +109,27 @@ const (
 	NoRequeue = "permanent"
 )
 
-// requeueOf says which requeue status announces.
+// requeueOf says which requeue status announces: Reconciling's message, or
+// for a Ready object whose re-check failed, the end of UpToDate's.
 func requeueOf(status *v1alpha1.ConditionedStatus) string {
-	reconciling := status.GetCondition(v1alpha1.ConditionReconciling)
+	var retry string
+	if c := status.GetCondition(v1alpha1.ConditionReconciling); c != nil && c.IsTrue() {
+		retry = c.Message
+	} else if c := status.GetCondition(v1alpha1.ConditionUpToDate); status.IsReady() && c != nil && c.IsFalse() {
+		if i := strings.LastIndex(c.Message, "; retrying "); i >= 0 {
+			retry = c.Message[i+2:]
+		}
+	}
 	switch {
-	case status.IsReady():
+	case retry == "" && status.IsReady():
 		return Resync
-	case reconciling == nil || !reconciling.IsTrue():
+	case retry == "":
 		return NoRequeue
-	case strings.HasPrefix(reconciling.Message, "retrying when "):
+	case strings.HasPrefix(retry, "retrying when "):
 		return Circuit
-	case strings.HasSuffix(reconciling.Message, ", or when a dependency changes"):
+	case strings.HasSuffix(retry, ", or when a dependency changes"):
 		return Poll
-	case strings.HasPrefix(reconciling.Message, "retrying in "):
+	case strings.HasPrefix(retry, "retrying in "):
 		return Retry
 	}
 	return "unknown"
@@ -133,6 +141,10 @@ type Outcome struct {
 	Reason      string // of Ready
 	Reconciling bool
 	Stalled     bool
+	// Stale is the reason of a Ready object's failed re-check, which only
+	// UpToDate=False shows; "": UpToDate is True when Ready is, else False
+	// with Ready's reason.
+	Stale string
 	// Requeue is Resync, Retry, Poll or Circuit (a requeue after a delay
 	// within [MinDelay, MaxDelay]) or NoRequeue (a permanent error).
 	Requeue            string
@@ -150,8 +162,30 @@ func Check(t *testing.T, obj reconciler.Object, err error, events []string, want
 	if ready == nil || ready.Status != want.Ready || ready.Reason != want.Reason {
 		t.Errorf("Ready = %+v, want %s %s", ready, want.Ready, want.Reason)
 	}
-	if ready != nil && want.MessageContains != "" && !strings.Contains(ready.Message, want.MessageContains) {
-		t.Errorf("Ready message %q lacks %q", ready.Message, want.MessageContains)
+	upToDate := status.GetCondition(v1alpha1.ConditionUpToDate)
+	switch {
+	case want.Stale != "":
+		if upToDate == nil || !upToDate.IsFalse() || upToDate.Reason != want.Stale {
+			t.Errorf("UpToDate = %+v, want False %s", upToDate, want.Stale)
+		}
+	case want.Ready == corev1.ConditionTrue:
+		if upToDate == nil || !upToDate.IsTrue() {
+			t.Errorf("UpToDate = %+v, want True", upToDate)
+		}
+	case upToDate == nil || !upToDate.IsFalse() || upToDate.Reason != want.Reason:
+		t.Errorf("UpToDate = %+v, want False %s", upToDate, want.Reason)
+	}
+	if want.MessageContains != "" {
+		message := ""
+		if ready != nil {
+			message = ready.Message
+		}
+		if want.Stale != "" && upToDate != nil {
+			message = upToDate.Message
+		}
+		if !strings.Contains(message, want.MessageContains) {
+			t.Errorf("message %q lacks %q", message, want.MessageContains)
+		}
 	}
 	if c := status.GetCondition(v1alpha1.ConditionReconciling); (c != nil && c.IsTrue()) != want.Reconciling {
 		t.Errorf("Reconciling = %+v, want %v", c, want.Reconciling)

@@ -15,13 +15,19 @@ import (
 //     retry or a poll is scheduled); kstatus reads InProgress.
 //   - Stalled: True when nothing changes until a person changes something;
 //     kstatus reads Failed.
+//   - UpToDate: True when the last reconcile succeeded; False with the
+//     reason and message of its failure (kpack's condition of that name, so
+//     kpack users' checks read it). A usable object whose re-check fails for
+//     a passing reason stays Ready and says so here alone (see MarkStale).
 //
 // Reconciling and Stalled never both hold, and both go away when Ready turns
-// True. Neither drives Ready: they are not dependents of the condition set.
+// True. None of them drives Ready: they are not dependents of the condition
+// set.
 const (
 	ConditionReady       apis.ConditionType = apis.ConditionReady
 	ConditionReconciling apis.ConditionType = "Reconciling"
 	ConditionStalled     apis.ConditionType = "Stalled"
+	ConditionUpToDate    apis.ConditionType = "UpToDate"
 )
 
 // conditionSet is the condition set of every kind: Ready alone is the happy
@@ -51,6 +57,7 @@ func (s *ConditionedStatus) manage() apis.ConditionManager { return conditionSet
 // MarkReady records a fully reconciled generation.
 func (s *ConditionedStatus) MarkReady() {
 	m := s.manage()
+	m.MarkTrue(ConditionUpToDate)
 	m.MarkTrue(ConditionReady)
 	_ = m.ClearCondition(ConditionReconciling)
 	_ = m.ClearCondition(ConditionStalled)
@@ -65,19 +72,21 @@ func (s *ConditionedStatus) MarkRetrying(reason, message, retryMessage string) {
 	// is marked True and no dependent is unhappy, and we have no dependents.
 	m.MarkTrueWithReason(ConditionReconciling, reason, "%s", retryMessage)
 	_ = m.ClearCondition(ConditionStalled)
+	m.MarkFalse(ConditionUpToDate, reason, "%s", message)
 	m.MarkFalse(ConditionReady, reason, "%s", message)
 }
 
-// MarkQueued records that the reconcile waits for a worker: Reconciling is
-// True with reason and message; Ready keeps what it said.
-func (s *ConditionedStatus) MarkQueued(reason, message string) {
+// MarkStale records that a re-check of a usable object failed for a reason
+// that passes by itself: Ready stays as it was (True, with its transition
+// time), UpToDate is False with reason and message, and neither Reconciling
+// nor Stalled is set. Reconciling=True would make kstatus read InProgress,
+// and Flux and Argo CD health checks would flip every builder of a cluster
+// at each registry blip: the very flapping this state exists to prevent.
+func (s *ConditionedStatus) MarkStale(reason, message string) {
 	m := s.manage()
-	ready := m.GetCondition(ConditionReady).DeepCopy()
-	m.MarkTrueWithReason(ConditionReconciling, reason, "%s", message)
-	if ready != nil {
-		// Marking a condition True recomputes Ready (see MarkRetrying).
-		m.SetCondition(*ready)
-	}
+	_ = m.ClearCondition(ConditionReconciling)
+	_ = m.ClearCondition(ConditionStalled)
+	m.MarkFalse(ConditionUpToDate, reason, "%s", message)
 }
 
 // MarkStalled records a failure that needs a person: Ready and Stalled say
@@ -86,12 +95,22 @@ func (s *ConditionedStatus) MarkStalled(reason, message string) {
 	m := s.manage()
 	m.MarkTrueWithReason(ConditionStalled, reason, "%s", message)
 	_ = m.ClearCondition(ConditionReconciling)
+	m.MarkFalse(ConditionUpToDate, reason, "%s", message)
 	m.MarkFalse(ConditionReady, reason, "%s", message) // last, as in MarkRetrying
 }
 
 // IsReady reports whether Ready is True. Callers that depend on another
-// object also compare its observedGeneration with its generation.
+// object also compare its observedGeneration with its generation (see
+// IsUsable).
 func (s *ConditionedStatus) IsReady() bool { return s.manage().IsHappy() }
+
+// IsUsable reports whether the object's resolved status is good for its
+// current generation: Ready is True and was recorded for generation. (A
+// reconcile of a new generation starts with Ready Unknown: the generated
+// reconciler resets it.)
+func (s *ConditionedStatus) IsUsable(generation int64) bool {
+	return s.IsReady() && s.ObservedGeneration == generation
+}
 
 // Every kind is KRShaped, so that the generated reconcilers manage
 // observedGeneration and the Ready condition of a new generation.
