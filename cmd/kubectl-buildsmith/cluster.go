@@ -293,9 +293,10 @@ func describe(ready *apis.Condition) string {
 const statusUsage = `Usage: kubectl buildsmith status [-A | -n NAMESPACE] [flags]
 
 Prints every buildsmith object, one line each: the cluster kinds, and the
-builders of the namespace (all namespaces with -A), with Ready, its reason,
-how long ago Ready last changed, and what the object found last (a builder's
-image, a stack's run image, a store's buildpack count).
+builders of the namespace (all namespaces with -A), with Ready, UpToDate,
+the reason (Ready's, or UpToDate's when a Ready object's last re-check
+failed), how long ago Ready last changed, and what the object found last (a
+builder's image, a stack's run image, a store's buildpack count).
 
 Flags:
 `
@@ -344,20 +345,26 @@ func writeStatus(w io.Writer, objects []object, now time.Time) {
 		return objects[i].ref < objects[j].ref
 	})
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAMESPACE\tNAME\tREADY\tREASON\tSINCE\tLATEST")
+	fmt.Fprintln(tw, "NAMESPACE\tNAME\tREADY\tUPTODATE\tREASON\tSINCE\tLATEST")
 	for _, o := range objects {
-		ready, reason, since := "Unknown", "", "-"
+		ready, upToDate, reason, since := "Unknown", "-", "", "-"
 		if c := o.status.GetCondition(v1alpha1.ConditionReady); c != nil {
 			ready, reason = string(c.Status), c.Reason
 			if !c.LastTransitionTime.Inner.IsZero() {
 				since = now.Sub(c.LastTransitionTime.Inner.Time).Round(time.Second).String()
 			}
 		}
+		if c := o.status.GetCondition(v1alpha1.ConditionUpToDate); c != nil {
+			upToDate = string(c.Status)
+			if reason == "" {
+				reason = c.Reason // Ready, and its last re-check failed
+			}
+		}
 		namespace := o.namespace
 		if namespace == "" {
 			namespace = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", namespace, o.ref, ready, orDash(reason), since, orDash(o.image))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", namespace, o.ref, ready, upToDate, orDash(reason), since, orDash(o.image))
 	}
 	_ = tw.Flush()
 }

@@ -106,6 +106,8 @@ func TestReconcileAndStatus(t *testing.T) {
 	runImage := "registry.example.com/run@sha256:" + strings.Repeat("b", 64)
 	stack.Status.RunImage.LatestImage = runImage
 	stack.Status.MarkReady()
+	// Its last re-check met a registry outage: Ready, not up to date.
+	stack.Status.MarkStale("RegistryUnavailable", "GET …: 503 Service Unavailable; retrying in 2s")
 	if _, err := stacks.UpdateStatus(ctx, stack, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -130,12 +132,12 @@ func TestReconcileAndStatus(t *testing.T) {
 	}
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	want := [][]string{
-		{"NAMESPACE", "NAME", "READY", "REASON", "SINCE", "LATEST"},
-		{"-", "clusterlifecycle/lifecycle", "True", "-"},
-		{"-", "clusterstack/base", "True", "-"},
-		{"team", "builder/ignored", "Unknown", "-", "-", "-"},
-		{"team", "builder/ready", "True", "-"},
-		{"team", "builder/stalled", "False", "BuildpackNotFound"},
+		{"NAMESPACE", "NAME", "READY", "UPTODATE", "REASON", "SINCE", "LATEST"},
+		{"-", "clusterlifecycle/lifecycle", "True", "True", "-"},
+		{"-", "clusterstack/base", "True", "False", "RegistryUnavailable"},
+		{"team", "builder/ignored", "Unknown", "-", "-", "-", "-"},
+		{"team", "builder/ready", "True", "True", "-"},
+		{"team", "builder/stalled", "False", "False", "BuildpackNotFound"},
 	}
 	if len(lines) != len(want) {
 		t.Fatalf("status printed %d lines, want %d:\n%s", len(lines), len(want), out)

@@ -87,9 +87,10 @@ type worldStatus struct {
 	Builder v1alpha1.BuilderStatus
 }
 
-// status reads the three statuses, without conditions, and the reasons of
-// their Ready conditions ("" when Ready).
-func (w *faultWorld) status(t *testing.T) (worldStatus, [3]string) {
+// status reads the three statuses, without conditions, and how each is
+// doing: the reasons of its Ready condition ("" when Ready) and of its
+// UpToDate condition ("" when up to date).
+func (w *faultWorld) status(t *testing.T) (worldStatus, [3]string, [3]string) {
 	t.Helper()
 	ctx := context.Background()
 	bs := client.BuildsmithV1alpha1()
@@ -99,55 +100,80 @@ func (w *faultWorld) status(t *testing.T) (worldStatus, [3]string) {
 	if err := errors.Join(err1, err2, err3); err != nil {
 		t.Fatal(err)
 	}
-	var reasons [3]string
+	var ready, upToDate [3]string
 	for i, s := range []*v1alpha1.ConditionedStatus{&store.Status.ConditionedStatus, &stack.Status.ConditionedStatus, &builder.Status.ConditionedStatus} {
-		if c := s.GetCondition(v1alpha1.ConditionReady); c != nil && !c.IsTrue() {
-			reasons[i] = c.Reason
+		if c := s.GetCondition(v1alpha1.ConditionReady); c == nil || !c.IsTrue() {
+			ready[i] = "NotReady"
+			if c != nil {
+				ready[i] = c.Reason
+			}
+		}
+		if c := s.GetCondition(v1alpha1.ConditionUpToDate); c != nil && !c.IsTrue() {
+			upToDate[i] = c.Reason
 		}
 		s.Conditions, s.LastHandledReconcileAt = nil, "" // how it is doing, not what it found
 	}
-	return worldStatus{store.Status, stack.Status, builder.Status}, reasons
+	return worldStatus{store.Status, stack.Status, builder.Status}, ready, upToDate
 }
 
 // survives runs the world to Ready, then starts a fault and waits until all
-// three objects are not Ready, the store and stack with reason (they notice it by their 2 s resync);
-// meanwhile nothing they found out before may change. Then it ends the fault
-// and waits until all three are Ready again, with the same status: the same
-// buildpacks, stack, and builder image.
+// three objects say reason in UpToDate=False (they meet it at their 2 s
+// resyncs), while they stay Ready and nothing they found out before
+// changes: a fault that changed nothing takes nothing usable away. Then it
+// ends the fault and waits until all three are up to date again (within
+// 5 s), with the same status: the same buildpacks, stack, and builder
+// image, never pushed again.
 func (w *faultWorld) survives(t *testing.T, reason string, fault, end func()) {
 	t.Helper()
 	w.apply(t)
 	w.waitReady(t, 60*time.Second)
-	good, _ := w.status(t)
+	good, _, _ := w.status(t)
 	if good.Builder.LatestImage == "" || len(good.Store.Buildpacks) == 0 || good.Stack.RunImage.Image == "" {
 		t.Fatalf("Ready but with an incomplete status: %+v", good)
 	}
+	pushes := w.f.Count("PUT", "/builders/"+w.name+"/manifests/")
 
 	fault()
-	eventually(t, 60*time.Second, "all three to report "+reason, func() (bool, string) {
-		now, reasons := w.status(t)
+	took := eventually(t, 15*time.Second, "all three to report "+reason+" in UpToDate, Ready all along", func() (bool, string) {
+		now, ready, upToDate := w.status(t)
+		if ready != [3]string{} {
+			t.Fatalf("left Ready during the fault: Ready reasons of store, stack, builder %q", ready)
+		}
 		if !reflect.DeepEqual(now, good) {
 			t.Fatalf("status changed during the fault:\nbefore %+v\nnow    %+v", good, now)
 		}
-		// The builder meets the fault itself, or first sees its stack
-		// or store not Ready: either way it is not Ready and says why.
-		builderKnows := reasons[2] == reason || reasons[2] == "StackNotReady" || reasons[2] == "StoreNotReady"
-		return reasons[0] == reason && reasons[1] == reason && builderKnows, fmt.Sprint("reasons of store, stack, builder: ", reasons)
+		return upToDate == [3]string{reason, reason, reason}, fmt.Sprint("UpToDate reasons of store, stack, builder: ", upToDate)
 	})
+	t.Logf("all three reported the fault %v after it began", took.Round(10*time.Millisecond))
 	end()
 	ended := time.Now()
-	w.waitReady(t, 60*time.Second)
-	t.Logf("all Ready %v after the fault ended", time.Since(ended).Round(10*time.Millisecond))
-	if now, _ := w.status(t); !reflect.DeepEqual(now, good) {
+	w.waitUpToDate(t, 5*time.Second)
+	t.Logf("all up to date %v after the fault ended", time.Since(ended).Round(10*time.Millisecond))
+	if now, _, _ := w.status(t); !reflect.DeepEqual(now, good) {
 		t.Errorf("status after recovery differs:\nbefore %+v\nafter  %+v", good, now)
+	}
+	if n := w.f.Count("PUT", "/builders/"+w.name+"/manifests/"); n != pushes {
+		t.Errorf("the builder was pushed %d more times", n-pushes)
+	}
+}
+
+// waitUpToDate waits with kubectl for the three objects' UpToDate
+// condition, as a kpack user's tooling does.
+func (w *faultWorld) waitUpToDate(t *testing.T, timeout time.Duration) {
+	t.Helper()
+	wait := env.Kubectl("wait", "--for=condition=UpToDate", fmt.Sprintf("--timeout=%s", timeout),
+		"clusterstore/"+w.name, "clusterstack/"+w.name, "-n", w.ns, "builder/"+w.name)
+	if out, err := wait.CombinedOutput(); err != nil {
+		_, ready, upToDate := w.status(t)
+		t.Fatalf("kubectl wait: %v\n%s\nReady reasons %q, UpToDate reasons %q", err, out, ready, upToDate)
 	}
 }
 
 // TestRegistryStoppedAndRestarted: the distribution registry process stops
 // (connections refused) for 10 s and starts again on its storage; the
-// objects say RegistryUnavailable meanwhile, keep what they found, and are
-// Ready within seconds of the restart, woken by the health probe rather
-// than by a backoff of up to 5 minutes.
+// objects stay Ready, say RegistryUnavailable in UpToDate meanwhile, keep
+// what they found, and are up to date within seconds of the restart, woken
+// by the circuit's probe rather than by a backoff of up to 5 minutes.
 func TestRegistryStoppedAndRestarted(t *testing.T) {
 	w := newFaultWorld(t, "stopped")
 	startController(t, "--resync-interval", "2s", "--retry-base-delay", "30s", "--retry-max-delay", "5m")

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"reflect"
-	"slices"
 	"testing"
 	"time"
 
@@ -23,10 +22,12 @@ import (
 // controller runs with its default flags: no resync during the outage, and
 // a backoff doubling from 1 s whose retries (jittered ±20 %) fall 50-76 s
 // and 101-153 s after the first failure — never within 10 s after an 80 s
-// outage, so only the circuits can make everything Ready that soon.
-// Throughout, what the objects found before is kept, and nothing says
-// Stalled; a builder created during the outage says why it waits within
-// seconds; nothing is pushed twice.
+// outage, so only the circuits can bring everything back that soon.
+// Throughout, the objects that were Ready stay Ready with what they found
+// (issue 26: an outage that changed nothing takes nothing usable away),
+// saying within 15 s in UpToDate=False what their re-check met; nothing
+// says Stalled; a builder created during the outage says why it waits
+// within 15 s; nothing is pushed twice.
 func TestOutagesRecoverWithinSeconds(t *testing.T) {
 	outage := 80 * time.Second
 	if v := os.Getenv("E2E_OUTAGE"); v != "" {
@@ -53,50 +54,56 @@ func TestOutagesRecoverWithinSeconds(t *testing.T) {
 			startController(t)
 			w.apply(t)
 			w.waitReady(t, 60*time.Second)
-			good, _ := w.status(t)
+			good, _, _ := w.status(t)
 			pushes := w.f.Count("PUT", "/builders/"+w.name+"/manifests/")
+
+			// What the re-checks must say: the builder meets the outage
+			// itself (its stack and store stay Ready, so it never waits
+			// on them); the store and stack only when theirs.
+			want := [3]string{"", "", "RegistryUnavailable"}
+			if tc.storeAndStack {
+				want = [3]string{"RegistryUnavailable", "RegistryUnavailable", "RegistryUnavailable"}
+			}
+			// usable fails the test when an object that was Ready is not,
+			// or its status changed, and returns the UpToDate reasons.
+			usable := func() [3]string {
+				now, ready, upToDate := w.status(t)
+				if ready != [3]string{} {
+					t.Fatalf("left Ready during the outage: Ready reasons of store, stack, builder %q (UpToDate %q)", ready, upToDate)
+				}
+				if !reflect.DeepEqual(now, good) {
+					t.Fatalf("status changed during the outage:\nbefore %+v\nnow    %+v", good, now)
+				}
+				return upToDate
+			}
 
 			tc.fault(w)
 			started := time.Now()
 			w.requestReconcile(t, "clusterstore/"+w.name, "clusterstack/"+w.name, "builder/"+w.name)
 			late := w.name + "-late"
 			w.createBuilder(t, late)
-			took := eventually(t, 20*time.Second, "the builder created during the outage to say why it waits", func() (bool, string) {
+			took := eventually(t, 15*time.Second, "the re-checked objects to say what they met, Ready all along", func() (bool, string) {
+				upToDate := usable()
+				return upToDate == want, fmt.Sprintf("UpToDate reasons of store, stack, builder %q, want %q", upToDate, want)
+			})
+			t.Logf("the re-checked objects reported the outage in UpToDate after %v", took.Round(100*time.Millisecond))
+			took = eventually(t, 15*time.Second, "the builder created during the outage to say why it waits", func() (bool, string) {
 				b, err := client.BuildsmithV1alpha1().Builders(w.ns).Get(context.Background(), late, metav1.GetOptions{})
 				if err != nil {
 					return false, err.Error()
 				}
 				ready := b.Status.GetCondition(v1alpha1.ConditionReady)
 				reconciling := b.Status.GetCondition(v1alpha1.ConditionReconciling)
-				// It meets the outage itself, or first sees its stack or
-				// store not Ready (they met it first).
-				knows := ready != nil && (ready.Reason == "RegistryUnavailable" || ready.Reason == "StackNotReady" || ready.Reason == "StoreNotReady")
-				return knows && reconciling != nil && reconciling.IsTrue(),
+				return ready != nil && ready.IsFalse() && ready.Reason == "RegistryUnavailable" && reconciling != nil && reconciling.IsTrue(),
 					fmt.Sprintf("%+v", b.Status.Conditions)
 			})
-			t.Logf("the builder created during the outage reported it after %v", took.Round(100*time.Millisecond))
+			t.Logf("the builder created during the outage reported it %v after it was created", took.Round(100*time.Millisecond))
 
 			for time.Since(started) < outage {
-				now, reasons := w.status(t)
-				if !reflect.DeepEqual(now, good) {
-					t.Fatalf("status changed during the outage:\nbefore %+v\nnow    %+v", good, now)
-				}
-				if !tc.storeAndStack && (reasons[0] != "" || reasons[1] != "") {
-					t.Fatalf("the store or stack, whose repositories answer, are not Ready: %q", reasons)
+				if upToDate := usable(); upToDate != want {
+					t.Fatalf("UpToDate reasons of store, stack, builder %q during the outage, want %q", upToDate, want)
 				}
 				time.Sleep(2 * time.Second)
-			}
-			// The builder says what it meets first: the outage, or (when
-			// they meet it too) its stack or store not Ready.
-			_, reasons := w.status(t)
-			builderKnows := slices.Contains([]string{"RegistryUnavailable", "StackNotReady", "StoreNotReady"}, reasons[2])
-			storeAndStack := [2]string{"", ""}
-			if tc.storeAndStack {
-				storeAndStack = [2]string{"RegistryUnavailable", "RegistryUnavailable"}
-			}
-			if [2]string{reasons[0], reasons[1]} != storeAndStack || !builderKnows {
-				t.Errorf("reasons of store, stack, builder at the end of the outage: %q, want store and stack %q, the builder's the outage's",
-					reasons, storeAndStack)
 			}
 			w.notStalled(t, late)
 
@@ -104,13 +111,14 @@ func TestOutagesRecoverWithinSeconds(t *testing.T) {
 			ended := time.Now()
 			// With backoffs of up to 5 minutes, only the circuits' probes
 			// bring everything back this soon.
-			wait := env.Kubectl("wait", "--for=condition=Ready", "--timeout=10s",
-				"clusterstore/"+w.name, "clusterstack/"+w.name, "-n", w.ns, "builder/"+w.name, "builder/"+late)
+			w.waitUpToDate(t, 10*time.Second)
+			t.Logf("all up to date %v after the outage ended", time.Since(ended).Round(100*time.Millisecond))
+			wait := env.Kubectl("wait", "--for=condition=Ready", "--timeout=10s", "-n", w.ns, "builder/"+late)
 			if out, err := wait.CombinedOutput(); err != nil {
-				t.Fatalf("not Ready 10s after the outage: %v\n%s", err, out)
+				t.Fatalf("the builder created during the outage not Ready 10s after it: %v\n%s", err, out)
 			}
-			t.Logf("all Ready %v after the outage ended", time.Since(ended).Round(100*time.Millisecond))
-			if now, _ := w.status(t); !reflect.DeepEqual(now, good) {
+			t.Logf("all Ready and up to date %v after the outage ended", time.Since(ended).Round(100*time.Millisecond))
+			if now, _, _ := w.status(t); !reflect.DeepEqual(now, good) {
 				t.Errorf("status after recovery differs:\nbefore %+v\nafter  %+v", good, now)
 			}
 			if n := w.f.Count("PUT", "/builders/"+w.name+"/manifests/"); n != pushes {
