@@ -533,13 +533,35 @@ func TestBuilderStaysReadyThroughABlip(t *testing.T) {
 		t.Errorf("recovery beside a stale stack rebuilt: %v, latestImage %s", traffic.Requests, recovered.Status.LatestImage)
 	}
 
+	// The lifecycle-image ConfigMap's image is resolved again (a new
+	// source, as after its resync interval) while its registry answers
+	// 503: a re-check too.
+	x.lifecycle = NewLifecycleSource(time.Hour)
+	x.f.Inject("", "/lifecycle/manifests/", -1, registrytest.Answer(503, nil, ""))
+	lifecycleStale, events, err, traffic := x.run(t, recovered, lifecycle)
+	rt.Check(t, lifecycleStale, err, events, rt.Outcome{Ready: corev1.ConditionTrue, Stale: registry.ReasonRegistryUnavailable,
+		Requeue: rt.Circuit, MinDelay: 4 * time.Minute, MaxDelay: 6 * time.Minute,
+		EventReasons: []string{registry.ReasonRegistryUnavailable}, MessageContains: "lifecycle"})
+	if traffic.Total("PUT") != 0 || lifecycleStale.Status.LatestImage != built.Status.LatestImage {
+		t.Errorf("a failed lifecycle re-read pushed or changed the image: %v, latestImage %s", traffic.Requests, lifecycleStale.Status.LatestImage)
+	}
+	x.f.ClearFaults()
+	for deadline := time.Now().Add(10 * time.Second); len(x.client.Circuits().Open()) > 0; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("circuits still open: %v", x.client.Circuits().Open())
+		}
+	}
+
 	// New inputs (the stack's run image moved to another tag) and the push
 	// fails: an update, not a re-check. Not Ready; the last image kept.
 	x.stack.Status.RunImage.Image = x.f.Addr + "/stack/run:2"
 	x.f.Inject("PUT", "/builders/go/manifests/", -1, registrytest.Answer(503, nil, ""))
-	updating, events, err, _ := x.run(t, recovered, lifecycle)
+	updating, events, err, _ := x.run(t, lifecycleStale, lifecycle)
 	rt.Check(t, updating, err, events, rt.Outcome{Ready: corev1.ConditionFalse, Reason: registry.ReasonRegistryUnavailable, Reconciling: true,
 		Requeue: rt.Circuit, MinDelay: 4 * time.Minute, MaxDelay: 6 * time.Minute, EventReasons: []string{registry.ReasonRegistryUnavailable}})
+	if updating.Status.GetCondition(v1alpha1.ConditionUpToDate).IsTrue() {
+		t.Error("UpToDate True after a failed update")
+	}
 	if updating.Status.LatestImage != built.Status.LatestImage {
 		t.Errorf("latestImage %q, want the last good %q kept", updating.Status.LatestImage, built.Status.LatestImage)
 	}
