@@ -226,7 +226,6 @@ func (p *Policy) Finish(ctx context.Context, obj Object, err error) pkgreconcile
 	if err == nil {
 		conditions.MarkReady()
 		p.Forget(key)
-		p.stale.remove(ctx, p.kind, key)
 		p.recordTransition(ctx, obj, before, "")
 		if p.opts.ResyncInterval > 0 {
 			delay := p.jittered(p.opts.ResyncInterval)
@@ -241,8 +240,12 @@ func (p *Policy) Finish(ctx context.Context, obj Object, err error) pkgreconcile
 	// The whole chain: what wrapped the classified error says where it
 	// happened ("system pre buildpacks: …", "in meta-buildpack …: …").
 	message := capMessage(err.Error())
+	// A re-check that failed for a passing reason: what the object offers
+	// is as good as before (every resolved field is kept), so it stays
+	// Ready, and UpToDate says what failed.
 	var updating *updatingError
-	if f.Class != failure.Transient || !usable || errors.As(err, &updating) {
+	stale := f.Class == failure.Transient && usable && !errors.As(err, &updating)
+	if !stale {
 		p.stale.remove(ctx, p.kind, key)
 	}
 	switch f.Class {
@@ -273,10 +276,7 @@ func (p *Policy) Finish(ctx context.Context, obj Object, err error) pkgreconcile
 	default:
 		delay, retry := p.transient(key, f)
 		outcome := "transient"
-		if usable && updating == nil {
-			// A re-check failed for a passing reason: what the object
-			// offers is as good as before (every resolved field is kept),
-			// so it stays Ready, and UpToDate says what failed.
+		if stale {
 			conditions.MarkStale(f.Reason, message+"; "+retry)
 			p.stale.add(ctx, p.kind, key)
 			outcome = "stale"

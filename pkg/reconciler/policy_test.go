@@ -9,6 +9,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -107,20 +108,26 @@ func TestClassifyAPIErrors(t *testing.T) {
 	}
 }
 
-// TestKstatus: the three outcomes read as kstatus says Flux and Argo CD
-// will show them.
+// TestKstatus: the outcomes read as kstatus says Flux and Argo CD will show
+// them; a Ready object whose re-check failed for a passing reason stays
+// Current (issue 26: a blip must not flip health checks).
 func TestKstatus(t *testing.T) {
 	tests := []struct {
-		err  error
-		want status.Status
+		err    error
+		usable bool
+		want   status.Status
 	}{
-		{nil, status.CurrentStatus},
-		{failure.Transientf(registry.ReasonRegistryUnavailable, "refused"), status.InProgressStatus},
-		{failure.Waitingf(registry.ReasonImageNotFound, "no such tag"), status.InProgressStatus},
-		{failure.Permanentf(ReasonInvalidSpec, "bad tag"), status.FailedStatus},
+		{nil, false, status.CurrentStatus},
+		{failure.Transientf(registry.ReasonRegistryUnavailable, "refused"), false, status.InProgressStatus},
+		{failure.Transientf(registry.ReasonRegistryUnavailable, "refused"), true, status.CurrentStatus},
+		{failure.Waitingf(registry.ReasonImageNotFound, "no such tag"), false, status.InProgressStatus},
+		{failure.Permanentf(ReasonInvalidSpec, "bad tag"), false, status.FailedStatus},
 	}
 	for _, tc := range tests {
 		s := newStack()
+		if tc.usable {
+			s.Status.MarkReady()
+		}
 		NewPolicy("ClusterStack", DefaultOptions(), nil, nil, nil).Finish(context.Background(), s, tc.err)
 		u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(s)
 		if err != nil {
@@ -293,6 +300,55 @@ func TestLongMessagesAreCut(t *testing.T) {
 				t.Errorf("a cut message that does not say so: …%q", got[len(got)-20:])
 			case !tc.cut && got != tc.message:
 				t.Errorf("message %q, want %q", got, tc.message)
+			}
+		})
+	}
+}
+
+// TestUsableStaysReady: which failures keep a stack Ready (issue 26), what
+// the conditions then say, and that each stale object is counted once.
+func TestUsableStaysReady(t *testing.T) {
+	transient := failure.Transientf(registry.ReasonRegistryUnavailable, "GET …: 503")
+	for _, tc := range []struct {
+		name      string
+		usable    bool // Ready for its generation before the reconcile
+		err       error
+		ready     corev1.ConditionStatus
+		upToDate  corev1.ConditionStatus
+		stale     int
+		reconcile bool // Reconciling=True
+	}{
+		{"usable, transient: stays Ready", true, transient, corev1.ConditionTrue, corev1.ConditionFalse, 1, false},
+		{"usable, transient while updating: not Ready", true, Updating(transient), corev1.ConditionFalse, corev1.ConditionFalse, 0, true},
+		{"new generation, transient: not Ready", false, transient, corev1.ConditionFalse, corev1.ConditionFalse, 0, true},
+		{"usable, waiting: not Ready", true, failure.Waitingf(registry.ReasonImageNotFound, "gone"), corev1.ConditionFalse, corev1.ConditionFalse, 0, true},
+		{"usable, permanent: stalled", true, failure.Permanentf(ReasonInvalidSpec, "bad"), corev1.ConditionFalse, corev1.ConditionFalse, 0, false},
+		{"usable, success", true, nil, corev1.ConditionTrue, corev1.ConditionTrue, 0, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := NewPolicy("ClusterStack", DefaultOptions(), nil, nil, nil)
+			s := newStack()
+			s.Status.MarkReady()
+			if !tc.usable {
+				s.Generation++ // as the generated reconciler hands it over: Ready reset
+				s.GetConditionSet().Manage(s.GetStatus()).MarkUnknown(v1alpha1.ConditionReady, "NewObservedGenFailure", "unsuccessfully observed a new generation")
+			}
+			for range 2 { // the second, unchanged, must not count twice
+				p.Finish(context.Background(), s, tc.err)
+			}
+			ready, upToDate := s.Status.GetCondition(v1alpha1.ConditionReady), s.Status.GetCondition(v1alpha1.ConditionUpToDate)
+			if ready.Status != tc.ready || upToDate == nil || upToDate.Status != tc.upToDate {
+				t.Errorf("Ready %+v, UpToDate %+v; want %s, %s", ready, upToDate, tc.ready, tc.upToDate)
+			}
+			if c := s.Status.GetCondition(v1alpha1.ConditionReconciling); (c != nil && c.IsTrue()) != tc.reconcile {
+				t.Errorf("Reconciling %+v, want %v", c, tc.reconcile)
+			}
+			if n := p.stale.len(); n != tc.stale {
+				t.Errorf("%d stale objects counted, want %d", n, tc.stale)
+			}
+			p.Finish(context.Background(), s, nil)
+			if n := p.stale.len(); n != 0 {
+				t.Errorf("%d stale objects after a success", n)
 			}
 		})
 	}

@@ -15,6 +15,8 @@
 // (default 90s), BENCH_FAULT_LONG_OUTAGE (scenarios 7 and 8, a longer outage,
 // e.g. 10m; none by default), BENCH_FAULT_RUNS (default 3), BENCH_FAULT_LONG_RUNS
 // (default 3),
+// BENCH_BLIP_N, BENCH_BLIP_NAMESPACES, BENCH_BLIP_FAULT, BENCH_BLIP_RUNS
+// (scenario 14: default 1000 builders in 100 namespaces, 60s faults, 1 run),
 // BENCH_CONTROLLER_ARGS (extra controller flags), BENCH_MICRO (a file of Go
 // benchmark output to include in the report).
 package bench
