@@ -221,6 +221,59 @@ func TestRateLimitedWithRetryAfter(t *testing.T) {
 	}
 }
 
+// TestStatusWithinSecondsInA429Storm: builders created while the registry
+// answers every request 429 with Retry-After: 3 each show Ready=False,
+// Reconciling=True and the reason within 15 s (issue 26: their first
+// reconcile does not wait out the holds inside its calls), while the
+// builder that was Ready stays Ready; all are Ready within seconds of the
+// storm's end.
+func TestStatusWithinSecondsInA429Storm(t *testing.T) {
+	w := newFaultWorld(t, "storm")
+	startController(t)
+	w.apply(t)
+	w.waitReady(t, 60*time.Second)
+	w.f.Inject("", "/v2/", -1, registrytest.Answer(429, map[string]string{"Retry-After": "3"},
+		registrytest.OCIError("TOOMANYREQUESTS", "slow down")))
+	const n = 20
+	builders := client.BuildsmithV1alpha1().Builders(w.ns)
+	for i := range n {
+		w.createBuilder(t, fmt.Sprintf("storm-%d", i))
+	}
+	took := eventually(t, 15*time.Second, "every builder created in the storm to say why it waits", func() (bool, string) {
+		list, err := builders.List(context.Background(), metav1.ListOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		silent := 0
+		for _, b := range list.Items {
+			ready := b.Status.GetCondition(v1alpha1.ConditionReady)
+			if b.Name == w.name {
+				if ready == nil || !ready.IsTrue() {
+					t.Fatalf("the Ready builder left Ready in the storm: %+v", b.Status.Conditions)
+				}
+				continue
+			}
+			reconciling := b.Status.GetCondition(v1alpha1.ConditionReconciling)
+			if ready == nil || !ready.IsFalse() || ready.Reason != "RateLimited" || reconciling == nil || !reconciling.IsTrue() {
+				silent++
+			}
+		}
+		return silent == 0, fmt.Sprintf("%d of %d builders without Ready=False RateLimited, Reconciling=True", silent, n)
+	})
+	t.Logf("all %d builders said RateLimited %v after they were created", n, took.Round(100*time.Millisecond))
+	w.f.ClearFaults()
+	ended := time.Now()
+	names := []string{"-n", w.ns}
+	for i := range n {
+		names = append(names, fmt.Sprintf("builder/storm-%d", i))
+	}
+	wait := env.Kubectl(append([]string{"wait", "--for=condition=Ready", "--timeout=30s"}, names...)...)
+	if out, err := wait.CombinedOutput(); err != nil {
+		t.Fatalf("not Ready 30s after the storm: %v\n%s", err, out)
+	}
+	t.Logf("all Ready %v after the storm ended", time.Since(ended).Round(100*time.Millisecond))
+}
+
 // TestStackImagePushedLater: a ClusterStack applied before its run image
 // exists waits (ImageNotFound), and becomes Ready once the image is pushed,
 // by its poll.
