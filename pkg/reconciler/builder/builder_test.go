@@ -516,12 +516,7 @@ func TestBuilderStaysReadyThroughABlip(t *testing.T) {
 	rt.Check(t, again, err, events, rt.Outcome{Ready: corev1.ConditionTrue, Stale: registry.ReasonRegistryUnavailable,
 		Requeue: rt.Circuit, MinDelay: 4 * time.Minute, MaxDelay: 6 * time.Minute})
 	x.f.ClearFaults()
-	// The circuit's probe (about once a second) finds the tag answering.
-	for deadline := time.Now().Add(10 * time.Second); len(x.client.Circuits().Open()) > 0; time.Sleep(50 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("circuits still open: %v", x.client.Circuits().Open())
-		}
-	}
+	x.waitCircuitsClosed(t)
 
 	// The stack's own re-check failed: it is Ready, not UpToDate. The
 	// builder neither turns not Ready nor rebuilds.
@@ -546,11 +541,7 @@ func TestBuilderStaysReadyThroughABlip(t *testing.T) {
 		t.Errorf("a failed lifecycle re-read pushed or changed the image: %v, latestImage %s", traffic.Requests, lifecycleStale.Status.LatestImage)
 	}
 	x.f.ClearFaults()
-	for deadline := time.Now().Add(10 * time.Second); len(x.client.Circuits().Open()) > 0; time.Sleep(50 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("circuits still open: %v", x.client.Circuits().Open())
-		}
-	}
+	x.waitCircuitsClosed(t)
 
 	// New inputs (the stack's run image moved to another tag) and the push
 	// fails: an update, not a re-check. Not Ready; the last image kept.
@@ -564,5 +555,16 @@ func TestBuilderStaysReadyThroughABlip(t *testing.T) {
 	}
 	if updating.Status.LatestImage != built.Status.LatestImage {
 		t.Errorf("latestImage %q, want the last good %q kept", updating.Status.LatestImage, built.Status.LatestImage)
+	}
+}
+
+// waitCircuitsClosed waits for the circuits' probes (about once a second)
+// to find every failing place answering again.
+func (x *fixture) waitCircuitsClosed(t *testing.T) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); len(x.client.Circuits().Open()) > 0; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("circuits still open: %v", x.client.Circuits().Open())
+		}
 	}
 }
