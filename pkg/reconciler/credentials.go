@@ -48,7 +48,7 @@ func NewCredentials(ctx context.Context, enqueue func(types.NamespacedName), opt
 	t := tracker.New(enqueue, controller.GetTrackerLease(ctx))
 	saInformer.Informer().AddEventHandler(controller.HandleAll(
 		controller.EnsureTypeMeta(t.OnChanged, corev1.SchemeGroupVersion.WithKind("ServiceAccount"))))
-	secrets := secretWatchesOf(ctx)
+	secrets := secretWatchesOf(ctx, opts.Secrets)
 	secrets.Subscribe(controller.EnsureTypeMeta(t.OnChanged, corev1.SchemeGroupVersion.WithKind("Secret")))
 	return NewCredentialsFrom(saInformer.Lister(), secrets, t, opts)
 }
@@ -60,13 +60,13 @@ var (
 	secretWatches   = map[kubernetes.Interface]*SecretWatches{}
 )
 
-func secretWatchesOf(ctx context.Context) *SecretWatches {
+func secretWatchesOf(ctx context.Context, limits SecretLimits) *SecretWatches {
 	client := kubeclient.Get(ctx)
 	secretWatchesMu.Lock()
 	defer secretWatchesMu.Unlock()
 	s := secretWatches[client]
 	if s == nil {
-		s = NewSecretWatches(ctx, client, controller.GetTrackerLease(ctx))
+		s = NewSecretWatches(ctx, client, controller.GetTrackerLease(ctx), limits)
 		secretWatches[client] = s
 		context.AfterFunc(ctx, func() {
 			secretWatchesMu.Lock()
@@ -82,7 +82,7 @@ func secretWatchesOf(ctx context.Context) *SecretWatches {
 func NewCredentialsFrom(accounts corev1listers.ServiceAccountLister, secrets registry.SecretReader,
 	t tracker.Interface, opts Options) Credentials {
 	return Credentials{
-		Keychains:         registry.Keychains{ServiceAccounts: accounts, Secrets: secrets},
+		Keychains:         registry.Keychains{ServiceAccounts: accounts, Secrets: secrets, MaxSecrets: opts.Secrets.PerServiceAccount},
 		Tracker:           t,
 		ClusterNamespaces: opts.CredentialNamespaces,
 	}
@@ -94,15 +94,25 @@ func (c Credentials) ForServiceAccount(ctx context.Context, obj kmeta.Accessor, 
 	if ref == nil {
 		return registry.Anonymous, nil
 	}
-	if obj.GetNamespace() == "" && len(c.ClusterNamespaces) > 0 && !slices.Contains(c.ClusterNamespaces, ref.Namespace) {
-		return nil, failure.Permanentf(ReasonServiceAccountNotAllowed,
-			"serviceAccountRef %s/%s: cluster kinds may use ServiceAccounts of the namespaces %s only (--cluster-credential-namespaces)",
-			ref.Namespace, ref.Name, strings.Join(c.ClusterNamespaces, ", "))
+	if err := c.allowed(obj, ref); err != nil {
+		return nil, err
 	}
 	return c.Keychains.ForServiceAccount(ctx, ref.Namespace, ref.Name, func(kind, namespace, name string) {
 		// A failed track only costs the immediate retry; the poll remains.
 		_ = c.Tracker.TrackReference(tracker.Reference{APIVersion: "v1", Kind: kind, Namespace: namespace, Name: name}, obj)
 	})
+}
+
+// allowed refuses a cluster-scoped obj's ServiceAccount in a namespace the
+// operator did not open to cluster kinds. Every path that reads an
+// account's credentials or keys checks it itself.
+func (c Credentials) allowed(obj kmeta.Accessor, ref *v1alpha1.ServiceAccountRef) error {
+	if obj.GetNamespace() == "" && len(c.ClusterNamespaces) > 0 && !slices.Contains(c.ClusterNamespaces, ref.Namespace) {
+		return failure.Permanentf(ReasonServiceAccountNotAllowed,
+			"serviceAccountRef %s/%s: cluster kinds may use ServiceAccounts of the namespaces %s only (--cluster-credential-namespaces)",
+			ref.Namespace, ref.Name, strings.Join(c.ClusterNamespaces, ", "))
+	}
+	return nil
 }
 
 // EnqueueOnChange is the event handler of a controller's own kind: it
@@ -156,11 +166,17 @@ func (c Credentials) SigningSecrets(ctx context.Context, obj kmeta.Accessor, ref
 	track := func(kind, name string) {
 		_ = c.Tracker.TrackReference(tracker.Reference{APIVersion: "v1", Kind: kind, Namespace: ref.Namespace, Name: name}, obj)
 	}
+	if err := c.allowed(obj, ref); err != nil {
+		return nil, err
+	}
 	track("ServiceAccount", ref.Name)
 	sa, err := c.Keychains.ServiceAccounts.ServiceAccounts(ref.Namespace).Get(ref.Name)
 	if apierrors.IsNotFound(err) {
 		return nil, nil // ForServiceAccount reports it
 	} else if err != nil {
+		return nil, err
+	}
+	if err := c.Keychains.CheckSecretCount(sa); err != nil {
 		return nil, err
 	}
 	var out []*corev1.Secret

@@ -48,7 +48,7 @@ func TestClusterKindsCredentialNamespaces(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			c := NewCredentialsFrom(corev1listers.NewServiceAccountLister(accounts),
-				NewSecretWatches(t.Context(), fake.NewClientset(), time.Hour),
+				NewSecretWatches(t.Context(), fake.NewClientset(), time.Hour, DefaultSecretLimits()),
 				tracker.New(func(types.NamespacedName) {}, 0), Options{CredentialNamespaces: tc.allowed})
 			_, err := c.ForServiceAccount(context.Background(), tc.obj, &v1alpha1.ServiceAccountRef{Namespace: tc.account, Name: "default"})
 			f, classified := failure.As(err)

@@ -54,12 +54,15 @@ type Options struct {
 	// ClusterStore must not get to push with kube-system's credentials.
 	// Empty: any namespace (kpack's behaviour).
 	CredentialNamespaces []string
+	// Secrets bounds what tenants' ServiceAccounts make the controller read
+	// and watch (see SecretLimits).
+	Secrets SecretLimits
 }
 
 // DefaultOptions are the defaults of the flags.
 func DefaultOptions() Options {
 	return Options{RetryBaseDelay: time.Second, RetryMaxDelay: 5 * time.Minute,
-		PollInterval: time.Minute, ResyncInterval: 10 * time.Minute}
+		PollInterval: time.Minute, ResyncInterval: 10 * time.Minute, Secrets: DefaultSecretLimits()}
 }
 
 // AddFlags registers the options as flags, with o's values as defaults.
@@ -68,6 +71,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.RetryMaxDelay, "retry-max-delay", o.RetryMaxDelay, "cap of the retry delay after transient errors")
 	fs.DurationVar(&o.PollInterval, "poll-interval", o.PollInterval, "how often an object waiting for an image, credentials or a dependency looks again")
 	fs.DurationVar(&o.ResyncInterval, "resync-interval", o.ResyncInterval, "how often Ready stores and stacks are checked for moved tags (0: never)")
+	o.Secrets.AddFlags(fs)
 	fs.Func("cluster-credential-namespaces", "comma-separated namespaces whose ServiceAccounts ClusterStores, ClusterStacks and ClusterBuilders may use; repeatable (default: any)", func(v string) error {
 		added := 0
 		for _, ns := range strings.Split(v, ",") {

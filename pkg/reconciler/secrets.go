@@ -3,6 +3,7 @@ package reconciler
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
@@ -15,6 +16,8 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/buildsmith/buildsmith/pkg/worker"
 )
 
 // SecretWatches reads the Secrets that the ServiceAccounts in use name, each
@@ -36,10 +39,12 @@ type SecretWatches struct {
 	idle time.Duration
 	// syncTimeout bounds the wait for a new watch's first answer.
 	syncTimeout time.Duration
+	limits      SecretLimits
 	now         func() time.Time
 
 	mu          sync.Mutex
 	watches     map[types.NamespacedName]*secretWatch
+	inNamespace map[string]int // watches by namespace
 	subscribers []func(obj any)
 	sweeping    bool
 }
@@ -54,10 +59,11 @@ type secretWatch struct {
 }
 
 // NewSecretWatches returns SecretWatches over client that live until
-// lifetime ends.
-func NewSecretWatches(lifetime context.Context, client kubernetes.Interface, idle time.Duration) *SecretWatches {
-	return &SecretWatches{client: client, lifetime: lifetime, idle: idle, syncTimeout: 10 * time.Second,
-		now: time.Now, watches: map[types.NamespacedName]*secretWatch{}}
+// lifetime ends, within limits (the watches and Secret sizes; zero fields
+// are unbounded).
+func NewSecretWatches(lifetime context.Context, client kubernetes.Interface, idle time.Duration, limits SecretLimits) *SecretWatches {
+	return &SecretWatches{client: client, lifetime: lifetime, idle: idle, syncTimeout: 10 * time.Second, limits: limits,
+		now: time.Now, watches: map[types.NamespacedName]*secretWatch{}, inNamespace: map[string]int{}}
 }
 
 // Subscribe calls f with each Secret watched that is created, changed or
@@ -71,13 +77,21 @@ func (s *SecretWatches) Subscribe(f func(obj any)) {
 
 // Get returns the Secret, watching it from now on; a NotFound error when it
 // does not exist. The first read of a Secret waits for its watch to start
-// (one GET), at most until ctx ends or syncTimeout passes.
+// (one GET), at most until ctx ends or syncTimeout passes: a wait on the
+// API server, during which the reconcile lends its worker (worker.Wait).
+// A Secret beyond the limits is not read: a new watch when its namespace
+// (or the controller) has as many as it may is a SecretWatchLimit error, a
+// Secret larger than the limit a SecretTooLarge one.
 func (s *SecretWatches) Get(ctx context.Context, namespace, name string) (*corev1.Secret, error) {
 	key := types.NamespacedName{Namespace: namespace, Name: name}
-	w := s.watch(key)
+	w, err := s.watch(key)
+	if err != nil {
+		return nil, err
+	}
 	if !w.informer.HasSynced() {
 		ctx, cancel := context.WithTimeout(ctx, s.syncTimeout)
 		defer cancel()
+		defer worker.Wait(ctx)()
 		tick := time.NewTicker(10 * time.Millisecond)
 		defer tick.Stop()
 		for !w.informer.HasSynced() {
@@ -101,7 +115,11 @@ func (s *SecretWatches) Get(ctx context.Context, namespace, name string) (*corev
 	if !exists {
 		return nil, apierrors.NewNotFound(corev1.Resource("secrets"), name)
 	}
-	return obj.(*corev1.Secret), nil
+	secret := obj.(*corev1.Secret)
+	if _, dropped := secret.Annotations[droppedAnnotation]; dropped {
+		return nil, s.limits.tooLargeError(secret)
+	}
+	return secret, nil
 }
 
 // Watched is how many Secrets are watched.
@@ -117,8 +135,9 @@ func (w *secretWatch) err() error {
 	return w.lastErr
 }
 
-// watch returns key's watch, started if new, and notes the read.
-func (s *SecretWatches) watch(key types.NamespacedName) *secretWatch {
+// watch returns key's watch, started if new and within the limits, and
+// notes the read.
+func (s *SecretWatches) watch(key types.NamespacedName) (*secretWatch, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.now()
@@ -126,10 +145,29 @@ func (s *SecretWatches) watch(key types.NamespacedName) *secretWatch {
 		w.mu.Lock()
 		w.lastRead = now
 		w.mu.Unlock()
-		return w
+		return w, nil
+	}
+	if inNamespace := s.inNamespace[key.Namespace]; (s.limits.WatchesPerNamespace > 0 && inNamespace >= s.limits.WatchesPerNamespace) ||
+		(s.limits.Watches > 0 && len(s.watches) >= s.limits.Watches) {
+		return nil, s.limits.watchLimitError(key, inNamespace, len(s.watches))
 	}
 	w := &secretWatch{lastRead: now}
 	w.informer = cache.NewSharedIndexInformer(s.listWatch(key), &corev1.Secret{}, 0, cache.Indexers{})
+	// A Secret over the size limit is kept without its data: its watch
+	// still says when it changes (or shrinks), and Get refuses it.
+	_ = w.informer.SetTransform(func(obj any) (any, error) {
+		if secret, ok := obj.(*corev1.Secret); ok {
+			secret.ManagedFields = nil
+			if size := sizeOf(secret); s.limits.Size > 0 && size > s.limits.Size {
+				secret.Data, secret.StringData = nil, nil
+				if secret.Annotations == nil {
+					secret.Annotations = map[string]string{}
+				}
+				secret.Annotations[droppedAnnotation] = strconv.Itoa(size)
+			}
+		}
+		return obj, nil
+	})
 	_ = w.informer.SetWatchErrorHandlerWithContext(func(_ context.Context, _ *cache.Reflector, err error) {
 		w.mu.Lock()
 		w.lastErr = err
@@ -167,11 +205,12 @@ func (s *SecretWatches) watch(key types.NamespacedName) *secretWatch {
 	w.stop = stop
 	go w.informer.RunWithContext(ctx)
 	s.watches[key] = w
+	s.inNamespace[key.Namespace]++
 	if !s.sweeping {
 		s.sweeping = true
 		go s.sweep()
 	}
-	return w
+	return w, nil
 }
 
 // isSecret reports whether obj (or the tombstone of it) is key's Secret: an
@@ -213,6 +252,9 @@ func (s *SecretWatches) forgetIdle() bool {
 		if idle {
 			w.stop()
 			delete(s.watches, key)
+			if s.inNamespace[key.Namespace]--; s.inNamespace[key.Namespace] == 0 {
+				delete(s.inNamespace, key.Namespace)
+			}
 		}
 	}
 	if len(s.watches) == 0 {

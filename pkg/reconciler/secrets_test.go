@@ -2,6 +2,8 @@ package reconciler
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -12,6 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/buildsmith/buildsmith/pkg/failure"
 )
 
 func secret(namespace, name, value string) *corev1.Secret {
@@ -54,7 +58,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // passed on.
 func TestSecretWatchesReadOnlyWhatIsAsked(t *testing.T) {
 	client := fake.NewClientset(secret("team", "registry", "v1"), secret("team", "helm-release", "big"))
-	s := NewSecretWatches(t.Context(), client, time.Hour)
+	s := NewSecretWatches(t.Context(), client, time.Hour, DefaultSecretLimits())
 	var got changes
 	s.Subscribe(got.add)
 
@@ -112,7 +116,7 @@ func TestSecretWatchesReadOnlyWhatIsAsked(t *testing.T) {
 // longer watched (nor held); reading it again watches it again.
 func TestSecretWatchesForgetIdle(t *testing.T) {
 	client := fake.NewClientset(secret("team", "a", "1"), secret("team", "b", "2"))
-	s := NewSecretWatches(t.Context(), client, time.Minute)
+	s := NewSecretWatches(t.Context(), client, time.Minute, DefaultSecretLimits())
 	now := time.Now()
 	s.now = func() time.Time { return now }
 	for _, name := range []string{"a", "b"} {
@@ -144,7 +148,7 @@ func TestSecretWatchesReportRefusal(t *testing.T) {
 	client.PrependReactor("get", "secrets", func(k8stesting.Action) (bool, runtime.Object, error) {
 		return true, nil, apierrors.NewForbidden(corev1.Resource("secrets"), "registry", nil)
 	})
-	s := NewSecretWatches(t.Context(), client, time.Hour)
+	s := NewSecretWatches(t.Context(), client, time.Hour, DefaultSecretLimits())
 	s.syncTimeout = time.Minute
 	start := time.Now()
 	_, err := s.Get(t.Context(), "team", "registry")
@@ -154,4 +158,61 @@ func TestSecretWatchesReportRefusal(t *testing.T) {
 	if took := time.Since(start); took >= s.syncTimeout {
 		t.Errorf("took %v: waited out the timeout", took)
 	}
+}
+
+// TestSecretWatchLimits: one tenant asking for more Secrets than its
+// namespace may have watched is told so (SecretWatchLimit, naming the flag)
+// while another tenant's Secrets are read as ever; the total bound holds
+// too; a Secret over the size limit is kept without its data and refused
+// (SecretTooLarge), and read again once it shrinks.
+func TestSecretWatchLimits(t *testing.T) {
+	client := fake.NewClientset(secret("calm", "registry", "v1"))
+	limits := SecretLimits{WatchesPerNamespace: 3, Watches: 5, Size: 64}
+	s := NewSecretWatches(t.Context(), client, time.Hour, limits)
+
+	for i := range 3 {
+		if _, err := s.Get(t.Context(), "hostile", fmt.Sprintf("made-up-%d", i)); !apierrors.IsNotFound(err) {
+			t.Fatalf("Get %d: %v, want NotFound", i, err)
+		}
+	}
+	_, err := s.Get(t.Context(), "hostile", "one-more")
+	if f, ok := failure.As(err); !ok || f.Reason != ReasonSecretWatchLimit || f.Class != failure.Waiting ||
+		!strings.Contains(err.Error(), "--max-secret-watches-per-namespace") {
+		t.Errorf("a fourth Secret of one namespace: %v, want a Waiting %s naming the flag", err, ReasonSecretWatchLimit)
+	}
+	if _, err := s.Get(t.Context(), "hostile", "made-up-0"); !apierrors.IsNotFound(err) {
+		t.Errorf("a Secret already watched: %v, want it read as before", err)
+	}
+	if read, err := s.Get(t.Context(), "calm", "registry"); err != nil || string(read.Data[corev1.DockerConfigJsonKey]) != "v1" {
+		t.Errorf("another tenant's Secret: %v, %v", read, err)
+	}
+	if s.Watched() != 4 {
+		t.Errorf("%d Secrets watched, want 4", s.Watched())
+	}
+
+	// The total: 4 watched, one more fits, then none in any namespace.
+	if _, err := s.Get(t.Context(), "third", "a"); !apierrors.IsNotFound(err) {
+		t.Fatalf("Get: %v", err)
+	}
+	_, err = s.Get(t.Context(), "fourth", "a")
+	if f, ok := failure.As(err); !ok || f.Reason != ReasonSecretWatchLimit || !strings.Contains(err.Error(), "--max-secret-watches)") {
+		t.Errorf("past the total: %v, want %s naming --max-secret-watches", err, ReasonSecretWatchLimit)
+	}
+
+	// Size: a fresh set, so that the watch bounds are out of the way.
+	big := secret("calm", "big", strings.Repeat("x", 1000))
+	client = fake.NewClientset(big)
+	s = NewSecretWatches(t.Context(), client, time.Hour, limits)
+	_, err = s.Get(t.Context(), "calm", "big")
+	if f, ok := failure.As(err); !ok || f.Reason != ReasonSecretTooLarge || f.Class != failure.Permanent ||
+		!strings.Contains(err.Error(), "--max-secret-size") {
+		t.Errorf("a 1 KB Secret with a 64 B limit: %v, want a permanent %s naming the flag", err, ReasonSecretTooLarge)
+	}
+	if _, err := client.CoreV1().Secrets("calm").Update(context.Background(), secret("calm", "big", "small"), metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the shrunk Secret to be read", func() bool {
+		read, err := s.Get(t.Context(), "calm", "big")
+		return err == nil && string(read.Data[corev1.DockerConfigJsonKey]) == "small"
+	})
 }

@@ -30,6 +30,7 @@ const (
 	ReasonCertificateInvalid     = "CertificateInvalid"
 	ReasonServiceAccountNotFound = "ServiceAccountNotFound"
 	ReasonSecretNotFound         = "SecretNotFound"
+	ReasonTooManySecrets         = "TooManySecrets"
 	ReasonInvalidReference       = "InvalidReference"
 	ReasonInvalidImage           = "InvalidImage"
 	ReasonPlatformNotFound       = "PlatformNotFound"

@@ -27,6 +27,31 @@ func (anonymous) CacheKey() string                                    { return "
 type Keychains struct {
 	ServiceAccounts corev1listers.ServiceAccountLister
 	Secrets         SecretReader
+	// MaxSecrets is the most Secrets a ServiceAccount may name (0: any):
+	// each is read and watched, so a tenant must not choose how many.
+	MaxSecrets int
+}
+
+// CheckSecretCount refuses a ServiceAccount that names more Secrets
+// (imagePullSecrets and secrets together) than MaxSecrets, before any of
+// them is read: a permanent TooManySecrets error naming the limit.
+func (k Keychains) CheckSecretCount(sa *corev1.ServiceAccount) error {
+	if k.MaxSecrets <= 0 || len(sa.ImagePullSecrets)+len(sa.Secrets) <= k.MaxSecrets {
+		return nil
+	}
+	names := map[string]bool{}
+	for _, ref := range sa.ImagePullSecrets {
+		names[ref.Name] = true
+	}
+	for _, ref := range sa.Secrets {
+		names[ref.Name] = true
+	}
+	if len(names) <= k.MaxSecrets {
+		return nil
+	}
+	return &failure.Error{Class: failure.Permanent, Reason: ReasonTooManySecrets, Err: fmt.Errorf(
+		"serviceaccount %s/%s names %d Secrets; the controller reads at most %d of one ServiceAccount (--max-service-account-secrets)",
+		sa.Namespace, sa.Name, len(names), k.MaxSecrets)}
 }
 
 // SecretReader reads one Secret: a NotFound error when it does not exist.
@@ -56,6 +81,9 @@ func (k Keychains) ForServiceAccount(ctx context.Context, namespace, serviceAcco
 		return nil, waitingError(ReasonServiceAccountNotFound,
 			fmt.Errorf("serviceaccount %s/%s not found", namespace, serviceAccount))
 	} else if err != nil {
+		return nil, err
+	}
+	if err := k.CheckSecretCount(sa); err != nil {
 		return nil, err
 	}
 	// imagePullSecrets exist to hold registry credentials: a missing one

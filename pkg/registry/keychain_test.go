@@ -3,7 +3,7 @@ package registry
 import (
 	"context"
 	"encoding/base64"
-	"github.com/buildsmith/buildsmith/test/registrytest"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -15,6 +15,9 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	corev1listers "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/buildsmith/buildsmith/pkg/failure"
+	"github.com/buildsmith/buildsmith/test/registrytest"
 )
 
 // staticKeychain answers every registry with one username and password.
@@ -202,5 +205,60 @@ func TestKeychainCacheKeyFollowsSecrets(t *testing.T) {
 	}
 	if strings.Contains(key(kc1), "one") {
 		t.Errorf("cache key holds secret data: %q", key(kc1))
+	}
+}
+
+// countedSecrets counts the reads of a SecretReader.
+type countedSecrets struct {
+	SecretReader
+	reads int
+}
+
+func (c *countedSecrets) Get(ctx context.Context, namespace, name string) (*corev1.Secret, error) {
+	c.reads++
+	return c.SecretReader.Get(ctx, namespace, name)
+}
+
+// TestServiceAccountNamingTooManySecrets: a ServiceAccount naming more
+// Secrets than MaxSecrets is refused, permanently and naming the flag,
+// before a single Secret is read (each read is a watch); one at the bound,
+// counting a name listed twice once, is read as ever.
+func TestServiceAccountNamingTooManySecrets(t *testing.T) {
+	names := func(n int) []string {
+		var out []string
+		for i := range n {
+			out = append(out, fmt.Sprintf("made-up-%d", i))
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name    string
+		sa      *corev1.ServiceAccount
+		refused bool
+	}{
+		{"2,000 made-up names", serviceAccount("hostile", nil, names(2000)), true},
+		{"one over, split between both lists", serviceAccount("split", names(2), names(5)[2:]), true},
+		{"at the bound, a name listed in both lists", serviceAccount("at", names(3), names(4)), false},
+		{"over the bound, names listed in both lists", serviceAccount("over", names(3), names(5)), true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			k := listers(t, tc.sa)
+			counted := &countedSecrets{SecretReader: k.Secrets}
+			k.Secrets, k.MaxSecrets = counted, 4
+			_, err := k.ForServiceAccount(context.Background(), tc.sa.Namespace, tc.sa.Name, nil)
+			f := Classify(err)
+			if !tc.refused {
+				if f.Reason == ReasonTooManySecrets {
+					t.Errorf("refused: %v", err)
+				}
+				return
+			}
+			if f.Reason != ReasonTooManySecrets || f.Class != failure.Permanent || !strings.Contains(err.Error(), "--max-service-account-secrets") {
+				t.Errorf("ForServiceAccount = %v, want a permanent %s naming the flag", err, ReasonTooManySecrets)
+			}
+			if counted.reads != 0 {
+				t.Errorf("%d Secrets read before refusing", counted.reads)
+			}
+		})
 	}
 }

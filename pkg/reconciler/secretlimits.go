@@ -1,0 +1,91 @@
+package reconciler
+
+import (
+	"flag"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/buildsmith/buildsmith/pkg/failure"
+	"github.com/buildsmith/buildsmith/pkg/registry"
+)
+
+// SecretLimits bound what one tenant's ServiceAccounts can make the shared
+// controller hold: every Secret a ServiceAccount names is read and watched
+// (a watch, its goroutines and a copy of the Secret each), so without them
+// a ServiceAccount listing thousands of names, or naming Secrets of a MiB,
+// runs the controller out of memory for every tenant (issue 27).
+type SecretLimits struct {
+	// PerServiceAccount is the most Secrets (imagePullSecrets and secrets
+	// together) a ServiceAccount may name for the controller to read it.
+	PerServiceAccount int
+	// WatchesPerNamespace and Watches bound the Secrets watched at once, in
+	// one namespace and in all: one tenant reaching its bound waits, the
+	// others are untouched (as long as the total is not reached, which the
+	// per-namespace bound makes take many tenants).
+	WatchesPerNamespace int
+	Watches             int
+	// Size is the largest Secret (its data, in bytes) the controller keeps:
+	// registry credentials and cosign keys are a few KiB. A larger one is
+	// kept without its data and reading it fails.
+	Size int
+}
+
+// DefaultSecretLimits: 32 Secrets a ServiceAccount, 64 watched in a
+// namespace, 2,048 in all, 64 KiB each — at most 128 MiB of Secrets for the
+// whole cluster, 4 MiB for one tenant.
+func DefaultSecretLimits() SecretLimits {
+	return SecretLimits{PerServiceAccount: 32, WatchesPerNamespace: 64, Watches: 2048, Size: 64 << 10}
+}
+
+// AddFlags registers the limits as flags, with l's values as defaults.
+func (l *SecretLimits) AddFlags(fs *flag.FlagSet) {
+	fs.IntVar(&l.PerServiceAccount, "max-service-account-secrets", l.PerServiceAccount,
+		"most Secrets (imagePullSecrets and secrets) a ServiceAccount may name; one naming more is refused ("+registry.ReasonTooManySecrets+")")
+	fs.IntVar(&l.WatchesPerNamespace, "max-secret-watches-per-namespace", l.WatchesPerNamespace,
+		"most Secrets of one namespace read and watched at once; objects needing more wait (SecretWatchLimit)")
+	fs.IntVar(&l.Watches, "max-secret-watches", l.Watches, "most Secrets read and watched at once in all namespaces")
+	fs.IntVar(&l.Size, "max-secret-size", l.Size, "largest Secret (bytes of data) the controller reads; a larger one is refused (SecretTooLarge)")
+}
+
+// Reasons of the limits.
+const (
+	ReasonSecretWatchLimit = "SecretWatchLimit"
+	ReasonSecretTooLarge   = "SecretTooLarge"
+)
+
+// watchLimitError says that key's Secret is not watched: its namespace, or
+// the controller, has as many Secrets watched as it may.
+func (l SecretLimits) watchLimitError(key types.NamespacedName, inNamespace, total int) error {
+	if l.WatchesPerNamespace > 0 && inNamespace >= l.WatchesPerNamespace {
+		return failure.Waitingf(ReasonSecretWatchLimit,
+			"secret %s not read: %d Secrets of namespace %s are watched, the most for one namespace (--max-secret-watches-per-namespace); those unused for a while are released",
+			key, inNamespace, key.Namespace)
+	}
+	return failure.Waitingf(ReasonSecretWatchLimit,
+		"secret %s not read: %d Secrets are watched, the most the controller watches (--max-secret-watches); those unused for a while are released",
+		key, total)
+}
+
+// sizeOf is the bytes of a Secret's data.
+func sizeOf(secret *corev1.Secret) int {
+	n := 0
+	for k, v := range secret.Data {
+		n += len(k) + len(v)
+	}
+	for k, v := range secret.StringData {
+		n += len(k) + len(v)
+	}
+	return n
+}
+
+// droppedAnnotation marks a Secret kept without its data, too large; its
+// value is the data's size.
+const droppedAnnotation = "buildsmith.dev/secret-data-dropped"
+
+// tooLargeError says that a Secret was not read for its size.
+func (l SecretLimits) tooLargeError(secret *corev1.Secret) error {
+	return failure.Permanentf(ReasonSecretTooLarge,
+		"secret %s/%s holds %s bytes of data; the controller reads Secrets of at most %d (--max-secret-size)",
+		secret.Namespace, secret.Name, secret.Annotations[droppedAnnotation], l.Size)
+}
