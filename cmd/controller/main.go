@@ -22,6 +22,7 @@ import (
 	"knative.dev/pkg/signals"
 	"knative.dev/pkg/system"
 
+	"github.com/buildsmith/buildsmith/pkg/cosign"
 	"github.com/buildsmith/buildsmith/pkg/reconciler"
 	"github.com/buildsmith/buildsmith/pkg/reconciler/builder"
 	"github.com/buildsmith/buildsmith/pkg/reconciler/clusterlifecycle"
@@ -60,6 +61,12 @@ func main() {
 		regOpts.CACertificates = append(append(regOpts.CACertificates, pem...), '\n')
 		return nil
 	})
+	var signing builder.SigningLimits
+	flag.Int64Var(&signing.MaxScryptMemory, "max-signing-key-memory", cosign.DefaultMaxScryptMemory,
+		"most memory (bytes) scrypt may take to decrypt one cosign key (128·N·r); a key needing more is refused (SigningKeyTooCostly)")
+	flag.IntVar(&signing.MaxKeys, "max-signing-keys", builder.DefaultMaxSigningKeys, "most decrypted signing keys kept, the least recently used dropped first")
+	flag.DurationVar(&signing.KeyIdle, "signing-key-idle", builder.DefaultSigningKeyIdle,
+		"how long a decrypted signing key nobody uses is kept; keep it above --resync-interval")
 	disableHA := flag.Bool("disable-ha", false, "run without leader election (for local runs)")
 	healthProbes := flag.Bool("health-probes", true, "serve readiness and liveness probes on :8080")
 	profilingPort := flag.Int("profiling-port", 8008, "port of the profiling server when profiling is enabled in config-observability; 0 picks a free one")
@@ -127,7 +134,7 @@ func main() {
 		log.Fatalf("registering metrics: %v", err)
 	}
 	builders := builder.Config{Registry: client, Options: opts, Version: version,
-		Lifecycle: builder.NewLifecycleSource(opts.ResyncInterval)}
+		Lifecycle: builder.NewLifecycleSource(opts.ResyncInterval), Signing: signing}
 	ctx, drain := reconciler.WithDrain(ctx)
 	sharedmain.MainWithConfig(ctx, component, cfg,
 		clusterstore.NewController(client, opts),

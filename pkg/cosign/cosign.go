@@ -7,6 +7,7 @@
 package cosign
 
 import (
+	"context"
 	"crypto"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -18,9 +19,12 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"hash"
+	"math"
 	"strings"
+	"sync/atomic"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -29,8 +33,10 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/static"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 	"github.com/secure-systems-lab/go-securesystemslib/encrypted"
+	"golang.org/x/sync/semaphore"
 
 	"github.com/buildsmith/buildsmith/pkg/failure"
+	"github.com/buildsmith/buildsmith/pkg/worker"
 )
 
 // The data keys of a signing Secret, as kpack and `cosign generate-key-pair
@@ -53,6 +59,126 @@ const (
 // does not give a private key buildsmith can sign with.
 const ReasonInvalidSigningKey = "InvalidSigningKey"
 
+// ReasonSigningKeyTooCostly: a cosign key's scrypt parameters ask more
+// memory (or rounds) to decrypt than the controller spends on one key.
+const ReasonSigningKeyTooCostly = "SigningKeyTooCostly"
+
+// Limits bound what decrypting one key may cost. The key's Secret chooses
+// scrypt's parameters, and with them the memory and time each decryption
+// takes: unbounded, one tenant's key makes the shared controller allocate
+// what it likes.
+type Limits struct {
+	// MaxScryptMemory bounds 128·N·r, the bytes scrypt allocates to
+	// decrypt a key; 0: DefaultMaxScryptMemory.
+	MaxScryptMemory int64
+}
+
+// DefaultMaxScryptMemory accepts what cosign generate-key-pair writes
+// (cosign 3.1, through go-securesystemslib 0.11's default: N=65536, r=8,
+// p=1, 64 MiB; older releases wrote the legacy N=32768, 32 MiB) and
+// refuses the stronger OWASP preset (N=131072: 128 MiB, twice the time).
+const DefaultMaxScryptMemory int64 = 64 << 20
+
+// MaxScryptParallelism bounds scrypt's p: its rounds run one after
+// another, each as long as a whole decryption with p=1. cosign writes 1,
+// and go-securesystemslib decrypts nothing else.
+const MaxScryptParallelism = 1
+
+// MaxDecryptions is how many keys the process decrypts at once: at most
+// MaxDecryptions × MaxScryptMemory of scrypt memory at a time, and as many
+// cores, however many keys tenants add or change at once.
+const MaxDecryptions = 2
+
+func (l Limits) maxScryptMemory() int64 {
+	if l.MaxScryptMemory <= 0 {
+		return DefaultMaxScryptMemory
+	}
+	return l.MaxScryptMemory
+}
+
+// envelope is the part of go-securesystemslib's encrypted format that
+// says what decrypting costs, decoded as Decrypt decodes it (same names,
+// same types), so that what is checked is what Decrypt would use.
+type envelope struct {
+	KDF struct {
+		Name   string `json:"name"`
+		Params struct {
+			N int `json:"N"`
+			R int `json:"r"`
+			P int `json:"p"`
+		} `json:"params"`
+	} `json:"kdf"`
+}
+
+// check refuses sealed (the PEM block's bytes) when decrypting it would
+// cost more than l allows, reading only its parameters.
+func (l Limits) check(source string, sealed []byte) error {
+	var e envelope
+	if err := json.Unmarshal(sealed, &e); err != nil {
+		// The JSON error may quote the key's bytes: not repeated.
+		return failure.Permanentf(ReasonInvalidSigningKey, "%s: %s is not in cosign's encrypted key format", source, SecretKey)
+	}
+	if e.KDF.Name != "scrypt" {
+		return failure.Permanentf(ReasonInvalidSigningKey, "%s: %s is not sealed with scrypt, as cosign keys are", source, SecretKey)
+	}
+	n, r, p := e.KDF.Params.N, e.KDF.Params.R, e.KDF.Params.P
+	if n <= 1 || n&(n-1) != 0 || r < 1 || p < 1 {
+		return failure.Permanentf(ReasonInvalidSigningKey, "%s: %s has invalid scrypt parameters (N=%d, r=%d, p=%d)", source, SecretKey, n, r, p)
+	}
+	limit := l.maxScryptMemory()
+	if p > MaxScryptParallelism {
+		return failure.Permanentf(ReasonSigningKeyTooCostly,
+			"%s: %s's scrypt parameters (N=%d, r=%d, p=%d) ask for %d scrypt rounds; the limit is p=%d (cosign generate-key-pair writes N=65536, r=8, p=1)",
+			source, SecretKey, n, r, p, p, MaxScryptParallelism)
+	}
+	// 128·N·r without overflowing: N and r are the tenant's.
+	if int64(n) > limit/128/int64(r) {
+		return failure.Permanentf(ReasonSigningKeyTooCostly,
+			"%s: %s's scrypt parameters (N=%d, r=%d, p=%d) need %s to decrypt, more than the limit of %s (cosign generate-key-pair writes N=65536, r=8, p=1: 64 MiB)",
+			source, SecretKey, n, r, p, mib(128*float64(n)*float64(r)), mib(float64(limit)))
+	}
+	return nil
+}
+
+// mib formats a number of bytes in MiB.
+func mib(bytes float64) string {
+	m := bytes / (1 << 20)
+	if m == math.Trunc(m) {
+		return fmt.Sprintf("%.0f MiB", m)
+	}
+	return fmt.Sprintf("%.1f MiB", m)
+}
+
+// decryptions are the turns to decrypt a key, process-wide.
+var decryptions = semaphore.NewWeighted(MaxDecryptions)
+
+// decrypt is encrypted.Decrypt; a variable so that tests see whether, and
+// how often at once, it runs.
+var decrypt = encrypted.Decrypt
+
+// decrypted counts the decryptions begun, for Decryptions.
+var decrypted atomic.Int64
+
+// Decryptions is how many keys the process has begun to decrypt.
+func Decryptions() int64 { return decrypted.Load() }
+
+// decryptInTurn decrypts sealed in one of the process's turns, waiting on
+// ctx for one; a reconcile lends its worker meanwhile (the wait can be
+// another tenant's keys).
+func decryptInTurn(ctx context.Context, sealed, password []byte) ([]byte, error) {
+	if !decryptions.TryAcquire(1) {
+		waited := worker.Wait(ctx)
+		err := decryptions.Acquire(ctx, 1)
+		waited()
+		if err != nil {
+			return nil, err
+		}
+	}
+	defer decryptions.Release(1)
+	decrypted.Add(1)
+	return decrypt(sealed, password)
+}
+
 // Key is a private key to sign with, and the ID of its public key.
 type Key struct {
 	private *ecdsa.PrivateKey
@@ -63,9 +189,15 @@ type Key struct {
 }
 
 // ParseKey decrypts an encrypted cosign private key (PEM) with its
-// password. Errors are Permanent and never quote the key; source names
-// where the key came from.
-func ParseKey(source string, key, password []byte) (*Key, error) {
+// password. Errors never quote the key, and are Permanent but for ctx
+// ending while the key waits for its turn; source names where the key
+// came from.
+//
+// The key chooses the cost of its decryption (scrypt's parameters): one
+// that would cost more than limits allow is refused before any of it is
+// spent (ReasonSigningKeyTooCostly), and the process decrypts at most
+// MaxDecryptions keys at once, the others waiting on ctx for their turn.
+func ParseKey(ctx context.Context, source string, key, password []byte, limits Limits) (*Key, error) {
 	invalid := func(format string, args ...any) error {
 		return failure.Permanentf(ReasonInvalidSigningKey, "%s: %s", source, fmt.Sprintf(format, args...))
 	}
@@ -76,7 +208,13 @@ func ParseKey(source string, key, password []byte) (*Key, error) {
 	if block.Type != "ENCRYPTED SIGSTORE PRIVATE KEY" && block.Type != "ENCRYPTED COSIGN PRIVATE KEY" {
 		return nil, invalid("%s is a %q PEM block, not an encrypted cosign private key", SecretKey, block.Type)
 	}
-	der, err := encrypted.Decrypt(block.Bytes, password)
+	if err := limits.check(source, block.Bytes); err != nil {
+		return nil, err
+	}
+	der, err := decryptInTurn(ctx, block.Bytes, password)
+	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+		return nil, fmt.Errorf("%s: waiting to decrypt %s: %w", source, SecretKey, err)
+	}
 	if err != nil {
 		return nil, invalid("%s does not decrypt with %s (wrong password, or not a cosign key)", SecretKey, SecretPassword)
 	}

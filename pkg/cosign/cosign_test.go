@@ -1,20 +1,29 @@
 package cosign
 
 import (
+	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/rsa"
 	"crypto/x509"
+	"encoding/json"
 	"encoding/pem"
+	"errors"
 	"io"
+	"runtime"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+	"github.com/secure-systems-lab/go-securesystemslib/encrypted"
 
 	"github.com/buildsmith/buildsmith/pkg/failure"
+	"github.com/buildsmith/buildsmith/pkg/worker"
 	"github.com/buildsmith/buildsmith/test/cosigntest"
 )
 
@@ -60,7 +69,7 @@ func TestParseKey(t *testing.T) {
 			wantErr: "secret apps/signing: cosign.key is a *rsa.PrivateKey key; buildsmith signs with ECDSA keys (what cosign generate-key-pair makes)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			key, err := ParseKey("secret apps/signing", tc.key, []byte(tc.password))
+			key, err := ParseKey(context.Background(), "secret apps/signing", tc.key, []byte(tc.password), Limits{})
 			if tc.wantErr == "" {
 				if err != nil || !strings.HasPrefix(key.ID, "sha256:") || len(key.ID) != 71 {
 					t.Fatalf("ParseKey: %v, key ID %v", err, key)
@@ -72,6 +81,187 @@ func TestParseKey(t *testing.T) {
 				t.Errorf("error %v (%+v), want Permanent %s %q", err, f, ReasonInvalidSigningKey, tc.wantErr)
 			}
 		})
+	}
+}
+
+// sealed returns a new P-256 key sealed with password at go-securesystemslib's
+// preset strength, as cosign writes it (Standard is cosign's own).
+func sealed(t *testing.T, password string, strength encrypted.KDFParameterStrength) []byte {
+	t.Helper()
+	private, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	der, _ := x509.MarshalPKCS8PrivateKey(private)
+	box, err := encrypted.EncryptWithCustomKDFParameters(der, []byte(password), strength)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "ENCRYPTED SIGSTORE PRIVATE KEY", Bytes: box})
+}
+
+// withKDF returns key with its envelope's kdf changed by edit: what a
+// tenant can write into a Secret without scrypt's cost to make it.
+func withKDF(t *testing.T, key []byte, edit func(kdf map[string]any)) []byte {
+	t.Helper()
+	block, _ := pem.Decode(key)
+	var env map[string]any
+	if err := json.Unmarshal(block.Bytes, &env); err != nil {
+		t.Fatal(err)
+	}
+	edit(env["kdf"].(map[string]any))
+	block.Bytes, _ = json.Marshal(env)
+	return pem.EncodeToMemory(block)
+}
+
+// scrypt sets the kdf's parameters.
+func scrypt(n, r, p int64) func(map[string]any) {
+	return func(kdf map[string]any) { kdf["params"] = map[string]any{"N": n, "r": r, "p": p} }
+}
+
+// countDecrypt counts the calls of decrypt until the test ends.
+func countDecrypt(t *testing.T) *atomic.Int64 {
+	var calls atomic.Int64
+	real := decrypt
+	decrypt = func(sealed, password []byte) ([]byte, error) {
+		calls.Add(1)
+		return real(sealed, password)
+	}
+	t.Cleanup(func() { decrypt = real })
+	return &calls
+}
+
+// TestParseKeyCost: the keys cosign writes, now and before, decrypt and
+// sign; a key whose scrypt parameters cost more than the limits allow is
+// refused from its envelope alone: scrypt never runs, nothing of its cost
+// is allocated, and the message names the parameters and the limit.
+func TestParseKeyCost(t *testing.T) {
+	standard := sealed(t, "pw", encrypted.Standard)
+	for _, tc := range []struct {
+		name    string
+		key     []byte
+		limits  Limits
+		reason  string   // "": a key
+		message []string // parts of the message
+	}{
+		{name: "cosign generate-key-pair's (N=2^16, 64 MiB)", key: standard},
+		{name: "older cosign's (N=2^15, 32 MiB)", key: sealed(t, "pw", encrypted.Legacy)},
+		{name: "the OWASP preset (N=2^17, 128 MiB)", key: sealed(t, "pw", encrypted.OWASP), reason: ReasonSigningKeyTooCostly,
+			message: []string{"secret apps/signing: cosign.key's scrypt parameters (N=131072, r=8, p=1) need 128 MiB to decrypt, more than the limit of 64 MiB"}},
+		{name: "cosign's own over a lower limit", key: standard, limits: Limits{MaxScryptMemory: 32 << 20}, reason: ReasonSigningKeyTooCostly,
+			message: []string{"(N=65536, r=8, p=1) need 64 MiB", "the limit of 32 MiB"}},
+		{name: "r=16", key: withKDF(t, standard, scrypt(1<<16, 16, 1)), reason: ReasonSigningKeyTooCostly,
+			message: []string{"(N=65536, r=16, p=1) need 128 MiB", "the limit of 64 MiB"}},
+		{name: "p=4", key: withKDF(t, standard, scrypt(1<<15, 8, 4)), reason: ReasonSigningKeyTooCostly,
+			message: []string{"(N=32768, r=8, p=4) ask for 4 scrypt rounds; the limit is p=1"}},
+		{name: "N·r past int64", key: withKDF(t, standard, scrypt(1<<62, 1<<20, 1)), reason: ReasonSigningKeyTooCostly,
+			message: []string{"N=4611686018427387904, r=1048576", "the limit of 64 MiB"}},
+		{name: "N not a power of 2", key: withKDF(t, standard, scrypt(3<<14, 8, 1)), reason: ReasonInvalidSigningKey,
+			message: []string{"cosign.key has invalid scrypt parameters (N=49152, r=8, p=1)"}},
+		{name: "r=0", key: withKDF(t, standard, scrypt(1<<15, 0, 1)), reason: ReasonInvalidSigningKey,
+			message: []string{"invalid scrypt parameters"}},
+		{name: "another kdf", key: withKDF(t, standard, func(kdf map[string]any) { kdf["name"] = "argon2id" }), reason: ReasonInvalidSigningKey,
+			message: []string{"cosign.key is not sealed with scrypt, as cosign keys are"}},
+		{name: "not JSON", key: pem.EncodeToMemory(&pem.Block{Type: "ENCRYPTED SIGSTORE PRIVATE KEY", Bytes: []byte("secret bytes")}),
+			reason: ReasonInvalidSigningKey, message: []string{"cosign.key is not in cosign's encrypted key format"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			calls := countDecrypt(t)
+			var before, after runtime.MemStats
+			runtime.ReadMemStats(&before)
+			start := time.Now()
+			key, err := ParseKey(context.Background(), "secret apps/signing", tc.key, []byte("pw"), tc.limits)
+			took := time.Since(start)
+			runtime.ReadMemStats(&after)
+			if tc.reason == "" {
+				if err != nil || calls.Load() != 1 {
+					t.Fatalf("ParseKey: %v, %d decryptions", err, calls.Load())
+				}
+				payload := []byte("payload")
+				sig, err := key.Sign(payload)
+				if err != nil || !key.Verifies(payload, sig) {
+					t.Errorf("the key does not sign: %v", err)
+				}
+				return
+			}
+			f, ok := failure.As(err)
+			if !ok || f.Class != failure.Permanent || f.Reason != tc.reason {
+				t.Fatalf("error %v (%+v), want Permanent %s", err, f, tc.reason)
+			}
+			for _, part := range tc.message {
+				if !strings.Contains(err.Error(), part) {
+					t.Errorf("message %q lacks %q", err, part)
+				}
+			}
+			// Refused before any scrypt work: no decryption, a few KiB
+			// allocated (scrypt's would be ≥ 64 MiB), no time spent.
+			if n, allocated := calls.Load(), after.TotalAlloc-before.TotalAlloc; n != 0 || allocated > 1<<20 || took > time.Second {
+				t.Errorf("refused after %d decryptions, %d bytes allocated, %v", n, allocated, took)
+			}
+		})
+	}
+}
+
+// waiter is a worker.Waiter that counts the waits begun.
+type waiter struct{ waits atomic.Int64 }
+
+func (w *waiter) Wait() func() { w.waits.Add(1); return func() {} }
+
+// TestDecryptionsTakeTurns: the process decrypts MaxDecryptions keys at
+// once; the others wait for a turn, lending their worker, and give up when
+// their context ends.
+func TestDecryptionsTakeTurns(t *testing.T) {
+	key := sealed(t, "", encrypted.Legacy)
+	release := make(chan struct{})
+	var inside, most atomic.Int64
+	real := decrypt
+	decrypt = func(sealed, password []byte) ([]byte, error) {
+		n := inside.Add(1)
+		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+		}
+		<-release
+		inside.Add(-1)
+		return real(sealed, password)
+	}
+	t.Cleanup(func() { decrypt = real })
+	before := Decryptions()
+
+	const callers = 5
+	var wg sync.WaitGroup
+	errs := make(chan error, callers)
+	for range callers {
+		wg.Go(func() {
+			_, err := ParseKey(context.Background(), "k", key, nil, Limits{})
+			errs <- err
+		})
+	}
+	for deadline := time.Now().Add(10 * time.Second); inside.Load() < MaxDecryptions; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d decryptions started, want %d", inside.Load(), MaxDecryptions)
+		}
+	}
+
+	// With every turn taken, a caller waits, lending its worker, until its
+	// context ends: an error of that, not a verdict on the key.
+	w := &waiter{}
+	ctx, cancel := context.WithTimeout(worker.With(context.Background(), w), 50*time.Millisecond)
+	defer cancel()
+	_, err := ParseKey(ctx, "secret apps/late", key, nil, Limits{})
+	if _, classified := failure.As(err); !errors.Is(err, context.DeadlineExceeded) || classified ||
+		!strings.Contains(err.Error(), "secret apps/late: waiting to decrypt cosign.key") || w.waits.Load() != 1 {
+		t.Errorf("a caller without a turn: %v (classified %v), %d waits", err, classified, w.waits.Load())
+	}
+
+	close(release)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Error(err)
+		}
+	}
+	if most.Load() != MaxDecryptions || Decryptions()-before != callers {
+		t.Errorf("%d decryptions at once (want %d), %d in all (want %d)", most.Load(), MaxDecryptions, Decryptions()-before, callers)
 	}
 }
 
@@ -99,11 +289,11 @@ func TestPayloadAndTag(t *testing.T) {
 // holds the payload as a layer with the signature annotation; a second
 // signer's signature is appended, and Signed finds each signer's.
 func TestSignatureImage(t *testing.T) {
-	first, err := ParseKey("first", newKey(t, "", nil), nil)
+	first, err := ParseKey(context.Background(), "first", newKey(t, "", nil), nil, Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	second, err := ParseKey("second", newKey(t, "", nil), nil)
+	second, err := ParseKey(context.Background(), "second", newKey(t, "", nil), nil, Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -59,7 +59,7 @@ type Core struct {
 	// push it again.
 	pushes sync.Map // types.NamespacedName → pushRecord
 
-	keys signingKeys // parsed once per Secret version
+	keys signingKeys // parsed once per Secret version, within Config.Signing
 }
 
 // pushRecord is a push of a builder: its inputs and what it made.
@@ -205,7 +205,7 @@ func (r *Core) resolveInputs(ctx context.Context, obj object, spec *v1alpha1.Bui
 	if err != nil {
 		return nil, err
 	}
-	if in.keys, err = r.keys.of(secrets); err != nil {
+	if in.keys, err = r.keys.of(ctx, secrets); err != nil {
 		return nil, err
 	}
 	if in.resolved, err = cnb.ResolveOrder(spec.Order, spec.System, in.store.Status.Buildpacks); err != nil {

@@ -32,6 +32,10 @@ type Config struct {
 	Lifecycle *LifecycleSource
 	// Version is buildsmith's version, recorded in the builder metadata.
 	Version string
+	// Signing bounds the cost of tenants' signing keys: each key's scrypt
+	// memory, the parsed keys kept and for how long; zero fields take the
+	// defaults.
+	Signing SigningLimits
 }
 
 // NewBuilderController returns a constructor of the Builder controller.
@@ -89,6 +93,7 @@ func newCore[T reconciler.Object](ctx context.Context, cmw configmap.Watcher, cf
 		Lifecycle:  cfg.Lifecycle,
 		Version:    cfg.Version,
 	}
+	core.keys.configure(cfg.Signing, core.Credentials.Keychains.Secrets)
 	// Stacks, stores and lifecycles: the builders that use them are
 	// reconciled when they change in what builders read (a stack becoming
 	// Ready wakes the builders waiting on it; its re-check failing and

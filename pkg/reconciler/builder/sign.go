@@ -5,12 +5,10 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"sync"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/buildsmith/buildsmith/pkg/apis/build/v1alpha1"
 	"github.com/buildsmith/buildsmith/pkg/cosign"
@@ -36,51 +34,11 @@ type signingKey struct {
 	docker     bool
 }
 
-// signingKeys are the cosign keys of the Secrets: parsed once per Secret
-// version (decrypting a cosign key costs scrypt's 32 MiB and ~0.1 s of CPU,
-// too much for every resync of every builder). One entry per Secret in
-// use, replaced when the Secret changes.
-type signingKeys struct {
-	mu     sync.Mutex
-	parsed map[types.NamespacedName]parsedKey
-}
-
-type parsedKey struct {
-	resourceVersion string
-	key             signingKey
-	err             error
-}
-
-// of returns the signing keys of secrets, in their order. A Secret that
-// does not parse is a Permanent error naming it.
-func (s *signingKeys) of(secrets []*corev1.Secret) ([]signingKey, error) {
-	keys := make([]signingKey, 0, len(secrets))
-	for _, secret := range secrets {
-		id := types.NamespacedName{Namespace: secret.Namespace, Name: secret.Name}
-		s.mu.Lock()
-		p, ok := s.parsed[id]
-		s.mu.Unlock()
-		if !ok || p.resourceVersion != secret.ResourceVersion || secret.ResourceVersion == "" {
-			p = parsedKey{resourceVersion: secret.ResourceVersion}
-			p.key, p.err = parseSigningSecret(secret)
-			s.mu.Lock()
-			if s.parsed == nil {
-				s.parsed = map[types.NamespacedName]parsedKey{}
-			}
-			s.parsed[id] = p
-			s.mu.Unlock()
-		}
-		if p.err != nil {
-			return nil, p.err
-		}
-		keys = append(keys, p.key)
-	}
-	return keys, nil
-}
-
-func parseSigningSecret(secret *corev1.Secret) (signingKey, error) {
+// parseSigningSecret reads the signing key of secret and where its
+// signatures go.
+func parseSigningSecret(ctx context.Context, secret *corev1.Secret, limits cosign.Limits) (signingKey, error) {
 	source := "secret " + secret.Namespace + "/" + secret.Name
-	key, err := cosign.ParseKey(source, secret.Data[cosign.SecretKey], secret.Data[cosign.SecretPassword])
+	key, err := cosign.ParseKey(ctx, source, secret.Data[cosign.SecretKey], secret.Data[cosign.SecretPassword], limits)
 	if err != nil {
 		return signingKey{}, err
 	}

@@ -1,7 +1,15 @@
 package builder
 
 import (
+	"context"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,9 +21,15 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	k8stypes "k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/cache"
+	fakekubeclient "knative.dev/pkg/client/injection/kube/client/fake"
+	"knative.dev/pkg/configmap"
+	"knative.dev/pkg/controller"
 
 	"github.com/buildsmith/buildsmith/pkg/apis/build/v1alpha1"
 	"github.com/buildsmith/buildsmith/pkg/cosign"
+	"github.com/buildsmith/buildsmith/pkg/failure"
 	rt "github.com/buildsmith/buildsmith/pkg/reconciler/reconcilertest"
 	"github.com/buildsmith/buildsmith/test/cosigntest"
 	"github.com/buildsmith/buildsmith/test/registrytest"
@@ -31,11 +45,11 @@ func TestBuilderSigned(t *testing.T) {
 	lifecycle := x.f.Addr + "/lifecycle:0.21.0"
 	first, _ := cosigntest.KeyPair(t, "pass")
 	second, _ := cosigntest.KeyPair(t, "")
-	firstKey, err := cosign.ParseKey("first", first, []byte("pass"))
+	firstKey, err := cosign.ParseKey(context.Background(), "first", first, []byte("pass"), cosign.Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	secondKey, _ := cosign.ParseKey("second", second, nil)
+	secondKey, _ := cosign.ParseKey(context.Background(), "second", second, nil, cosign.Limits{})
 	account := func(secrets ...string) *corev1.ServiceAccount {
 		sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: "signer"}}
 		for _, s := range secrets {
@@ -246,5 +260,365 @@ func (x *fixture) checkStalledWith(t *testing.T, before v1alpha1.BuilderStatus, 
 			rt.Check(t, failed, err, events, rt.Outcome{Ready: corev1.ConditionFalse, Reason: cosign.ReasonInvalidSigningKey, Stalled: true,
 				Requeue: rt.NoRequeue, EventReasons: []string{cosign.ReasonInvalidSigningKey}, MessageContains: tc.message})
 		})
+	}
+}
+
+// runWith is run with the controller made of cfg; it also returns the
+// controller's reconciler and the fake context, for a look inside and for
+// changing the Secrets afterwards.
+func (x *fixture) runWith(t *testing.T, cfg Config, b *v1alpha1.Builder, lifecycle string, extra ...runtime.Object) (
+	*v1alpha1.Builder, []string, error, *BuilderReconciler, context.Context) {
+	t.Helper()
+	objects := append([]runtime.Object{b, x.stack, x.store,
+		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default", Namespace: "apps"}}}, extra...)
+	ctx, clients := rt.Setup(t, objects...)
+	var r *BuilderReconciler
+	impl := rt.Controller(ctx, func(ctx context.Context, cmw configmap.Watcher) *controller.Impl {
+		impl, rec := newBuilderController(ctx, cmw, cfg)
+		r = rec
+		return impl
+	}, lifecycleConfigMap(lifecycle))
+	err := rt.Sync(impl).Reconcile(ctx, b.Namespace+"/"+b.Name)
+	got, getErr := clients.Buildsmith.BuildsmithV1alpha1().Builders(b.Namespace).Get(ctx, b.Name, metav1.GetOptions{})
+	if getErr != nil {
+		t.Fatal(getErr)
+	}
+	return got, clients.Events(), err, r, ctx
+}
+
+// withScrypt returns the encrypted cosign key with other scrypt
+// parameters in its envelope: what a tenant writes into a Secret without
+// paying scrypt's cost (the key no longer decrypts, but is refused first).
+func withScrypt(t *testing.T, key []byte, n, r, p int) []byte {
+	t.Helper()
+	block, _ := pem.Decode(key)
+	var envelope map[string]any
+	if err := json.Unmarshal(block.Bytes, &envelope); err != nil {
+		t.Fatal(err)
+	}
+	envelope["kdf"].(map[string]any)["params"] = map[string]int{"N": n, "r": r, "p": p}
+	block.Bytes, _ = json.Marshal(envelope)
+	return pem.EncodeToMemory(block)
+}
+
+// TestBuilderSigningKeyTooCostly: a key whose scrypt parameters cost more
+// than Config.Signing allows stalls the builder before anything is read
+// or pushed, with a message naming the parameters and the limit; the
+// default limit takes the keys cosign generate-key-pair writes.
+func TestBuilderSigningKeyTooCostly(t *testing.T) {
+	x := newFixture(t)
+	lifecycle := x.f.Addr + "/lifecycle:0.21.0"
+	own, _ := cosigntest.KeyPair(t, "") // cosign's parameters: N=65536, r=8, p=1
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: "signer"},
+		Secrets: []corev1.ObjectReference{{Name: "signing"}}}
+	b := x.builder(func(b *v1alpha1.Builder) { b.Spec.ServiceAccountName = "signer" })
+	for _, tc := range []struct {
+		name    string
+		key     []byte
+		signing SigningLimits
+		message string // "": signed
+	}{
+		{name: "cosign's key, the default limit", key: own},
+		{name: "the OWASP preset", key: withScrypt(t, own, 1<<17, 8, 1),
+			message: "secret apps/signing: cosign.key's scrypt parameters (N=131072, r=8, p=1) need 128 MiB to decrypt, more than the limit of 64 MiB"},
+		{name: "p=2", key: withScrypt(t, own, 1<<15, 8, 2),
+			message: "secret apps/signing: cosign.key's scrypt parameters (N=32768, r=8, p=2) ask for 2 scrypt rounds; the limit is p=1"},
+		{name: "cosign's key, a lower limit", key: own, signing: SigningLimits{Limits: cosign.Limits{MaxScryptMemory: 32 << 20}},
+			message: "(N=65536, r=8, p=1) need 64 MiB to decrypt, more than the limit of 32 MiB"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := x.config()
+			cfg.Signing = tc.signing
+			before := cosign.Decryptions()
+			x.f.ForgetRequests()
+			got, events, err, _, _ := x.runWith(t, cfg, b.DeepCopy(), lifecycle, sa, cosigntest.Secret("apps", "signing", tc.key, ""))
+			if tc.message == "" {
+				if !got.Status.IsReady() || len(got.Status.Signatures) != 1 || cosign.Decryptions()-before != 1 {
+					t.Errorf("ready %v (%v), signatures %+v, %d decryptions", got.Status.IsReady(), err, got.Status.Signatures, cosign.Decryptions()-before)
+				}
+				return
+			}
+			rt.Check(t, got, err, events, rt.Outcome{Ready: corev1.ConditionFalse, Reason: cosign.ReasonSigningKeyTooCostly, Stalled: true,
+				Requeue: rt.NoRequeue, EventReasons: []string{cosign.ReasonSigningKeyTooCostly}, MessageContains: tc.message})
+			if n := cosign.Decryptions() - before; n != 0 || len(x.f.Requests()) != 0 {
+				t.Errorf("refused after %d decryptions and requests %v, want none", n, x.f.Requests())
+			}
+		})
+	}
+}
+
+// TestSigningKeysDroppedWithTheirSecret: a key whose Secret is changed
+// (the key taken out) or deleted leaves the cache when its watch says so,
+// without waiting for a reconcile.
+func TestSigningKeysDroppedWithTheirSecret(t *testing.T) {
+	x := newFixture(t)
+	lifecycle := x.f.Addr + "/lifecycle:0.21.0"
+	key, _ := cosigntest.KeyPair(t, "")
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: "signer"},
+		Secrets: []corev1.ObjectReference{{Name: "changed"}, {Name: "deleted"}}}
+	b := x.builder(func(b *v1alpha1.Builder) { b.Spec.ServiceAccountName = "signer" })
+	got, _, err, r, ctx := x.runWith(t, x.config(), b, lifecycle, sa,
+		cosigntest.Secret("apps", "changed", key, ""), cosigntest.Secret("apps", "deleted", key, ""))
+	if !got.Status.IsReady() || len(got.Status.Signatures) != 2 || r.keys.cached() != 2 {
+		t.Fatalf("ready %v (%v), signatures %+v, %d keys cached", got.Status.IsReady(), err, got.Status.Signatures, r.keys.cached())
+	}
+	secrets := fakekubeclient.Get(ctx).CoreV1().Secrets("apps")
+	changed := cosigntest.Secret("apps", "changed", nil, "")
+	changed.ResourceVersion = "2"
+	delete(changed.Data, cosign.SecretKey)
+	if _, err := secrets.Update(ctx, changed, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := secrets.Delete(ctx, "deleted", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); r.keys.cached() != 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d keys still cached after their Secrets changed and went", r.keys.cached())
+		}
+	}
+}
+
+// fakeParses stands for parseSigningSecret: it counts the parses of each
+// Secret version, holds them while hold is open (until their context
+// ends), and fails those errs names.
+type fakeParses struct {
+	mu        sync.Mutex
+	calls     map[string]int // by name@resourceVersion
+	hold      chan struct{}
+	errs      map[string]error // by name@resourceVersion
+	cancelled atomic.Int64
+}
+
+func (p *fakeParses) parse(ctx context.Context, secret *corev1.Secret, _ cosign.Limits) (signingKey, error) {
+	version := secret.Name + "@" + secret.ResourceVersion
+	p.mu.Lock()
+	if p.calls == nil {
+		p.calls = map[string]int{}
+	}
+	p.calls[version]++
+	hold, err := p.hold, p.errs[version]
+	p.mu.Unlock()
+	if hold != nil {
+		select {
+		case <-hold:
+		case <-ctx.Done():
+			p.cancelled.Add(1)
+			return signingKey{}, ctx.Err()
+		}
+	}
+	if err != nil {
+		return signingKey{}, err
+	}
+	return signingKey{secret: version}, nil
+}
+
+func (p *fakeParses) count(version string) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.calls[version]
+}
+
+func (p *fakeParses) total() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for _, c := range p.calls {
+		n += c
+	}
+	return n
+}
+
+// signingSecret is a Secret at a version; the fake parse reads no data.
+func signingSecret(name, resourceVersion string) *corev1.Secret {
+	return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: name, ResourceVersion: resourceVersion}}
+}
+
+// eventually waits for cond, failing after a while.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
+}
+
+// waiters is how many callers wait on the entry of the Secret name.
+func (s *signingKeys) waiters(name string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if e := s.entries[k8stypes.NamespacedName{Namespace: "apps", Name: name}]; e != nil {
+		return e.waiting
+	}
+	return 0
+}
+
+// TestSigningKeysShareAParse: the builders that ask for a Secret version
+// while it is parsed share the parse, and later ones get it from the
+// cache; with cosign's parse, one decryption serves them all.
+func TestSigningKeysShareAParse(t *testing.T) {
+	p := &fakeParses{hold: make(chan struct{})}
+	s := &signingKeys{parse: p.parse}
+	secret := signingSecret("first", "1")
+	const builders = 8
+	type result struct {
+		keys []signingKey
+		err  error
+	}
+	results := make(chan result, builders)
+	for range builders {
+		go func() {
+			keys, err := s.of(context.Background(), []*corev1.Secret{secret})
+			results <- result{keys, err}
+		}()
+	}
+	eventually(t, "every builder waiting on the parse", func() bool { return s.waiters("first") == builders })
+	close(p.hold)
+	for range builders {
+		r := <-results
+		if r.err != nil || len(r.keys) != 1 || r.keys[0].secret != "first@1" {
+			t.Errorf("keys %+v, %v", r.keys, r.err)
+		}
+	}
+	if _, err := s.of(context.Background(), []*corev1.Secret{secret}); err != nil || p.count("first@1") != 1 {
+		t.Errorf("%d parses of one version for %d builders and one more (%v), want 1", p.count("first@1"), builders+1, err)
+	}
+
+	// The real thing: 4 builders sharing one key at once, one decryption.
+	key, _ := cosigntest.KeyPair(t, "pw")
+	real := &signingKeys{}
+	before := cosign.Decryptions()
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			if _, err := real.of(context.Background(), []*corev1.Secret{cosigntest.Secret("apps", "shared", key, "pw")}); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	if n := cosign.Decryptions() - before; n != 1 {
+		t.Errorf("%d decryptions for 4 builders sharing a key, want 1", n)
+	}
+}
+
+// TestSigningKeysAbandonedParse: a parse goes on while someone waits for
+// it; when the last waiter leaves (its context ended) it is cancelled and
+// forgotten, and the next caller parses anew.
+func TestSigningKeysAbandonedParse(t *testing.T) {
+	p := &fakeParses{hold: make(chan struct{})}
+	s := &signingKeys{parse: p.parse}
+	secret := []*corev1.Secret{signingSecret("first", "1")}
+	leaving, leave := context.WithCancel(context.Background())
+	staying, stay := context.WithCancel(context.Background())
+	errs := make(chan error, 2)
+	for _, ctx := range []context.Context{leaving, staying} {
+		go func() {
+			_, err := s.of(ctx, secret)
+			errs <- err
+		}()
+	}
+	eventually(t, "both waiting", func() bool { return s.waiters("first") == 2 })
+	leave()
+	if err := <-errs; !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "secret apps/first: waiting for its cosign key") {
+		t.Errorf("the caller that left: %v", err)
+	}
+	if s.waiters("first") != 1 || p.cancelled.Load() != 0 {
+		t.Errorf("one caller left: %d waiting, %d parses cancelled; want the parse to go on for the other", s.waiters("first"), p.cancelled.Load())
+	}
+	stay()
+	<-errs
+	eventually(t, "the abandoned parse cancelled", func() bool { return p.cancelled.Load() == 1 })
+	if s.cached() != 0 {
+		t.Errorf("%d entries kept after the parse was abandoned", s.cached())
+	}
+	p.mu.Lock()
+	p.hold = nil
+	p.mu.Unlock()
+	if keys, err := s.of(context.Background(), secret); err != nil || keys[0].secret != "first@1" || p.count("first@1") != 2 {
+		t.Errorf("after an abandoned parse: %+v, %v, %d parses (want 2)", keys, err, p.count("first@1"))
+	}
+}
+
+// TestSigningKeysBounded: the parsed keys kept stay within MaxKeys (the
+// least recently used go first) and KeyIdle; a new version, or the watch
+// telling of a change or a deletion, drops the old key at once; errors are
+// kept for their version only (a fixed Secret is parsed again), and only
+// the Permanent ones.
+func TestSigningKeysBounded(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	p := &fakeParses{errs: map[string]error{
+		"bad@1":   failure.Permanentf(cosign.ReasonInvalidSigningKey, "secret apps/bad: cosign.key does not decrypt"),
+		"flaky@1": errors.New("something passing"),
+	}}
+	s := &signingKeys{limits: SigningLimits{MaxKeys: 3, KeyIdle: time.Hour}, parse: p.parse, now: func() time.Time { return now }}
+	t.Cleanup(func() {
+		if s.sweep != nil {
+			s.sweep.Stop()
+		}
+	})
+	for i, step := range []struct {
+		do     string   // use name@version, changed name, deleted name, wait duration, sweep
+		err    string   // of use
+		cached []string // most recently used first
+		parses int      // in all
+	}{
+		{do: "use a@1", cached: []string{"a@1"}, parses: 1},
+		{do: "use b@1", cached: []string{"b@1", "a@1"}, parses: 2},
+		{do: "use c@1", cached: []string{"c@1", "b@1", "a@1"}, parses: 3},
+		{do: "use a@1", cached: []string{"a@1", "c@1", "b@1"}, parses: 3},
+		{do: "use d@1", cached: []string{"d@1", "a@1", "c@1"}, parses: 4}, // b: the least recently used
+		{do: "use b@1", cached: []string{"b@1", "d@1", "a@1"}, parses: 5},
+		{do: "use a@2", cached: []string{"a@2", "b@1", "d@1"}, parses: 6}, // a@1's key gone at once
+		{do: "deleted a", cached: []string{"b@1", "d@1"}, parses: 6},
+		{do: "changed d", cached: []string{"b@1"}, parses: 6},
+		{do: "use d@2", cached: []string{"d@2", "b@1"}, parses: 7},
+		{do: "use bad@1", err: "secret apps/bad: cosign.key does not decrypt", cached: []string{"bad@1", "d@2", "b@1"}, parses: 8},
+		{do: "use bad@1", err: "secret apps/bad: cosign.key does not decrypt", cached: []string{"bad@1", "d@2", "b@1"}, parses: 8},
+		{do: "use bad@2", cached: []string{"bad@2", "d@2", "b@1"}, parses: 9}, // fixed
+		// Not kept (b@1 made room for it while it was parsed).
+		{do: "use flaky@1", err: "something passing", cached: []string{"bad@2", "d@2"}, parses: 10},
+		{do: "use flaky@1", err: "something passing", cached: []string{"bad@2", "d@2"}, parses: 11},
+		{do: "wait 40m", cached: []string{"bad@2", "d@2"}, parses: 11},
+		{do: "use d@2", cached: []string{"d@2", "bad@2"}, parses: 11},
+		{do: "wait 30m", cached: []string{"d@2", "bad@2"}, parses: 11},
+		{do: "use e@1", cached: []string{"e@1", "d@2"}, parses: 12}, // bad@2 unused for 70m
+		{do: "wait 2h", cached: []string{"e@1", "d@2"}, parses: 12},
+		{do: "sweep", cached: nil, parses: 12}, // nobody asks for keys any more
+	} {
+		verb, arg, _ := strings.Cut(step.do, " ")
+		var err error
+		switch verb {
+		case "use":
+			name, version, _ := strings.Cut(arg, "@")
+			var keys []signingKey
+			keys, err = s.of(context.Background(), []*corev1.Secret{signingSecret(name, version)})
+			if err == nil && (len(keys) != 1 || keys[0].secret != arg) {
+				t.Errorf("step %d (%s): keys %+v", i, step.do, keys)
+			}
+		case "changed":
+			s.forget(signingSecret(arg, "changed"))
+		case "deleted":
+			s.forget(cache.DeletedFinalStateUnknown{Key: "apps/" + arg, Obj: signingSecret(arg, "last")})
+		case "wait":
+			d, _ := time.ParseDuration(arg)
+			now = now.Add(d)
+		case "sweep":
+			s.sweepIdle()
+		}
+		if got := fmt.Sprint(err); (step.err == "" && err != nil) || (step.err != "" && got != step.err) {
+			t.Errorf("step %d (%s): error %v, want %q", i, step.do, err, step.err)
+		}
+		var cached []string
+		s.mu.Lock()
+		for e := s.lru.Front(); e != nil; e = e.Next() {
+			cached = append(cached, e.Value.(*keyEntry).id.Name+"@"+e.Value.(*keyEntry).resourceVersion)
+		}
+		entries := len(s.entries)
+		s.mu.Unlock()
+		if !slices.Equal(cached, step.cached) || entries != len(cached) || p.total() != step.parses {
+			t.Errorf("step %d (%s): cached %v (%d entries), %d parses; want %v, %d", i, step.do, cached, entries, p.total(), step.cached, step.parses)
+		}
 	}
 }
