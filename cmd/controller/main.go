@@ -67,6 +67,8 @@ func main() {
 	flag.IntVar(&signing.MaxKeys, "max-signing-keys", builder.DefaultMaxSigningKeys, "most decrypted signing keys kept, the least recently used dropped first")
 	flag.DurationVar(&signing.KeyIdle, "signing-key-idle", builder.DefaultSigningKeyIdle,
 		"how long a decrypted signing key nobody uses is kept; keep it above --resync-interval")
+	flag.IntVar(&regOpts.NamedHosts, "registry-metric-hosts", 256,
+		"most registries counted under their own name in the metrics (host label), given as they first answer; the others count as host=\"other\"")
 	disableHA := flag.Bool("disable-ha", false, "run without leader election (for local runs)")
 	healthProbes := flag.Bool("health-probes", true, "serve readiness and liveness probes on :8080")
 	profilingPort := flag.Int("profiling-port", 8008, "port of the profiling server when profiling is enabled in config-observability; 0 picks a free one")

@@ -63,7 +63,21 @@ func (h *retryAfterHolds) note(host, repo string, status int, d time.Duration) {
 	if until.After(h.holds[key].until) {
 		h.holds[key] = retryAfterHold{until: until, reason: reason}
 	}
+	if len(h.holds) > maxHoldsBeforePrune {
+		// Holds are dropped when looked up after they end; those of places
+		// nobody asks for again (a tenant's thousand repositories) go here.
+		now := h.now()
+		for k, hold := range h.holds {
+			if !hold.until.After(now) {
+				delete(h.holds, k)
+			}
+		}
+	}
 }
+
+// maxHoldsBeforePrune is the number of holds above which a new one sweeps
+// the ended ones away.
+const maxHoldsBeforePrune = 1024
 
 // left returns how long repo is held (by its own hold or its host's),
 // and why; 0 when it is not.

@@ -85,16 +85,40 @@ type accountingTransport struct {
 	requests  map[RequestKey]int64
 	bytesUp   map[string]int64
 	bytesDown map[string]int64
+	// named are the hosts counted under their own name, at most maxNamed:
+	// a host gets a name when it first answers (a registry, not a made-up
+	// name that never resolves), while names are left.
+	named    map[string]bool
+	maxNamed int
 }
 
-func newAccountingTransport(inner http.RoundTripper, waits *retryAfterHolds) *accountingTransport {
+// OtherHosts is the host the requests and bytes of the registries beyond
+// Options.NamedHosts (and of those that never answered) are counted under.
+const OtherHosts = "other"
+
+func newAccountingTransport(inner http.RoundTripper, waits *retryAfterHolds, maxNamed int) *accountingTransport {
 	return &accountingTransport{
 		inner:     inner,
 		waits:     waits,
 		requests:  map[RequestKey]int64{},
 		bytesUp:   map[string]int64{},
 		bytesDown: map[string]int64{},
+		named:     map[string]bool{},
+		maxNamed:  maxNamed,
 	}
+}
+
+// nameOf is the host requests to host are counted under; answered says
+// that host has just answered. Called with t.mu held.
+func (t *accountingTransport) nameOf(host string, answered bool) string {
+	if t.named[host] {
+		return host
+	}
+	if answered && (t.maxNamed <= 0 || len(t.named) < t.maxNamed) {
+		t.named[host] = true
+		return host
+	}
+	return OtherHosts
 }
 
 // maxRetryAfterResends bounds how often one request is sent again after
@@ -158,7 +182,7 @@ func (t *accountingTransport) send(host string, req *http.Request) (*http.Respon
 		resp.Body = &countingBody{ReadCloser: resp.Body, done: func(n int64) { t.add(host, &t.bytesDown, n) }}
 	}
 	t.mu.Lock()
-	t.requests[RequestKey{Host: host, Method: req.Method, Status: status}]++
+	t.requests[RequestKey{Host: t.nameOf(host, err == nil), Method: req.Method, Status: status}]++
 	t.mu.Unlock()
 	return resp, err
 }
@@ -187,7 +211,7 @@ func (t *accountingTransport) add(host string, m *map[string]int64, n int64) {
 		return
 	}
 	t.mu.Lock()
-	(*m)[host] += n
+	(*m)[t.nameOf(host, false)] += n
 	t.mu.Unlock()
 }
 

@@ -1,0 +1,55 @@
+package registry
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"testing"
+
+	"github.com/google/go-containerregistry/pkg/name"
+
+	"github.com/buildsmith/buildsmith/test/registrytest"
+)
+
+// TestNamedHostsBounded: the registries counted by name (Stats, and so the
+// metrics' host label) are at most NamedHosts, given to hosts as they first
+// answer; made-up hosts that never answer, and the registries beyond the
+// bound, are counted as OtherHosts — a tenant naming thousands of hosts in
+// its tags adds no entries and no series.
+func TestNamedHostsBounded(t *testing.T) {
+	c := newTestClient(t, Options{NamedHosts: 2})
+	ctx := context.Background()
+	// Made-up hosts first: closed ports that refuse every connection.
+	for range 5 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := l.Addr().String()
+		_ = l.Close()
+		ref, err := name.ParseReference(addr + "/team/app:1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.As(nil).Resolve(ctx, ref); err == nil {
+			t.Fatalf("%s answered", addr)
+		}
+	}
+	var answering []string
+	for range 3 {
+		f := registrytest.New(t)
+		f.Push("team/app:1")
+		answering = append(answering, f.Addr)
+		if _, err := c.As(nil).Resolve(ctx, f.Ref("team/app:1")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	hosts := map[string]bool{}
+	for k := range c.Stats().Requests {
+		hosts[k.Host] = true
+	}
+	want := map[string]bool{answering[0]: true, answering[1]: true, OtherHosts: true}
+	if fmt.Sprint(hosts) != fmt.Sprint(want) {
+		t.Errorf("hosts counted %v, want the first two that answered and %q", hosts, OtherHosts)
+	}
+}
