@@ -72,8 +72,10 @@ func TestBlip(t *testing.T) {
 			fmt.Sprint(r.reconciling), fmt.Sprint(r.readyEvents), rec, fmt.Sprintf("%.2f", perSecond),
 			fmt.Sprint(r.manifestPuts), fmt.Sprintf("%d (%s)", r.polls, r.maxGap.Round(10*time.Millisecond))})
 		s.notes = append(s.notes, fmt.Sprintf("%s, run %d: all %d builders Ready in %s before the fault; asking every object to "+
-			"reconcile took %s; requests during the fault by kind: %s; at the fault's end %d objects were UpToDate=False.",
-			r.faultName, r.run, r.n, r.setup.Round(100*time.Millisecond), r.asked.Round(100*time.Millisecond), kinds(r.byKind), r.staleAtEnd))
+			"reconcile took %s; requests during the fault by kind: %s; at the fault's end %d objects were UpToDate=False; "+
+			"UpToDate=True again: %s.",
+			r.faultName, r.run, r.n, r.setup.Round(100*time.Millisecond), r.asked.Round(100*time.Millisecond), kinds(r.byKind),
+			r.staleAtEnd, r.curve()))
 		okReady = okReady && r.leftDuring == 0 && r.leftAfter == 0 && r.readyEvents == 0
 		okChecked = okChecked && r.stale == r.objects
 		okRecovered = okRecovered && r.upToDate && r.recovered <= 5*time.Second
@@ -115,6 +117,7 @@ type blipResult struct {
 	reconciling           int           // objects a list showed Reconciling=True during the fault
 	readyEvents           int           // Ready events (becoming Ready again) from the fault's start to recovery
 	recovered             time.Duration // fault end → every object UpToDate=True
+	recovery              []blipPoint   // objects UpToDate=True in each list after the fault
 	upToDate              bool
 	notUpToDate           int
 	polls                 int
@@ -123,6 +126,29 @@ type blipResult struct {
 	requests     int // reaching the registry during the fault
 	byKind       map[string]int
 	manifestPuts int
+}
+
+// blipPoint is how many objects a list after the fault showed UpToDate=True,
+// and when it answered.
+type blipPoint struct {
+	after    time.Duration
+	upToDate int
+}
+
+// curve says by when 10, 50 and 90 % of the objects were UpToDate=True
+// again: whether recovery waited on a wake-up (a late start) or on the
+// reconciles themselves (a steady climb).
+func (r blipResult) curve() string {
+	var parts []string
+	for _, pct := range []int{10, 50, 90} {
+		for _, p := range r.recovery {
+			if p.upToDate*100 >= pct*r.objects {
+				parts = append(parts, fmt.Sprintf("%d %% by %s", pct, p.after.Round(100*time.Millisecond)))
+				break
+			}
+		}
+	}
+	return strings.Join(parts, ", ")
 }
 
 // blipState is what the scenario reads of an object's conditions.
@@ -277,6 +303,7 @@ func blipRun(t *testing.T, rf registryFault, n, namespaces int, fault time.Durat
 				// The list's answer, not its start: the time by which the
 				// state was reached, at the latest.
 				r.recovered, r.notUpToDate = time.Since(end), r.objects-upToDate
+				r.recovery = append(r.recovery, blipPoint{r.recovered, upToDate})
 				if upToDate == r.objects && len(objs) == r.objects {
 					r.upToDate = true
 					return
