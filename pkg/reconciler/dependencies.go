@@ -11,10 +11,12 @@ import (
 // OnUsableChange is the event handler of a kind other objects depend on
 // (a builder's stack, store and lifecycle): it calls onChanged (a
 // tracker's OnChanged) when such an object is added or deleted, or changes
-// in what its dependants read — its generation, its resolved status, and
-// whether it is Ready (and why not) — but not when only its UpToDate or
-// Reconciling conditions, messages, transition times, labels or annotations
-// do. A stack whose re-check fails and passes keeps its resolved status and
+// in what its dependants read — its resolved status, the generation it is
+// for, and whether it is Ready (and why not) — but not when only its
+// UpToDate or Reconciling conditions, messages, transition times, labels or
+// annotations do, nor when it is edited: its dependants hear of the edit
+// when it is reconciled (its observedGeneration changes), rather than
+// finding it not reconciled yet. A stack whose re-check fails and passes keeps its resolved status and
 // Ready, so its builders are not woken twice for nothing (each of them
 // would re-check its own image, into the same registry blip).
 func OnUsableChange(onChanged func(any)) cache.ResourceEventHandler {
@@ -35,6 +37,7 @@ func OnUsableChange(onChanged func(any)) cache.ResourceEventHandler {
 func usableView(obj Object) Object {
 	view := obj.DeepCopyObject().(Object)
 	view.SetResourceVersion("")
+	view.SetGeneration(0)
 	view.SetLabels(nil)
 	view.SetAnnotations(nil)
 	view.SetManagedFields(nil)

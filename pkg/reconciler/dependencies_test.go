@@ -37,7 +37,8 @@ func TestOnUsableChange(t *testing.T) {
 		{"not Ready", func(s *v1alpha1.ClusterStack) {
 			s.Status.MarkRetrying(registry.ReasonImageNotFound, "gone", "retrying in 1m0s, or when a dependency changes")
 		}, true},
-		{"a new generation", func(s *v1alpha1.ClusterStack) { s.Generation = 3 }, true},
+		{"edited: woken when it is reconciled, not before", func(s *v1alpha1.ClusterStack) { s.Generation = 3 }, false},
+		{"a new generation reconciled", func(s *v1alpha1.ClusterStack) { s.Generation, s.Status.ObservedGeneration = 3, 3 }, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			after := ready.DeepCopy()

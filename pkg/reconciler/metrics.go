@@ -82,6 +82,18 @@ func (s *staleSet) remove(ctx context.Context, kind string, key types.Namespaced
 	staleObjects.Add(ctx, -1, metric.WithAttributes(attribute.String("kind", kind)))
 }
 
+// removeIf uncounts the stale objects drop says to.
+func (s *staleSet) removeIf(kind string, drop func(types.NamespacedName) bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for key := range s.keys {
+		if drop(key) {
+			delete(s.keys, key)
+			staleObjects.Add(context.Background(), -1, metric.WithAttributes(attribute.String("kind", kind)))
+		}
+	}
+}
+
 // len is the number of stale objects.
 func (s *staleSet) len() int {
 	s.mu.Lock()

@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
 	"knative.dev/pkg/controller"
 	pkgreconciler "knative.dev/pkg/reconciler"
@@ -351,5 +352,24 @@ func TestUsableStaysReady(t *testing.T) {
 				t.Errorf("%d stale objects after a success", n)
 			}
 		})
+	}
+}
+
+// TestStaleForgottenOnDemote: a replica that stops leading a bucket stops
+// counting its stale objects (their new leader counts them).
+func TestStaleForgottenOnDemote(t *testing.T) {
+	p := NewPolicy("ClusterStack", DefaultOptions(), nil, nil, nil)
+	for _, name := range []string{"a", "b", "c"} {
+		s := newStack()
+		s.Name = name
+		s.Status.MarkReady()
+		p.Finish(context.Background(), s, failure.Transientf(registry.ReasonRegistryUnavailable, "503"))
+	}
+	if n := p.stale.len(); n != 3 {
+		t.Fatalf("%d stale, want 3", n)
+	}
+	p.stale.removeIf(p.kind, func(key types.NamespacedName) bool { return key.Name != "b" })
+	if n := p.stale.len(); n != 1 {
+		t.Errorf("%d stale after dropping two, want 1", n)
 	}
 }

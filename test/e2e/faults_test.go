@@ -116,6 +116,27 @@ func (w *faultWorld) status(t *testing.T) (worldStatus, [3]string, [3]string) {
 	return worldStatus{store.Status, stack.Status, builder.Status}, ready, upToDate
 }
 
+// readySince returns when the store, stack and builder last turned Ready (or
+// not): a Ready that flipped and came back between two polls shows here.
+func (w *faultWorld) readySince(t *testing.T) [3]time.Time {
+	t.Helper()
+	ctx := context.Background()
+	bs := client.BuildsmithV1alpha1()
+	store, err1 := bs.ClusterStores().Get(ctx, w.name, metav1.GetOptions{})
+	stack, err2 := bs.ClusterStacks().Get(ctx, w.name, metav1.GetOptions{})
+	builder, err3 := bs.Builders(w.ns).Get(ctx, w.name, metav1.GetOptions{})
+	if err := errors.Join(err1, err2, err3); err != nil {
+		t.Fatal(err)
+	}
+	var since [3]time.Time
+	for i, s := range []*v1alpha1.ConditionedStatus{&store.Status.ConditionedStatus, &stack.Status.ConditionedStatus, &builder.Status.ConditionedStatus} {
+		if c := s.GetCondition(v1alpha1.ConditionReady); c != nil {
+			since[i] = c.LastTransitionTime.Inner.Time
+		}
+	}
+	return since
+}
+
 // survives runs the world to Ready, then starts a fault and waits until all
 // three objects say reason in UpToDate=False (they meet it at their 2 s
 // resyncs), while they stay Ready and nothing they found out before
@@ -131,6 +152,7 @@ func (w *faultWorld) survives(t *testing.T, reason string, fault, end func()) {
 	if good.Builder.LatestImage == "" || len(good.Store.Buildpacks) == 0 || good.Stack.RunImage.Image == "" {
 		t.Fatalf("Ready but with an incomplete status: %+v", good)
 	}
+	goodSince := w.readySince(t)
 	pushes := w.f.Count("PUT", "/builders/"+w.name+"/manifests/")
 
 	fault()
@@ -154,6 +176,9 @@ func (w *faultWorld) survives(t *testing.T, reason string, fault, end func()) {
 	}
 	if n := w.f.Count("PUT", "/builders/"+w.name+"/manifests/"); n != pushes {
 		t.Errorf("the builder was pushed %d more times", n-pushes)
+	}
+	if since := w.readySince(t); since != goodSince {
+		t.Errorf("Ready changed during the fault and back (last transitions %v, before %v)", since, goodSince)
 	}
 }
 
@@ -236,6 +261,7 @@ func TestStatusWithinSecondsInA429Storm(t *testing.T) {
 		registrytest.OCIError("TOOMANYREQUESTS", "slow down")))
 	const n = 20
 	builders := client.BuildsmithV1alpha1().Builders(w.ns)
+	w.requestReconcile(t, "builder/"+w.name) // the Ready builder is re-checked in the storm
 	for i := range n {
 		w.createBuilder(t, fmt.Sprintf("storm-%d", i))
 	}
@@ -251,6 +277,9 @@ func TestStatusWithinSecondsInA429Storm(t *testing.T) {
 				if ready == nil || !ready.IsTrue() {
 					t.Fatalf("the Ready builder left Ready in the storm: %+v", b.Status.Conditions)
 				}
+				if c := b.Status.GetCondition(v1alpha1.ConditionUpToDate); c == nil || !c.IsFalse() || c.Reason != "RateLimited" {
+					silent++ // its re-check has not said so yet
+				}
 				continue
 			}
 			reconciling := b.Status.GetCondition(v1alpha1.ConditionReconciling)
@@ -258,7 +287,7 @@ func TestStatusWithinSecondsInA429Storm(t *testing.T) {
 				silent++
 			}
 		}
-		return silent == 0, fmt.Sprintf("%d of %d builders without Ready=False RateLimited, Reconciling=True", silent, n)
+		return silent == 0, fmt.Sprintf("%d of %d builders not yet saying RateLimited (the new ones Ready=False, Reconciling=True; the Ready one UpToDate=False)", silent, n+1)
 	})
 	t.Logf("all %d builders said RateLimited %v after they were created", n, took.Round(100*time.Millisecond))
 	w.f.ClearFaults()

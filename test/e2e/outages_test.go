@@ -55,6 +55,7 @@ func TestOutagesRecoverWithinSeconds(t *testing.T) {
 			w.apply(t)
 			w.waitReady(t, 60*time.Second)
 			good, _, _ := w.status(t)
+			goodSince := w.readySince(t)
 			pushes := w.f.Count("PUT", "/builders/"+w.name+"/manifests/")
 
 			// What the re-checks must say: the builder meets the outage
@@ -123,6 +124,9 @@ func TestOutagesRecoverWithinSeconds(t *testing.T) {
 			}
 			if n := w.f.Count("PUT", "/builders/"+w.name+"/manifests/"); n != pushes {
 				t.Errorf("the builder Ready before the outage was pushed %d more times", n-pushes)
+			}
+			if since := w.readySince(t); since != goodSince {
+				t.Errorf("Ready changed during the outage and back (last transitions %v, before %v)", since, goodSince)
 			}
 			if n := w.f.Count("PUT", "/builders/"+late+"/manifests/"); n != 1 {
 				t.Errorf("the builder created during the outage was pushed %d times, want 1", n)

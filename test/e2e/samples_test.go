@@ -58,7 +58,14 @@ func TestSamplesGoReady(t *testing.T) {
 		t.Fatalf("kubectl wait: %v\n%s\nstore status: %+v", err, out, store.Status)
 	}
 	out, err := env.Kubectl("get", "clusterstore/demo", "clusterstack/demo", "clusterlifecycle/lifecycle-0-21").CombinedOutput() // earlier tests leave objects of their own
-	if err != nil || strings.Count(string(out), "True") != 3 {
+	// Rows whose READY column says True.
+	ready := 0
+	for _, line := range strings.Split(string(out), "\n") {
+		if fields := strings.Fields(line); len(fields) > 1 && fields[1] == "True" {
+			ready++
+		}
+	}
+	if err != nil || ready != 3 {
 		t.Errorf("kubectl get clusterstore/demo clusterstack/demo clusterlifecycle/lifecycle-0-21: %v\n%s", err, out)
 	}
 	t.Logf("%s", out)

@@ -114,12 +114,15 @@ type object interface {
 // reason stays Ready, one that has to push a new image and cannot does not.
 func (r *Core) reconcile(ctx context.Context, obj object, spec *v1alpha1.BuilderSpec, status *v1alpha1.BuilderStatus,
 	account *v1alpha1.ServiceAccountRef) error {
+	key := types.NamespacedName{Namespace: obj.GetNamespace(), Name: obj.GetName()}
 	in, err := r.resolveInputs(ctx, obj, spec, account)
 	if err != nil {
+		if r.inputsMoved(key, spec, status) {
+			return reconciler.Updating(err)
+		}
 		return err
 	}
 	next := in.status(status)
-	key := types.NamespacedName{Namespace: obj.GetNamespace(), Name: obj.GetName()}
 	last := r.lastPush(key, status)
 	if last.fingerprint == next.Fingerprint && last.latestImage != "" {
 		// Nothing changed since the last push: one HEAD to check that the
@@ -140,6 +143,40 @@ func (r *Core) reconcile(ctx context.Context, obj object, spec *v1alpha1.Builder
 	}
 	r.pushes.Store(key, pushRecord{fingerprint: next.Fingerprint, latestImage: next.LatestImage, platforms: next.Platforms})
 	return reconciler.Updating(r.finish(ctx, in, status, next))
+}
+
+// inputsMoved reports whether the builder's inputs changed since its status
+// was written, as far as can be told without a registry: a failure while
+// resolving them is then part of an update, not a re-check (see
+// reconciler.Updating). It compares what the status records — the stack's
+// and store's generations, the stack's run image, the lifecycle image's
+// repository (its digest, for a ClusterLifecycle) — and a push not recorded
+// yet. A stack whose build image moved under the same tag shows only in the
+// fingerprint, which needs the image read.
+func (r *Core) inputsMoved(key types.NamespacedName, spec *v1alpha1.BuilderSpec, status *v1alpha1.BuilderStatus) bool {
+	if last := r.lastPush(key, status); last.fingerprint != status.Fingerprint {
+		return true
+	}
+	if stack, err := r.Stacks.Get(spec.Stack.Name); err == nil &&
+		(stack.Generation != status.ObservedStackGeneration || stack.Status.RunImage.Image != status.Stack.RunImage) {
+		return true
+	}
+	if store, err := r.Stores.Get(spec.Store.Name); err == nil && store.Generation != status.ObservedStoreGeneration {
+		return true
+	}
+	if spec.Lifecycle != nil {
+		lc, err := r.Lifecycles.Get(spec.Lifecycle.Name)
+		return err == nil && lc.Status.Image.LatestImage != status.Lifecycle.Image
+	}
+	return !sameRepository(r.Lifecycle.Reference(), status.Lifecycle.Image)
+}
+
+// sameRepository reports whether two image references name one repository
+// (either unparsable or empty: true, nothing to tell).
+func sameRepository(a, b string) bool {
+	ra, errA := name.ParseReference(a)
+	rb, errB := name.ParseReference(b)
+	return errA != nil || errB != nil || ra.Context().String() == rb.Context().String()
 }
 
 // finish signs the builder's images when it has signing keys, and records

@@ -540,6 +540,15 @@ func TestBuilderStaysReadyThroughABlip(t *testing.T) {
 	if traffic.Total("PUT") != 0 || lifecycleStale.Status.LatestImage != built.Status.LatestImage {
 		t.Errorf("a failed lifecycle re-read pushed or changed the image: %v, latestImage %s", traffic.Requests, lifecycleStale.Status.LatestImage)
 	}
+	// The same failure once the stack has a new generation (reconciled):
+	// the builder's inputs moved as far as its status tells, so the
+	// failure is part of an update, and it is not Ready.
+	x.stack.Generation, x.stack.Status.ObservedGeneration = 4, 4
+	x.lifecycle = NewLifecycleSource(time.Hour)
+	moved, events, err, _ := x.run(t, lifecycleStale, lifecycle)
+	rt.Check(t, moved, err, events, rt.Outcome{Ready: corev1.ConditionFalse, Reason: registry.ReasonRegistryUnavailable, Reconciling: true,
+		Requeue: rt.Circuit, MinDelay: 4 * time.Minute, MaxDelay: 6 * time.Minute, EventReasons: []string{registry.ReasonRegistryUnavailable}})
+	x.stack.Generation, x.stack.Status.ObservedGeneration = 3, 3
 	x.f.ClearFaults()
 	x.waitCircuitsClosed(t)
 

@@ -95,6 +95,13 @@ func (s *LifecycleSource) Update(cm *corev1.ConfigMap) bool {
 	return true
 }
 
+// Reference is the lifecycle image the ConfigMap names ("" for none).
+func (s *LifecycleSource) Reference() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.ref
+}
+
 // Image returns the configured lifecycle image, read through reg.
 func (s *LifecycleSource) Image(ctx context.Context, reg registry.Access) (clusterlifecycle.Image, error) {
 	s.mu.Lock()
