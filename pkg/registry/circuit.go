@@ -190,10 +190,15 @@ type circuit struct {
 	// due is when it may be probed next; idleSince when its last waiter
 	// left (or it opened).
 	due, idleSince time.Time
-	probing        bool // half-open: a probe is in flight
-	waiters        map[string]func()
-	streak         int // quick reopenings in a row (see flapWindow)
-	failedProbes   int
+	// probes are in flight (half-open), the last sent at probeSent. A
+	// probe into a hang waits out its timeout; another goes a probe
+	// interval after it, so that a place that answers again is noticed
+	// within about a second, not when the hung probe gives up.
+	probes       int
+	probeSent    time.Time
+	waiters      map[string]func()
+	streak       int // quick reopenings in a row (see flapWindow)
+	failedProbes int
 	// check: the registry's circuit opened by a repository's failure,
 	// until its first probe says whether the registry fails as a whole;
 	// checked is closed then.
@@ -213,6 +218,11 @@ func (cb *circuit) endCheck() {
 		close(cb.checked)
 	}
 }
+
+// maxProbesInFlight bounds the probes of one place in flight at once: one
+// a probe interval while they hang, for as long as a probe waits (its 5 s
+// timeout), and one more.
+const maxProbesInFlight = 6
 
 // probesBeforeRepositoryRead is how many probes re-send a repository's
 // failing read before its tag list is read instead.
@@ -694,10 +704,13 @@ func (c *Circuits) dueCircuits(hc *hostCircuits, now time.Time) ([]*circuit, tim
 	next := now.Add(c.opts.ProbeInterval)
 	var due []*circuit
 	for _, cb := range candidates {
-		if cb.probing || !waitedOn(hc, cb) {
+		if cb.probes >= maxProbesInFlight || !waitedOn(hc, cb) {
 			continue
 		}
 		at := cb.due
+		if cb.probes > 0 {
+			at = later(at, cb.probeSent.Add(c.opts.ProbeInterval))
+		}
 		if hc.sweeping {
 			at = now
 		}
@@ -721,7 +734,7 @@ func (c *Circuits) dueCircuits(hc *hostCircuits, now time.Time) ([]*circuit, tim
 // waits on the registry's own circuit too: while that is open, theirs are
 // not probed.
 func (c *Circuits) lapsed(hc *hostCircuits, cb *circuit) bool {
-	return !cb.probing && !waitedOn(hc, cb) && c.now().Sub(cb.idleSince) >= c.opts.ProbeInterval
+	return cb.probes == 0 && !waitedOn(hc, cb) && c.now().Sub(cb.idleSince) >= c.opts.ProbeInterval
 }
 
 // waitedOn reports whether anyone waits on cb: on it, or, for a registry's
@@ -745,9 +758,10 @@ func (c *Circuits) holdLeft(p Place) time.Duration {
 
 // startProbe sends cb's probe in the background; c.mu must be held.
 func (c *Circuits) startProbe(hc *hostCircuits, cb *circuit) {
-	cb.probing = true
-	hc.inFlight++
 	sent := c.now()
+	cb.probes++
+	cb.probeSent = sent
+	hc.inFlight++
 	timeout := c.opts.ProbeTimeout
 	if cb.check {
 		timeout = c.opts.CheckTimeout
@@ -758,7 +772,7 @@ func (c *Circuits) startProbe(hc *hostCircuits, cb *circuit) {
 		cancel()
 
 		c.mu.Lock()
-		cb.probing = false
+		cb.probes--
 		hc.inFlight--
 		c.probes[ProbeResult{Host: cb.place.Host, Answered: fail == nil}]++
 		var wake []func()

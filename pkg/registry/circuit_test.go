@@ -567,6 +567,46 @@ func TestHungProbeKeepsTheCircuitOpen(t *testing.T) {
 	}
 }
 
+// TestHangEndNoticedInASecond: while a place hangs, its probes do not wait
+// for each other: another goes about a second after the last, so the end
+// of a hang is noticed within about a second, not when the probe sent into
+// it gives up (its 5 s timeout); and they stay about one a second.
+func TestHangEndNoticedInASecond(t *testing.T) {
+	f := registrytest.New(t)
+	f.Push("team/app:1")
+	f.ForgetRequests()
+	f.Inject("", "/team/app/", -1, f.Hang)
+	// The default answer timeout (5 s), which a hung probe waits out too.
+	c := newTestClient(t, Options{})
+	if _, err := c.As(nil).Resolve(context.Background(), f.Ref("team/app:1")); Classify(err).Reason != ReasonRegistryUnavailable {
+		t.Fatalf("Resolve: %v", err)
+	}
+	woken := make(chan struct{})
+	if !c.Circuits().Wait(f.Addr, "team/app", "ns/a", func() { close(woken) }) {
+		t.Fatal("no circuit to wait on")
+	}
+	time.Sleep(2500 * time.Millisecond) // a probe hangs, with seconds of its timeout left
+	sent := 0
+	for _, r := range f.Requests() {
+		if strings.Contains(r, "/team/app/") {
+			sent++
+		}
+	}
+	f.ClearFaults()
+	ended := time.Now()
+	select {
+	case <-woken:
+		t.Logf("woken %v after the hang ended", time.Since(ended).Round(10*time.Millisecond))
+	case <-time.After(2 * time.Second):
+		t.Fatal("not woken within 2s of the hang's end: the next probe waited for the hung one")
+	}
+	// The read that opened the circuit, and probes about a second apart
+	// from 0.2 s on: 3 or 4 in 2.5 s, never a burst.
+	if sent < 3 || sent > 5 {
+		t.Errorf("%d requests to the hung repository in 2.5s, want the failed read and a probe about every second: %q", sent, f.Requests())
+	}
+}
+
 // TestRegistryCheckHoldsCallsWhileAsked: when a repository of a registry
 // times out, the registry's /v2/ is asked at once whether it answers at
 // all, and calls to its other repositories wait for that answer instead of
