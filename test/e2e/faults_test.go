@@ -92,14 +92,7 @@ type worldStatus struct {
 // UpToDate condition ("" when up to date).
 func (w *faultWorld) status(t *testing.T) (worldStatus, [3]string, [3]string) {
 	t.Helper()
-	ctx := context.Background()
-	bs := client.BuildsmithV1alpha1()
-	store, err1 := bs.ClusterStores().Get(ctx, w.name, metav1.GetOptions{})
-	stack, err2 := bs.ClusterStacks().Get(ctx, w.name, metav1.GetOptions{})
-	builder, err3 := bs.Builders(w.ns).Get(ctx, w.name, metav1.GetOptions{})
-	if err := errors.Join(err1, err2, err3); err != nil {
-		t.Fatal(err)
-	}
+	store, stack, builder := w.read(t)
 	var ready, upToDate [3]string
 	for i, s := range []*v1alpha1.ConditionedStatus{&store.Status.ConditionedStatus, &stack.Status.ConditionedStatus, &builder.Status.ConditionedStatus} {
 		if c := s.GetCondition(v1alpha1.ConditionReady); c == nil || !c.IsTrue() {
@@ -116,9 +109,8 @@ func (w *faultWorld) status(t *testing.T) (worldStatus, [3]string, [3]string) {
 	return worldStatus{store.Status, stack.Status, builder.Status}, ready, upToDate
 }
 
-// readySince returns when the store, stack and builder last turned Ready (or
-// not): a Ready that flipped and came back between two polls shows here.
-func (w *faultWorld) readySince(t *testing.T) [3]time.Time {
+// read reads the store, the stack and the builder.
+func (w *faultWorld) read(t *testing.T) (*v1alpha1.ClusterStore, *v1alpha1.ClusterStack, *v1alpha1.Builder) {
 	t.Helper()
 	ctx := context.Background()
 	bs := client.BuildsmithV1alpha1()
@@ -128,6 +120,14 @@ func (w *faultWorld) readySince(t *testing.T) [3]time.Time {
 	if err := errors.Join(err1, err2, err3); err != nil {
 		t.Fatal(err)
 	}
+	return store, stack, builder
+}
+
+// readySince returns when the store, stack and builder last turned Ready (or
+// not): a Ready that flipped and came back between two polls shows here.
+func (w *faultWorld) readySince(t *testing.T) [3]time.Time {
+	t.Helper()
+	store, stack, builder := w.read(t)
 	var since [3]time.Time
 	for i, s := range []*v1alpha1.ConditionedStatus{&store.Status.ConditionedStatus, &stack.Status.ConditionedStatus, &builder.Status.ConditionedStatus} {
 		if c := s.GetCondition(v1alpha1.ConditionReady); c != nil {

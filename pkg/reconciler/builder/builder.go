@@ -25,7 +25,6 @@ import (
 	"github.com/buildsmith/buildsmith/pkg/apis/build/v1alpha1"
 	listers "github.com/buildsmith/buildsmith/pkg/client/listers/build/v1alpha1"
 	"github.com/buildsmith/buildsmith/pkg/cnb"
-	"github.com/buildsmith/buildsmith/pkg/cosign"
 	"github.com/buildsmith/buildsmith/pkg/failure"
 	"github.com/buildsmith/buildsmith/pkg/reconciler"
 	"github.com/buildsmith/buildsmith/pkg/reconciler/clusterlifecycle"
@@ -145,40 +144,6 @@ func (r *Core) reconcile(ctx context.Context, obj object, spec *v1alpha1.Builder
 	return reconciler.Updating(r.finish(ctx, in, status, next))
 }
 
-// inputsMoved reports whether the builder's inputs changed since its status
-// was written, as far as can be told without a registry: a failure while
-// resolving them is then part of an update, not a re-check (see
-// reconciler.Updating). It compares what the status records — the stack's
-// and store's generations, the stack's run image, the lifecycle image's
-// repository (its digest, for a ClusterLifecycle) — and a push not recorded
-// yet. A stack whose build image moved under the same tag shows only in the
-// fingerprint, which needs the image read.
-func (r *Core) inputsMoved(key types.NamespacedName, spec *v1alpha1.BuilderSpec, status *v1alpha1.BuilderStatus) bool {
-	if last := r.lastPush(key, status); last.fingerprint != status.Fingerprint {
-		return true
-	}
-	if stack, err := r.Stacks.Get(spec.Stack.Name); err == nil &&
-		(stack.Generation != status.ObservedStackGeneration || stack.Status.RunImage.Image != status.Stack.RunImage) {
-		return true
-	}
-	if store, err := r.Stores.Get(spec.Store.Name); err == nil && store.Generation != status.ObservedStoreGeneration {
-		return true
-	}
-	if spec.Lifecycle != nil {
-		lc, err := r.Lifecycles.Get(spec.Lifecycle.Name)
-		return err == nil && lc.Status.Image.LatestImage != status.Lifecycle.Image
-	}
-	return !sameRepository(r.Lifecycle.Reference(), status.Lifecycle.Image)
-}
-
-// sameRepository reports whether two image references name one repository
-// (either unparsable or empty: true, nothing to tell).
-func sameRepository(a, b string) bool {
-	ra, errA := name.ParseReference(a)
-	rb, errB := name.ParseReference(b)
-	return errA != nil || errB != nil || ra.Context().String() == rb.Context().String()
-}
-
 // finish signs the builder's images when it has signing keys, and records
 // next as its status. A failed signature leaves the status as it was: the
 // next reconcile finds the pushed image (one HEAD) and signs it then.
@@ -189,110 +154,6 @@ func (r *Core) finish(ctx context.Context, in *inputs, status *v1alpha1.BuilderS
 	}
 	*status = next
 	return nil
-}
-
-// inputs are what a builder is made of, resolved.
-type inputs struct {
-	tag      name.Tag
-	stack    *v1alpha1.ClusterStack
-	store    *v1alpha1.ClusterStore
-	registry registry.Access // with the builder's credentials
-	keys     []signingKey    // of the builder's ServiceAccount
-	// lifecycle is the lifecycle image, named lifecycleName in messages.
-	lifecycle     clusterlifecycle.Image
-	lifecycleName string
-	resolved      *cnb.ResolvedOrder
-	extensions    *cnb.ResolvedOrder // nil without orderExtensions
-	builds        []platformBuild
-	skipped       []string
-	// fingerprint identifies all of the above and the spec: a builder
-	// pushed from the same fingerprint is the same builder.
-	fingerprint string
-}
-
-// resolveInputs validates the spec and resolves the stack, the store, the
-// credentials, the order and the platforms to build.
-func (r *Core) resolveInputs(ctx context.Context, obj object, spec *v1alpha1.BuilderSpec,
-	account *v1alpha1.ServiceAccountRef) (*inputs, error) {
-	if err := reconciler.Validate(ctx, obj); err != nil {
-		return nil, err
-	}
-	in := &inputs{}
-	var err error
-	if in.tag, err = name.NewTag(spec.Tag); err != nil {
-		return nil, failure.Permanentf(reconciler.ReasonInvalidSpec, "spec.tag: %v", err)
-	}
-	if in.stack, err = ready(r, obj, "ClusterStack", spec.Stack.Name, r.Stacks.Get, ReasonStackNotReady); err != nil {
-		return nil, err
-	}
-	if in.store, err = ready(r, obj, "ClusterStore", spec.Store.Name, r.Stores.Get, ReasonStoreNotReady); err != nil {
-		return nil, err
-	}
-	if err := cnb.ValidateEnv(buildEnv(spec.Env)); err != nil {
-		return nil, err
-	}
-	kc, err := r.Credentials.ForServiceAccount(ctx, obj, account)
-	if err != nil {
-		return nil, err
-	}
-	in.registry = r.Registry.As(kc)
-	// Signing keys before any push: a key that does not parse is known
-	// before a builder it could not sign is pushed.
-	secrets, err := r.Credentials.SigningSecrets(ctx, obj, account, cosign.SecretKey, cosign.SecretPassword)
-	if err != nil {
-		return nil, err
-	}
-	if in.keys, err = r.keys.of(ctx, secrets); err != nil {
-		return nil, err
-	}
-	if in.resolved, err = cnb.ResolveOrder(spec.Order, spec.System, in.store.Status.Buildpacks); err != nil {
-		return nil, err
-	}
-	if len(spec.OrderExtensions) > 0 {
-		if in.extensions, err = cnb.ResolveExtensions(spec.OrderExtensions, in.store.Status.Extensions); err != nil {
-			return nil, err
-		}
-	}
-	if in.lifecycle, in.lifecycleName, err = r.lifecycle(ctx, obj, in.registry, spec.Lifecycle); err != nil {
-		return nil, err
-	}
-	if in.builds, in.skipped, err = r.platforms(ctx, in, spec.Targets); err != nil {
-		return nil, err
-	}
-	in.fingerprint = fingerprintOf(in.stack, in.builds, in.resolved, in.extensions, spec, r.Version)
-	return in, nil
-}
-
-// status is the builder's status for these inputs, keeping the conditions
-// and the last image of status.
-func (in *inputs) status(status *v1alpha1.BuilderStatus) v1alpha1.BuilderStatus {
-	next := v1alpha1.BuilderStatus{
-		ConditionedStatus: status.ConditionedStatus,
-		LatestImage:       status.LatestImage,
-		Platforms:         status.Platforms,
-		SkippedPlatforms:  in.skipped,
-		Order:             in.resolved.Order,
-		System:            in.resolved.System,
-		OrderExtensions:   in.orderExtensions(),
-		Stack:             v1alpha1.BuiltStack{ID: in.stack.Status.ID, RunImage: in.stack.Status.RunImage.Image},
-		Lifecycle: v1alpha1.LifecycleStatus{Image: in.lifecycle.Ref.String(),
-			Version: in.builds[0].lifecycle.Version, APIs: in.builds[0].lifecycle.APIs},
-		ObservedStackGeneration: in.stack.Generation,
-		ObservedStoreGeneration: in.store.Generation,
-		Fingerprint:             in.fingerprint,
-	}
-	for _, bp := range in.resolved.Buildpacks {
-		next.BuilderMetadata = append(next.BuilderMetadata, v1alpha1.BuildpackMetadata{ID: bp.ID, Version: bp.Version, Homepage: bp.Homepage})
-	}
-	return next
-}
-
-// orderExtensions is the resolved order of extensions, or nil.
-func (in *inputs) orderExtensions() []v1alpha1.OrderEntry {
-	if in.extensions == nil {
-		return nil
-	}
-	return in.extensions.Order
 }
 
 // buildAndPush assembles the builder for each platform and pushes it (an
