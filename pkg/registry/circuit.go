@@ -766,9 +766,12 @@ func (c *Circuits) startProbe(hc *hostCircuits, cb *circuit) {
 	if cb.check {
 		timeout = c.opts.CheckTimeout
 	}
+	// Read under the lock: a probe of the same circuit still in flight
+	// may replace cb.probe when it fails (see repositoryProbe below).
+	probe := cb.probe
 	go func() {
 		ctx, cancel := context.WithTimeout(c.lifetime, timeout)
-		fail := c.sendProbe(ctx, cb.probe)
+		fail := c.sendProbe(ctx, probe)
 		cancel()
 
 		c.mu.Lock()

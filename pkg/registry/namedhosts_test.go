@@ -3,7 +3,6 @@ package registry
 import (
 	"context"
 	"fmt"
-	"net"
 	"testing"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -19,14 +18,11 @@ import (
 func TestNamedHostsBounded(t *testing.T) {
 	c := newTestClient(t, Options{NamedHosts: 2})
 	ctx := context.Background()
-	// Made-up hosts first: closed ports that refuse every connection.
-	for range 5 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		addr := l.Addr().String()
-		_ = l.Close()
+	// Made-up hosts first, refusing every connection. Not a closed port of
+	// 127.0.0.1: the registries below listen there and may be given the same
+	// port, whose circuit the refusal opened.
+	for i := range 5 {
+		addr := fmt.Sprintf("127.0.0.%d:1", i+2)
 		ref, err := name.ParseReference(addr + "/team/app:1")
 		if err != nil {
 			t.Fatal(err)
