@@ -58,8 +58,9 @@ func registerRegistryMetrics(client *registry.Client) error {
 			if c.Place.Repository == "" {
 				scope = "registry"
 			}
-			openBy[scoped{c.Place.Host, scope}]++
-			waitingBy[c.Place.Host] += int64(c.Waiters)
+			host := client.HostLabel(c.Place.Host) // tenants choose hosts: bounded series
+			openBy[scoped{host, scope}]++
+			waitingBy[host] += int64(c.Waiters)
 		}
 		for k, n := range openBy {
 			o.ObserveInt64(open, n, metric.WithAttributes(attribute.String("host", k.host), attribute.String("scope", k.scope)))

@@ -140,6 +140,7 @@ type Circuits struct {
 	// it bypasses the circuits, the ping cache and the holds.
 	send   func(*http.Request) (*http.Response, error)
 	holds  *retryAfterHolds
+	names  *hostNames // what ProbeResults counts hosts under
 	now    func() time.Time
 	jitter func() float64 // in [0, 1)
 
@@ -234,8 +235,9 @@ type ProbeResult struct {
 	Answered bool
 }
 
-func newCircuits(lifetime context.Context, opts CircuitOptions, holds *retryAfterHolds, send func(*http.Request) (*http.Response, error)) *Circuits {
-	return &Circuits{opts: opts.withDefaults(), lifetime: lifetime, send: send, holds: holds,
+func newCircuits(lifetime context.Context, opts CircuitOptions, holds *retryAfterHolds,
+	send func(*http.Request) (*http.Response, error), names *hostNames) *Circuits {
+	return &Circuits{opts: opts.withDefaults(), lifetime: lifetime, send: send, holds: holds, names: names,
 		now: time.Now, jitter: rand.Float64, hosts: map[string]*hostCircuits{}, probes: map[ProbeResult]int64{}}
 }
 
@@ -536,7 +538,8 @@ func (c *Circuits) Open() []OpenCircuit {
 	return out
 }
 
-// ProbeResults returns how many probes each registry answered and failed.
+// ProbeResults returns how many probes each registry answered and failed,
+// by the name it is counted under (see Options.NamedHosts).
 func (c *Circuits) ProbeResults() map[ProbeResult]int64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -777,7 +780,7 @@ func (c *Circuits) startProbe(hc *hostCircuits, cb *circuit) {
 		c.mu.Lock()
 		cb.probes--
 		hc.inFlight--
-		c.probes[ProbeResult{Host: cb.place.Host, Answered: fail == nil}]++
+		c.probes[ProbeResult{Host: c.names.of(cb.place.Host, fail == nil), Answered: fail == nil}]++
 		var wake []func()
 		if fail == nil {
 			if cb.place.Repository != "" {

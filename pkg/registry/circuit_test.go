@@ -777,7 +777,7 @@ func TestRegistryCheckTimeout(t *testing.T) {
 		return &http.Response{StatusCode: http.StatusOK, Body: http.NoBody, Request: req}, nil
 	}
 	opts := CircuitOptions{ProbeTimeout: time.Minute, CheckTimeout: 2 * time.Second, FirstProbe: time.Hour}
-	c := newCircuits(t.Context(), opts, newRetryAfterHolds(time.Now, 0), send)
+	c := newCircuits(t.Context(), opts, newRetryAfterHolds(time.Now, 0), send, newHostNames(0))
 	failed, err := http.NewRequest(http.MethodHead, "https://registry.example/v2/team/app/manifests/1", nil)
 	if err != nil {
 		t.Fatal(err)

@@ -72,9 +72,9 @@ type Options struct {
 	// registries whose certificates a private CA signed. Used only by the
 	// default Transport.
 	CACertificates []byte
-	// NamedHosts bounds the registries whose requests and bytes are counted
-	// under their own name (Stats, and the metrics' host label); the rest
-	// are counted as OtherHosts. Hosts are tenants' choice (a builder's
+	// NamedHosts bounds the registries whose requests, bytes and probes are
+	// counted under their own name (Stats, ProbeResults, HostLabel: the
+	// metrics' host label); the rest are counted as OtherHosts. Hosts are tenants' choice (a builder's
 	// tag): without a bound, 5,000 made-up names are 5,000 entries and
 	// metric series. Default 256.
 	NamedHosts int
@@ -191,8 +191,9 @@ func New(lifetime context.Context, opts Options) *Client {
 	waits := newRetryAfterHolds(time.Now, max(opts.MaxRetryAfterWait, 0))
 	stalls := &stallTransport{next: opts.Transport, answer: opts.AnswerTimeout,
 		writeAnswer: opts.WriteAnswerTimeout, idle: opts.StallTimeout}
-	accounting := newAccountingTransport(&limitTransport{next: stalls}, waits, opts.NamedHosts)
-	circuits := newCircuits(lifetime, opts.Circuits, waits, accounting.sendOnce)
+	names := newHostNames(opts.NamedHosts)
+	accounting := newAccountingTransport(&limitTransport{next: stalls}, waits, names)
+	circuits := newCircuits(lifetime, opts.Circuits, waits, accounting.sendOnce, names)
 	accounting.failing = circuits.isOpen
 	return &Client{
 		opts:      opts,
@@ -214,6 +215,10 @@ func (c *Client) Circuits() *Circuits { return c.circuits }
 
 // Stats returns the requests and bytes exchanged so far.
 func (c *Client) Stats() Stats { return c.transport.stats() }
+
+// HostLabel is the name host is counted under (itself, or OtherHosts), for
+// anything per host that outlives a call: metric series above all.
+func (c *Client) HostLabel(host string) string { return c.transport.names.of(host, false) }
 
 // Access is the client acting with one set of credentials: every read and
 // write through it authenticates with them (and shares sessions and cached

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
 
@@ -21,14 +22,20 @@ func TestNamedHostsBounded(t *testing.T) {
 	// Made-up hosts first, refusing every connection. Not a closed port of
 	// 127.0.0.1: the registries below listen there and may be given the same
 	// port, whose circuit the refusal opened.
+	var refusing []string
 	for i := range 5 {
 		addr := fmt.Sprintf("127.0.0.%d:1", i+2)
+		refusing = append(refusing, addr)
 		ref, err := name.ParseReference(addr + "/team/app:1")
 		if err != nil {
 			t.Fatal(err)
 		}
 		if _, err := c.As(nil).Resolve(ctx, ref); err == nil {
 			t.Fatalf("%s answered", addr)
+		}
+		// Waited on, so its circuit is probed (and its probes counted).
+		if !c.Circuits().Wait(addr, "team/app", "ns/"+addr, func() {}) {
+			t.Fatalf("no circuit for %s", addr)
 		}
 	}
 	var answering []string
@@ -47,5 +54,27 @@ func TestNamedHostsBounded(t *testing.T) {
 	want := map[string]bool{answering[0]: true, answering[1]: true, OtherHosts: true}
 	if fmt.Sprint(hosts) != fmt.Sprint(want) {
 		t.Errorf("hosts counted %v, want the first two that answered and %q", hosts, OtherHosts)
+	}
+	for _, host := range append(refusing, answering[2]) {
+		if got := c.HostLabel(host); got != OtherHosts {
+			t.Errorf("HostLabel(%s) = %q, want %q", host, got, OtherHosts)
+		}
+	}
+	if got := c.HostLabel(answering[0]); got != answering[0] {
+		t.Errorf("HostLabel(%s) = %q", answering[0], got)
+	}
+	// The refusing hosts' probes are counted under OtherHosts too.
+	deadline := time.Now().Add(5 * time.Second)
+	for len(c.Circuits().ProbeResults()) == 0 && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	results := c.Circuits().ProbeResults()
+	if len(results) == 0 {
+		t.Fatal("no probe sent to the refusing hosts")
+	}
+	for k := range results {
+		if k.Host != OtherHosts {
+			t.Errorf("probes counted under %q, want %q", k.Host, OtherHosts)
+		}
 	}
 }

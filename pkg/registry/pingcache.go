@@ -32,7 +32,8 @@ const pingTTL = 5 * time.Minute
 // Transports made before keep what they learnt, as they always did. One
 // ping per registry is in flight at a time: transports made together wait
 // for its answer. The health prober does not come here: it must see the
-// registry itself.
+// registry itself. Hosts are tenants' choice, so at most maxPingAnswers
+// answers are kept (an answer dropped costs one ping).
 type pingCache struct {
 	next http.RoundTripper
 	now  func() time.Time
@@ -40,10 +41,16 @@ type pingCache struct {
 	mu       sync.Mutex
 	answers  map[pingKey]pingAnswer
 	inFlight map[pingKey]chan struct{} // closed when the ping is answered
-	// generation counts the forgets of each host, so that a ping sent
-	// before one does not store what the registry said before it.
-	generation map[string]int
+	// forgets counts the answers dropped for a contradicting 401, so that a
+	// ping sent before one does not store what the registry said before
+	// it. One count for every host: a forget elsewhere costs a ping sent
+	// meanwhile only its keeping, and no state is kept per host.
+	forgets uint64
 }
+
+// maxPingAnswers bounds the answers kept: one per registry in use (and
+// scheme), a few hundred bytes each.
+const maxPingAnswers = 1024
 
 type pingKey struct{ scheme, host string }
 
@@ -54,8 +61,7 @@ type pingAnswer struct {
 }
 
 func newPingCache(next http.RoundTripper, now func() time.Time) *pingCache {
-	return &pingCache{next: next, now: now, answers: map[pingKey]pingAnswer{},
-		inFlight: map[pingKey]chan struct{}{}, generation: map[string]int{}}
+	return &pingCache{next: next, now: now, answers: map[pingKey]pingAnswer{}, inFlight: map[pingKey]chan struct{}{}}
 }
 
 func (p *pingCache) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -68,12 +74,12 @@ func (p *pingCache) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	key := pingKey{req.URL.Scheme, req.URL.Host}
 	for {
-		answer, ok, wait, generation := p.lookup(key)
+		answer, ok, wait, forgets := p.lookup(key)
 		if ok {
 			return answer.response(req), nil
 		}
 		if wait == nil {
-			return p.ping(req, key, generation)
+			return p.ping(req, key, forgets)
 		}
 		waited := worker.Wait(req.Context())
 		select {
@@ -89,7 +95,7 @@ func (p *pingCache) RoundTrip(req *http.Request) (*http.Response, error) {
 // lookup returns the kept answer for key; or, when there is none, the
 // ping in flight to wait for; or, when there is none either, nil after
 // marking this caller's ping in flight.
-func (p *pingCache) lookup(key pingKey) (answer pingAnswer, ok bool, wait chan struct{}, generation int) {
+func (p *pingCache) lookup(key pingKey) (answer pingAnswer, ok bool, wait chan struct{}, forgets uint64) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if answer, ok := p.answers[key]; ok {
@@ -102,18 +108,19 @@ func (p *pingCache) lookup(key pingKey) (answer pingAnswer, ok bool, wait chan s
 		return pingAnswer{}, false, wait, 0
 	}
 	p.inFlight[key] = make(chan struct{})
-	return pingAnswer{}, false, nil, p.generation[key.host]
+	return pingAnswer{}, false, nil, p.forgets
 }
 
 // ping sends req and keeps an answer that describes the registry. Callers
 // waiting on it then use that answer, or send their own when there is none
 // (a 429, a refused connection).
-func (p *pingCache) ping(req *http.Request, key pingKey, generation int) (*http.Response, error) {
+func (p *pingCache) ping(req *http.Request, key pingKey, forgets uint64) (*http.Response, error) {
 	resp, err := p.next.RoundTrip(req)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if err == nil && (resp.StatusCode == http.StatusOK || resp.StatusCode == http.StatusUnauthorized) &&
-		p.generation[key.host] == generation {
+		p.forgets == forgets {
+		p.makeRoom()
 		header := resp.Header.Clone()
 		header.Del("Content-Length") // the replayed answer has no body
 		p.answers[key] = pingAnswer{status: resp.StatusCode, header: header, at: p.now()}
@@ -136,7 +143,27 @@ func (p *pingCache) challenged(host, challenge string) {
 		}
 	}
 	if forgot {
-		p.generation[host]++
+		p.forgets++
+	}
+}
+
+// makeRoom drops expired answers, and then any, until one more fits;
+// p.mu must be held.
+func (p *pingCache) makeRoom() {
+	if len(p.answers) < maxPingAnswers {
+		return
+	}
+	now := p.now()
+	for key, answer := range p.answers {
+		if now.Sub(answer.at) >= pingTTL {
+			delete(p.answers, key)
+		}
+	}
+	for key := range p.answers { // map order: any
+		if len(p.answers) < maxPingAnswers {
+			break
+		}
+		delete(p.answers, key)
 	}
 }
 

@@ -2,6 +2,7 @@ package registry
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"sync"
 	"testing"
@@ -146,5 +147,48 @@ func TestSameChallenge(t *testing.T) {
 		if got := sameChallenge(tc.kept, tc.got); got != tc.same {
 			t.Errorf("sameChallenge(%q, %q) = %v, want %v", tc.kept, tc.got, got, tc.same)
 		}
+	}
+}
+
+// TestPingAnswersBounded: a tenant naming thousands of registries (one
+// server answering under many names) leaves at most maxPingAnswers answers
+// kept, and a kept answer is still used.
+func TestPingAnswersBounded(t *testing.T) {
+	f := registrytest.New(t)
+	sent := 0
+	answer := roundTripFunc(func(req *http.Request) (*http.Response, error) {
+		sent++
+		return http.DefaultTransport.RoundTrip(req)
+	})
+	p := newPingCache(answer, time.Now)
+	ping := func(key pingKey) {
+		t.Helper()
+		// Every name is answered by the same server.
+		req, err := http.NewRequest(http.MethodGet, "http://"+f.Addr+"/v2/", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := p.ping(req, key, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = resp.Body.Close()
+	}
+	for i := range maxPingAnswers + 100 {
+		key := pingKey{"http", fmt.Sprintf("host%d.example:5000", i)}
+		if _, ok, _, _ := p.lookup(key); ok {
+			t.Fatalf("%s answered before its ping", key.host)
+		}
+		ping(key)
+	}
+	if n := len(p.answers); n > maxPingAnswers {
+		t.Errorf("%d answers kept, want at most %d", n, maxPingAnswers)
+	}
+	last := pingKey{"http", fmt.Sprintf("host%d.example:5000", maxPingAnswers+99)}
+	if _, ok, _, _ := p.lookup(last); !ok {
+		t.Error("the last answer was not kept")
+	}
+	if sent != maxPingAnswers+100 {
+		t.Errorf("%d pings sent, want one per host", sent)
 	}
 }

@@ -81,44 +81,56 @@ type accountingTransport struct {
 	// another call has found failing meanwhile (set once, before use).
 	failing func(Place) bool
 
+	names *hostNames
+
 	mu        sync.Mutex
 	requests  map[RequestKey]int64
 	bytesUp   map[string]int64
 	bytesDown map[string]int64
-	// named are the hosts counted under their own name, at most maxNamed:
-	// a host gets a name when it first answers (a registry, not a made-up
-	// name that never resolves), while names are left.
-	named    map[string]bool
-	maxNamed int
 }
 
-// OtherHosts is the host the requests and bytes of the registries beyond
-// Options.NamedHosts (and of those that never answered) are counted under.
+// OtherHosts is the host the requests, bytes and circuits of the registries
+// beyond Options.NamedHosts (and of those that never answered) are counted
+// under.
 const OtherHosts = "other"
 
-func newAccountingTransport(inner http.RoundTripper, waits *retryAfterHolds, maxNamed int) *accountingTransport {
-	return &accountingTransport{
-		inner:     inner,
-		waits:     waits,
-		requests:  map[RequestKey]int64{},
-		bytesUp:   map[string]int64{},
-		bytesDown: map[string]int64{},
-		named:     map[string]bool{},
-		maxNamed:  maxNamed,
-	}
+// hostNames are the hosts counted under their own name, at most max: a
+// host gets a name when it first answers (a registry, not a made-up name
+// that never resolves), while names are left. Hosts are tenants' choice (a
+// builder's tag), so every per-host count (requests, bytes, probes, the
+// metrics' host label) goes through one bounded set.
+type hostNames struct {
+	mu    sync.Mutex
+	named map[string]bool
+	max   int
 }
 
-// nameOf is the host requests to host are counted under; answered says
-// that host has just answered. Called with t.mu held.
-func (t *accountingTransport) nameOf(host string, answered bool) string {
-	if t.named[host] {
+func newHostNames(max int) *hostNames { return &hostNames{named: map[string]bool{}, max: max} }
+
+// of returns the name host is counted under; answered says that host has
+// just answered.
+func (n *hostNames) of(host string, answered bool) string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.named[host] {
 		return host
 	}
-	if answered && (t.maxNamed <= 0 || len(t.named) < t.maxNamed) {
-		t.named[host] = true
+	if answered && (n.max <= 0 || len(n.named) < n.max) {
+		n.named[host] = true
 		return host
 	}
 	return OtherHosts
+}
+
+func newAccountingTransport(inner http.RoundTripper, waits *retryAfterHolds, names *hostNames) *accountingTransport {
+	return &accountingTransport{
+		inner:     inner,
+		waits:     waits,
+		names:     names,
+		requests:  map[RequestKey]int64{},
+		bytesUp:   map[string]int64{},
+		bytesDown: map[string]int64{},
+	}
 }
 
 // maxRetryAfterResends bounds how often one request is sent again after
@@ -181,8 +193,9 @@ func (t *accountingTransport) send(host string, req *http.Request) (*http.Respon
 		status = strconv.Itoa(resp.StatusCode/100) + "xx"
 		resp.Body = &countingBody{ReadCloser: resp.Body, done: func(n int64) { t.add(host, &t.bytesDown, n) }}
 	}
+	key := RequestKey{Host: t.names.of(host, err == nil), Method: req.Method, Status: status}
 	t.mu.Lock()
-	t.requests[RequestKey{Host: t.nameOf(host, err == nil), Method: req.Method, Status: status}]++
+	t.requests[key]++
 	t.mu.Unlock()
 	return resp, err
 }
@@ -210,8 +223,9 @@ func (t *accountingTransport) add(host string, m *map[string]int64, n int64) {
 	if n == 0 {
 		return
 	}
+	name := t.names.of(host, false)
 	t.mu.Lock()
-	(*m)[t.nameOf(host, false)] += n
+	(*m)[name] += n
 	t.mu.Unlock()
 }
 
