@@ -46,10 +46,12 @@ func main() {
 	flag.DurationVar(&regOpts.WriteTimeout, "registry-write-timeout", 0, "deadline of one image push (default none: a push that moves is never cut)")
 	flag.DurationVar(&regOpts.AnswerTimeout, "registry-answer-timeout", 0, "how long a registry read waits for an answer before the registry counts as hanging (default 5s; writes wait 60s after their upload)")
 	flag.DurationVar(&regOpts.StallTimeout, "registry-stall-timeout", 0, "an upload the registry takes no byte of for this long is cut (default 30s; a download is cut after the answer timeout without a byte)")
-	flag.Func("insecure-registry", "a registry (HOST[:PORT], as in image references) that may be spoken to over plain HTTP; repeatable. Loopback registries always may, no other may", func(v string) error {
+	flag.Func("insecure-registry", "a registry (HOST[:PORT], as in image references) that may be spoken to over plain HTTP; repeatable. Allowed loopback registries may too, no other may", func(v string) error {
 		regOpts.InsecureRegistries = append(regOpts.InsecureRegistries, v)
 		return nil
 	})
+	flag.BoolVar(&regOpts.LoopbackRegistries, "allow-loopback-registries", false,
+		"allow registries and token services on loopback addresses (localhost, 127.0.0.0/8, ::1: the controller's own pod), over plain HTTP too; for development and tests. Off, an object naming one is refused (RegistryNotAllowed)")
 	flag.Func("registry-ca-file", "a PEM file of CA certificates to trust beside the system's, for registries a private CA signed; repeatable", func(path string) error {
 		pem, err := os.ReadFile(path)
 		if err != nil {

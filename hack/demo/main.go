@@ -226,7 +226,8 @@ func (d *demo) startController(ctx context.Context) error {
 	}
 	d.controller = filepath.Join(d.dir, "controller.log")
 	_, err = d.start("controller", d.controller, binary, "--kubeconfig", d.env.Kubeconfig, "--disable-ha",
-		"--health-probes=false", "--profiling-port=0", fmt.Sprintf("--metrics-port=%d", metrics))
+		"--health-probes=false", "--profiling-port=0", fmt.Sprintf("--metrics-port=%d", metrics),
+		"--allow-loopback-registries") // the demo registry listens on 127.0.0.1
 	return err
 }
 

@@ -24,7 +24,7 @@ func TestCircuitWaitsOfKindsSharingAName(t *testing.T) {
 	f := registrytest.New(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	client := registry.New(ctx, registry.Options{})
+	client := registry.New(ctx, registry.Options{LoopbackRegistries: true})
 	f.Down()
 	_, err := client.As(nil).Resolve(ctx, f.Ref("team/app:1"))
 	if registry.Classify(err).Reason != registry.ReasonRegistryUnavailable {
@@ -57,7 +57,7 @@ func TestObjectThatMovesOnStopsWaiting(t *testing.T) {
 	f := registrytest.New(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	client := registry.New(ctx, registry.Options{})
+	client := registry.New(ctx, registry.Options{LoopbackRegistries: true})
 	f.Down()
 	_, err := client.As(nil).Resolve(ctx, f.Ref("team/app:1"))
 	policy := NewPolicy("ClusterStore", DefaultOptions(), client.Circuits(), func(types.NamespacedName) {}, nil)
@@ -82,7 +82,7 @@ func TestHeldBackDuringWidespreadFailure(t *testing.T) {
 	f.Inject("", "/team/bad-", -1, registrytest.Answer(503, nil, ""))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	client := registry.New(ctx, registry.Options{})
+	client := registry.New(ctx, registry.Options{LoopbackRegistries: true})
 	var err error
 	for i := 0; ; i++ {
 		if _, err = client.As(nil).Resolve(ctx, f.Ref(fmt.Sprintf("team/bad-%d:1", i))); registry.Classify(err).Untried {

@@ -65,9 +65,14 @@ type Options struct {
 	// each, but a registry decides. Default 64 MiB.
 	CachedImageBytes int64
 	// InsecureRegistries (host[:port]) may be spoken to over plain HTTP
-	// (ggcr races it with HTTPS). Loopback registries always may; no other
-	// may.
+	// (ggcr races it with HTTPS). Allowed loopback registries may too; no
+	// other may.
 	InsecureRegistries []string
+	// LoopbackRegistries allows registries (and token services) on
+	// loopback addresses, which are the controller's own pod: off, a
+	// tenant cannot have the controller send requests to its metrics or
+	// probes (see hostPolicy). For development clusters and tests.
+	LoopbackRegistries bool
 	// CACertificates are PEM certificates trusted beside the system's, for
 	// registries whose certificates a private CA signed. Used only by the
 	// default Transport.
@@ -171,7 +176,7 @@ type Client struct {
 	lifetime  context.Context
 	transport *accountingTransport
 	pings     http.RoundTripper // the ping cache in front of the circuits' gate and transport, for everything but probes
-	cleartext cleartext
+	hosts     hostPolicy
 	circuits  *Circuits
 	waits     *retryAfterHolds
 
@@ -192,6 +197,7 @@ func New(lifetime context.Context, opts Options) *Client {
 	stalls := &stallTransport{next: opts.Transport, answer: opts.AnswerTimeout,
 		writeAnswer: opts.WriteAnswerTimeout, idle: opts.StallTimeout}
 	names := newHostNames(opts.NamedHosts)
+	hosts := hostPolicy{insecure: opts.InsecureRegistries, loopback: opts.LoopbackRegistries}
 	accounting := newAccountingTransport(&limitTransport{next: stalls}, waits, names)
 	circuits := newCircuits(lifetime, opts.Circuits, waits, accounting.sendOnce, names)
 	accounting.failing = circuits.isOpen
@@ -199,13 +205,13 @@ func New(lifetime context.Context, opts Options) *Client {
 		opts:      opts,
 		lifetime:  lifetime,
 		transport: accounting,
-		pings: &cleartextTransport{policy: cleartext{allowed: opts.InsecureRegistries},
+		pings: &hostPolicyTransport{policy: hosts,
 			next: newPingCache(&gateTransport{next: accounting, circuits: circuits}, time.Now)},
-		cleartext: cleartext{allowed: opts.InsecureRegistries},
-		circuits:  circuits,
-		sessions:  lru.New(opts.Sessions),
-		images:    newBoundedCache(opts.CachedImageBytes),
-		waits:     waits,
+		hosts:    hosts,
+		circuits: circuits,
+		sessions: lru.New(opts.Sessions),
+		images:   newBoundedCache(opts.CachedImageBytes),
+		waits:    waits,
 	}
 }
 

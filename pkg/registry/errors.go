@@ -39,6 +39,9 @@ const (
 	// ReasonInsecureRegistry: the registry could be reached over plain
 	// HTTP only, and it is not one allowed that (Options.InsecureRegistries).
 	ReasonInsecureRegistry = "InsecureRegistry"
+	// ReasonRegistryNotAllowed: a host requests may not go to (a loopback
+	// address, unless Options.LoopbackRegistries).
+	ReasonRegistryNotAllowed = "RegistryNotAllowed"
 )
 
 // Classify returns err's classification, nil for nil: the one err carries,

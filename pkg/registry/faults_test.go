@@ -9,5 +9,6 @@ import (
 func newTestClient(t testing.TB, opts Options) *Client {
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
+	opts.LoopbackRegistries = true // the test registries listen on 127.0.0.1
 	return New(ctx, opts)
 }

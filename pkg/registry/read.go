@@ -40,7 +40,7 @@ func (a Access) Resolve(ctx context.Context, ref name.Reference) (Descriptor, er
 // signature, is looked up so).
 func (a Access) resolve(ctx context.Context, ref name.Reference, lookup bool) (Descriptor, error) {
 	c, kc := a.client, a.keychain
-	ref = c.cleartext.reference(ref)
+	ref = c.hosts.reference(ref)
 	var out Descriptor
 	err := c.do(ctx, ref, c.opts.Timeout, func(ctx context.Context, s *session) error {
 		desc, err := s.puller.Head(ctx, ref)
@@ -106,7 +106,7 @@ func (a Access) Lookup(ctx context.Context, ref name.Reference) (desc Descriptor
 // tag for the one request that says the tag still names it.
 func (a Access) ReadImage(ctx context.Context, ref name.Reference, platform *v1.Platform) (*Image, error) {
 	c, kc := a.client, a.keychain
-	ref = c.cleartext.reference(ref)
+	ref = c.hosts.reference(ref)
 	keyer, cacheable := orAnonymous(kc).(cacheKeyer)
 	if !cacheable {
 		return c.readImage(ctx, ref, platform, kc, nil)

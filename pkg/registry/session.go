@@ -31,6 +31,9 @@ type session struct {
 // outage.
 func (c *Client) do(ctx context.Context, ref name.Reference, timeout time.Duration, op func(context.Context, *session) error, kc authn.Keychain) error {
 	target := Place{Host: ref.Context().RegistryStr(), Repository: ref.Context().RepositoryStr()}
+	if refused := c.hosts.refuse(target.Host); refused != nil {
+		return refused // before any state is kept for the host
+	}
 	ctx, state := withCall(ctx)
 	// The circuit first: its error names the place to wait on (and carries
 	// the hold's Retry-After, before which it is not probed).

@@ -22,7 +22,7 @@ type Artifact interface {
 // collection, and accumulates the scopes of every repository it mounted from.
 func (a Access) Write(ctx context.Context, tag name.Tag, img Artifact) (name.Digest, error) {
 	c, kc := a.client, a.keychain
-	tag = c.cleartext.tag(tag)
+	tag = c.hosts.tag(tag)
 	var out name.Digest
 	err := c.do(ctx, tag, c.opts.WriteTimeout, func(ctx context.Context, s *session) error {
 		digest, err := img.Digest()

@@ -116,6 +116,7 @@ func Start(t testing.TB, binary string, o Options) *Process {
 		"--health-probes=false",
 		"--profiling-port", "0",
 		"--metrics-port", strconv.Itoa(p.MetricsPort),
+		"--allow-loopback-registries", // the test registries listen on 127.0.0.1
 	}, args...)
 	p.cmd = exec.Command(binary, args...)
 	p.cmd.Env = append(os.Environ(), "SYSTEM_NAMESPACE="+o.Namespace)

@@ -79,7 +79,7 @@ func newFixture(t *testing.T) *fixture {
 	store.Status.MarkReady()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	client := registry.New(ctx, registry.Options{Timeout: 5 * time.Second})
+	client := registry.New(ctx, registry.Options{LoopbackRegistries: true, Timeout: 5 * time.Second})
 	return &fixture{f: f, stack: stack, store: store, client: client,
 		lifecycle: NewLifecycleSource(time.Hour)}
 }
@@ -344,7 +344,7 @@ func BenchmarkAssembleBuilder(b *testing.B) {
 		BuildImage: v1alpha1.ResolvedImage{LatestImage: f.Addr + "/stack/build@" + buildDigest.String()},
 		RunImage:   v1alpha1.ResolvedRunImage{Image: f.Addr + "/stack/run:1"}}}
 	ctx := context.Background()
-	client := registry.New(ctx, registry.Options{})
+	client := registry.New(ctx, registry.Options{LoopbackRegistries: true})
 	core := &Core{Base: reconciler.Base{Registry: client}, Lifecycle: NewLifecycleSource(time.Hour), Version: "bench"}
 	core.Lifecycle.Update(lifecycleConfigMap(f.Addr + "/lifecycle:0.21.0"))
 	platform := v1.Platform{OS: "linux", Architecture: "amd64"}

@@ -46,7 +46,7 @@ func TestLifecycleImageIsOneDigest(t *testing.T) {
 	}
 	old := push("0.20.0")
 	ctx := context.Background()
-	client := registry.New(ctx, registry.Options{})
+	client := registry.New(ctx, registry.Options{LoopbackRegistries: true})
 	for _, tc := range []struct {
 		refresh     time.Duration
 		wantVersion string // of the second builder's lifecycles

@@ -159,7 +159,7 @@ func TestTable(t *testing.T) {
 		WantEvents: []string{pkgtesting.Eventf(corev1.EventTypeWarning, reconciler.ReasonInvalidSpec, "%s", invalidImage(f.Addr+"/Bad:Image:x"))},
 	}}
 	rows.Test(t, rt.TableFactory(func(ctx context.Context, cmw configmap.Watcher) *controller.Impl {
-		return NewController(registry.New(ctx, registry.Options{}), reconciler.DefaultOptions())(ctx, cmw)
+		return NewController(registry.New(ctx, registry.Options{LoopbackRegistries: true}), reconciler.DefaultOptions())(ctx, cmw)
 	}))
 }
 

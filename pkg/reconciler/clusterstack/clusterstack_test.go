@@ -261,7 +261,7 @@ func TestFailingPlaceWaitsOnItsCircuit(t *testing.T) {
 					RunImage:   v1alpha1.RunImageSource{Image: f.Addr + "/stack/run:1"}},
 			}
 			ctx, clients := reconcilertest.Setup(t, stack)
-			client := registry.New(ctx, registry.Options{})
+			client := registry.New(ctx, registry.Options{LoopbackRegistries: true})
 			opts := reconciler.DefaultOptions()
 			impl := reconcilertest.Controller(ctx, NewController(client, opts))
 
@@ -300,7 +300,7 @@ func TestFailingPlaceWaitsOnItsCircuit(t *testing.T) {
 func reconcileOnce(t *testing.T, stack *v1alpha1.ClusterStack, opts reconciler.Options, objects ...runtime.Object) (*v1alpha1.ClusterStack, []string, error) {
 	t.Helper()
 	ctx, clients := reconcilertest.Setup(t, append([]runtime.Object{stack}, objects...)...)
-	client := registry.New(ctx, registry.Options{Timeout: 5 * time.Second})
+	client := registry.New(ctx, registry.Options{LoopbackRegistries: true, Timeout: 5 * time.Second})
 	err := reconcilertest.Sync(reconcilertest.Controller(ctx, NewController(client, opts))).Reconcile(ctx, stack.Name)
 	got, getErr := clients.Buildsmith.BuildsmithV1alpha1().ClusterStacks().Get(ctx, stack.Name, metav1.GetOptions{})
 	if getErr != nil {

@@ -122,7 +122,7 @@ func TestReconcile(t *testing.T) {
 				tc.fault()
 			}
 			ctx, clients := rt.Setup(t, store)
-			client := registry.New(ctx, registry.Options{Timeout: 5 * time.Second})
+			client := registry.New(ctx, registry.Options{LoopbackRegistries: true, Timeout: 5 * time.Second})
 			impl := rt.Controller(ctx, NewController(client, reconciler.DefaultOptions()))
 			err := rt.Sync(impl).Reconcile(ctx, store.Name)
 			got, getErr := clients.Buildsmith.BuildsmithV1alpha1().ClusterStores().Get(ctx, store.Name, metav1.GetOptions{})
@@ -189,7 +189,7 @@ func TestFailureKeepsTheNewestStatus(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	impl := rt.Controller(ctx, NewController(registry.New(ctx, registry.Options{}), reconciler.DefaultOptions()))
+	impl := rt.Controller(ctx, NewController(registry.New(ctx, registry.Options{LoopbackRegistries: true}), reconciler.DefaultOptions()))
 	err := rt.Sync(impl).Reconcile(ctx, stale.Name)
 	got, getErr := stores.Get(ctx, stale.Name, metav1.GetOptions{})
 	if getErr != nil {

@@ -129,7 +129,7 @@ func TestTable(t *testing.T) {
 		WantEvents: []string{pkgtesting.Eventf(corev1.EventTypeWarning, cnb.ReasonDuplicateBuildpack, "%s", duplicateMessage(t, f))},
 	}}
 	rows.Test(t, rt.TableFactory(func(ctx context.Context, cmw configmap.Watcher) *controller.Impl {
-		return NewController(registry.New(ctx, registry.Options{}), reconciler.DefaultOptions())(ctx, cmw)
+		return NewController(registry.New(ctx, registry.Options{LoopbackRegistries: true}), reconciler.DefaultOptions())(ctx, cmw)
 	}))
 }
 

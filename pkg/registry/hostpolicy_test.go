@@ -20,12 +20,14 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
 	"github.com/buildsmith/buildsmith/pkg/failure"
+	"github.com/buildsmith/buildsmith/test/registrytest"
 )
 
-// TestCleartextPolicy: plain HTTP goes to loopback registries and to those
-// named, never to private or .local ones (which ggcr alone would allow).
+// TestCleartextPolicy: plain HTTP goes to allowed loopback registries and
+// to those named, never to private or .local ones (which ggcr alone would
+// allow), nor to loopback ones unless allowed.
 func TestCleartextPolicy(t *testing.T) {
-	policy := cleartext{allowed: []string{"registry.internal:5000", "10.0.0.9"}}
+	named := []string{"registry.internal:5000", "10.0.0.9"}
 	for host, want := range map[string]bool{
 		"127.0.0.1:5000":         true,
 		"[::1]:5000":             true,
@@ -39,10 +41,64 @@ func TestCleartextPolicy(t *testing.T) {
 		"registry.internal":      false,
 		"ghcr.io":                false,
 	} {
-		if got := policy.allows(host); got != want {
-			t.Errorf("allows(%q) = %v, want %v", host, got, want)
+		if got := (hostPolicy{insecure: named, loopback: true}).allowsCleartext(host); got != want {
+			t.Errorf("allowsCleartext(%q) = %v, want %v", host, got, want)
+		}
+		if isLoopback(host) && (hostPolicy{insecure: named}).allowsCleartext(host) {
+			t.Errorf("allowsCleartext(%q) with loopback registries not allowed", host)
 		}
 	}
+}
+
+// TestLoopbackRefused: unless the operator allows loopback registries, a
+// tag naming one fails at once as RegistryNotAllowed (Permanent: the
+// object must change) without a request and without a circuit; and no
+// request goes to a loopback host a registry names (its token service),
+// over HTTPS or HTTP.
+func TestLoopbackRefused(t *testing.T) {
+	f := registrytest.New(t)
+	f.Push("team/app:1")
+	f.ForgetRequests()
+	c := New(t.Context(), Options{})
+	for _, ref := range []string{f.Addr + "/team/app:1", "localhost:5000/team/app:1", "[::1]:5000/team/app:1"} {
+		_, err := c.As(nil).Resolve(context.Background(), mustParse(t, ref))
+		if e := Classify(err); e.Class != failure.Permanent || e.Reason != ReasonRegistryNotAllowed ||
+			!strings.Contains(err.Error(), "--allow-loopback-registries") {
+			t.Errorf("Resolve(%s): %v %s %v, want a permanent %s naming the flag", ref, e.Class, e.Reason, err, ReasonRegistryNotAllowed)
+		}
+	}
+	if got := f.Requests(); len(got) != 0 {
+		t.Errorf("requests reached the loopback registry: %v", got)
+	}
+	if open := c.Circuits().Open(); len(open) != 0 {
+		t.Errorf("circuits opened for refused hosts: %v", open)
+	}
+	sent := false
+	rt := &hostPolicyTransport{policy: hostPolicy{}, next: roundTripFunc(func(*http.Request) (*http.Response, error) {
+		sent = true
+		return nil, errors.New("sent")
+	})}
+	for _, u := range []string{"https://127.0.0.1:9090/metrics", "http://localhost:8080/token?scope=x"} {
+		req, _ := http.NewRequest(http.MethodGet, u, nil)
+		if _, err := rt.RoundTrip(req); Classify(err).Reason != ReasonRegistryNotAllowed {
+			t.Errorf("%s: %v, want %s", u, err, ReasonRegistryNotAllowed)
+		}
+	}
+	if sent {
+		t.Error("a request went to a loopback host")
+	}
+	if _, err := newTestClient(t, Options{}).As(nil).Resolve(context.Background(), f.Ref("team/app:1")); err != nil {
+		t.Errorf("with loopback registries allowed: %v", err)
+	}
+}
+
+func mustParse(t *testing.T, ref string) name.Reference {
+	t.Helper()
+	r, err := name.ParseReference(ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
 }
 
 // TestCleartextRefusedBeforeSending: a plain-HTTP request to a private
@@ -51,7 +107,7 @@ func TestCleartextPolicy(t *testing.T) {
 // pings both at once), the HTTPS side's failure decides.
 func TestCleartextRefusedBeforeSending(t *testing.T) {
 	sent := false
-	rt := &cleartextTransport{policy: cleartext{}, next: roundTripFunc(func(*http.Request) (*http.Response, error) {
+	rt := &hostPolicyTransport{policy: hostPolicy{}, next: roundTripFunc(func(*http.Request) (*http.Response, error) {
 		sent = true
 		return nil, errors.New("sent")
 	})}

@@ -1,0 +1,109 @@
+package registry
+
+import (
+	"fmt"
+	"net"
+	"net/http"
+	"slices"
+
+	"github.com/google/go-containerregistry/pkg/name"
+
+	"github.com/buildsmith/buildsmith/pkg/failure"
+)
+
+// hostPolicy decides which hosts requests may go to, and which of them over
+// plain HTTP. Hosts are tenants' choice (a builder's tag) or a registry's
+// (the token service its challenge names), so the policy is checked on
+// every request, not only on the references objects name.
+//
+// Loopback hosts (localhost, 127.0.0.0/8, ::1) are the controller's own pod:
+// its metrics and probes, and whatever a sidecar serves. A tenant naming one
+// would have the controller send requests there on its behalf, and copy the
+// start of the answer into its status. They are refused unless the operator
+// allows them (Options.LoopbackRegistries: a development cluster, the
+// tests). Plain HTTP goes to allowed loopback hosts (nothing on a network
+// path can read that traffic) and to the registries the operator named
+// (Options.InsecureRegistries). ggcr on its own also falls back to HTTP for
+// RFC 1918 addresses and *.local names, so a TLS failure of an in-cluster
+// registry would send credentials in clear text; here every other registry
+// is HTTPS with verified certificates.
+type hostPolicy struct {
+	insecure []string // host[:port], as in image references
+	loopback bool
+}
+
+// reference returns ref marked insecure when its registry is one the
+// operator named; ggcr would not try HTTP for an ordinary host name
+// otherwise. (ggcr then sends HTTPS and, 300 ms later, HTTP, and takes
+// whichever answers first.)
+func (p hostPolicy) reference(ref name.Reference) name.Reference {
+	if !slices.Contains(p.insecure, ref.Context().RegistryStr()) {
+		return ref
+	}
+	if insecure, err := name.ParseReference(ref.String(), name.Insecure); err == nil {
+		return insecure
+	}
+	return ref
+}
+
+func (p hostPolicy) tag(tag name.Tag) name.Tag {
+	if t, ok := p.reference(tag).(name.Tag); ok {
+		return t
+	}
+	return tag
+}
+
+// refuse returns why no request may go to host (host[:port]), nil when
+// requests may.
+func (p hostPolicy) refuse(host string) error {
+	if isLoopback(host) && !p.loopback {
+		return failure.Permanentf(ReasonRegistryNotAllowed,
+			"%s is a loopback address: the controller's own pod, not a registry (an operator allows loopback registries with --allow-loopback-registries)", host)
+	}
+	return nil
+}
+
+// allowsCleartext reports whether plain HTTP may go to host.
+func (p hostPolicy) allowsCleartext(host string) bool {
+	return slices.Contains(p.insecure, host) || (p.loopback && isLoopback(host))
+}
+
+func isLoopback(host string) bool {
+	hostname := host
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		hostname = h
+	}
+	if hostname == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(hostname)
+	return ip != nil && ip.IsLoopback()
+}
+
+// hostPolicyTransport refuses requests the policy does not allow, before
+// anything (credentials included) is sent.
+type hostPolicyTransport struct {
+	next   http.RoundTripper
+	policy hostPolicy
+}
+
+func (t *hostPolicyTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if err := t.policy.refuse(req.URL.Host); err != nil {
+		return nil, err
+	}
+	if req.URL.Scheme == "http" && !t.policy.allowsCleartext(req.URL.Host) {
+		return nil, &cleartextRefusedError{host: req.URL.Host}
+	}
+	return t.next.RoundTrip(req)
+}
+
+// cleartextRefusedError is a plain-HTTP request refused. It is not an
+// *failure.Error: ggcr pings HTTPS and HTTP at once and joins their errors, and
+// what the HTTPS side says (a refused connection is an outage, a bad
+// certificate is CertificateInvalid) must decide the class; only when
+// nothing else failed is the refusal the reason (see Classify).
+type cleartextRefusedError struct{ host string }
+
+func (e *cleartextRefusedError) Error() string {
+	return fmt.Sprintf("refusing plain HTTP to %s: only loopback registries an operator allowed and those named with --insecure-registry are spoken to without TLS", e.host)
+}
