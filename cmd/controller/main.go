@@ -69,6 +69,8 @@ func main() {
 	flag.IntVar(&signing.MaxKeys, "max-signing-keys", builder.DefaultMaxSigningKeys, "most decrypted signing keys kept, the least recently used dropped first")
 	flag.DurationVar(&signing.KeyIdle, "signing-key-idle", builder.DefaultSigningKeyIdle,
 		"how long a decrypted signing key nobody uses is kept; keep it above --resync-interval")
+	flag.IntVar(&regOpts.Circuits.HostsPerTenant, "max-failing-registries-per-namespace", 16,
+		"most failing registries the objects of one namespace wait on to answer again (probed about every second); beyond, its objects retry on their own backoff")
 	flag.IntVar(&regOpts.NamedHosts, "registry-metric-hosts", 256,
 		"most registries counted under their own name in the metrics (host label), given as they first answer; the others count as host=\"other\"")
 	disableHA := flag.Bool("disable-ha", false, "run without leader election (for local runs)")

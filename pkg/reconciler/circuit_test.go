@@ -113,3 +113,42 @@ func TestHeldBackDuringWidespreadFailure(t *testing.T) {
 		t.Errorf("a new store held back: Ready %+v, want False %s", r, registry.ReasonRegistryUnavailable)
 	}
 }
+
+// TestTenantOverFailingRegistriesLimit: a Builder whose namespace already
+// waits on its quota of failing registries retries on its own backoff, and
+// its Reconciling message names the flag; a Builder of another namespace
+// failing on the same registry waits on its circuit as ever.
+func TestTenantOverFailingRegistriesLimit(t *testing.T) {
+	first, second := registrytest.New(t), registrytest.New(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	client := registry.New(ctx, registry.Options{LoopbackRegistries: true, Circuits: registry.CircuitOptions{HostsPerTenant: 1}})
+	first.Down()
+	second.Down()
+	policy := NewPolicy("Builder", DefaultOptions(), client.Circuits(), func(types.NamespacedName) {}, nil)
+	finish := func(ns, name string, f *registrytest.Registry) *v1alpha1.Builder {
+		t.Helper()
+		_, err := client.As(nil).Resolve(ctx, f.Ref("team/"+name+":1"))
+		if registry.Classify(err).Reason != registry.ReasonRegistryUnavailable {
+			t.Fatalf("Resolve: %v", err)
+		}
+		b := &v1alpha1.Builder{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Generation: 1}}
+		policy.Finish(ctx, b, err)
+		return b
+	}
+	message := func(b *v1alpha1.Builder) string {
+		if c := b.Status.GetCondition(v1alpha1.ConditionReconciling); c != nil {
+			return c.Message
+		}
+		return ""
+	}
+	if b := finish("hostile", "a", first); !strings.Contains(message(b), "retrying when") {
+		t.Errorf("first registry of the namespace: %q, want a circuit wait", message(b))
+	}
+	if b := finish("hostile", "b", second); !strings.Contains(message(b), "--max-failing-registries-per-namespace") {
+		t.Errorf("second registry of the namespace: %q, want the limit named", message(b))
+	}
+	if b := finish("calm", "c", second); !strings.Contains(message(b), "retrying when") {
+		t.Errorf("another namespace on the second registry: %q, want a circuit wait", message(b))
+	}
+}

@@ -296,17 +296,21 @@ func (p *Policy) Finish(ctx context.Context, obj Object, err error) pkgreconcile
 // transient returns when to try again after a transient failure f, and
 // says so for a condition's message.
 func (p *Policy) transient(key types.NamespacedName, f *failure.Error) (time.Duration, string) {
-	if p.waitOnCircuit(key, f) {
+	outcome := p.waitOnCircuit(key, f)
+	if outcome == registry.Waiting {
 		// The place failed for everyone: its circuit's probe tries again
 		// for all its waiters, so this object's own backoff would only
 		// add requests and delay.
 		return max(p.jittered(p.opts.RetryMaxDelay), f.RetryAfter),
 			WaitingMessage(registry.Place{Host: f.Host, Repository: f.Repository}, p.opts.RetryMaxDelay)
 	}
-	p.forgetWaits(key) // it moved on from any failing place
 	// Jitter first, then the cap, then the server's wish: the cap is a
 	// promise to the user, Retry-After a promise to the server.
 	delay := max(min(p.jittered(p.backoff.When(key.String())), p.opts.RetryMaxDelay), f.RetryAfter)
+	if outcome == registry.TenantLimit {
+		return delay, fmt.Sprintf("retrying in %s: this namespace already waits on %d other failing registries "+
+			"(--max-failing-registries-per-namespace)", delay.Round(time.Second), p.circuits.HostsPerTenant())
+	}
 	return delay, fmt.Sprintf("retrying in %s", delay.Round(time.Second))
 }
 
@@ -352,12 +356,15 @@ func (p *Policy) forgetWaits(key types.NamespacedName) {
 }
 
 // waitOnCircuit registers the object as a waiter on the circuit of the
-// place f failed on, and reports whether one is open there.
-func (p *Policy) waitOnCircuit(key types.NamespacedName, f *failure.Error) bool {
+// place f failed on, its namespace being its tenant, and forgets what it
+// waited on before.
+func (p *Policy) waitOnCircuit(key types.NamespacedName, f *failure.Error) registry.WaitOutcome {
 	if f.Host == "" || p.circuits == nil || p.enqueue == nil {
-		return false
+		p.forgetWaits(key) // it moved on from any failing place
+		return registry.NotFailing
 	}
-	return p.circuits.Wait(f.Host, f.Repository, p.waitKey(key), func() { p.enqueue(key) })
+	return p.circuits.Wait(f.Host, f.Repository, registry.Waiter{Tenant: key.Namespace, Key: p.waitKey(key)},
+		func() { p.enqueue(key) })
 }
 
 func (p *Policy) waitKey(key types.NamespacedName) string { return p.kind + ":" + key.String() }

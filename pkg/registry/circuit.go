@@ -54,6 +54,13 @@ type CircuitOptions struct {
 	// hanging, and calls waiting on the check hold their workers
 	// meanwhile. Default 2s.
 	CheckTimeout time.Duration
+	// HostsPerTenant bounds the registries one tenant (a namespace) waits
+	// on at once. Each registry waited on costs a prober and its probes,
+	// and tenants choose hosts (a builder's tag): without a bound, 5,000
+	// builders naming 5,000 unreachable hosts would keep 5,000 probers
+	// sending. Beyond it, that tenant's objects retry on their own backoff
+	// (TenantLimit). Default 16.
+	HostsPerTenant int
 }
 
 func (o CircuitOptions) withDefaults() CircuitOptions {
@@ -71,6 +78,9 @@ func (o CircuitOptions) withDefaults() CircuitOptions {
 	}
 	if o.CheckTimeout <= 0 {
 		o.CheckTimeout = min(2*time.Second, o.ProbeTimeout)
+	}
+	if o.HostsPerTenant <= 0 {
+		o.HostsPerTenant = 16
 	}
 	return o
 }
@@ -147,6 +157,34 @@ type Circuits struct {
 	mu     sync.Mutex
 	hosts  map[string]*hostCircuits
 	probes map[ProbeResult]int64
+	// waits indexes the waiters by key; tenantHosts counts, per tenant
+	// and host, the tenant's waiters on the host's circuits.
+	waits       map[string]wait
+	tenantHosts map[string]map[string]int
+}
+
+// Waiter is who waits on a circuit: Key identifies it (a later wait with
+// the same key replaces the earlier one), Tenant is whose bound
+// (CircuitOptions.HostsPerTenant) it counts against.
+type Waiter struct{ Tenant, Key string }
+
+// WaitOutcome says what Wait did.
+type WaitOutcome int
+
+const (
+	// NotFailing: no circuit covers the place; the caller's own retry is
+	// the only one.
+	NotFailing WaitOutcome = iota
+	// Waiting: wake will be called once, when the circuit closes.
+	Waiting
+	// TenantLimit: the place fails, but its tenant already waits on
+	// CircuitOptions.HostsPerTenant other registries; nothing registered.
+	TenantLimit
+)
+
+type wait struct {
+	tenant, host string
+	cb           *circuit
 }
 
 // hostCircuits are the open circuits of one registry and its prober's state.
@@ -238,7 +276,8 @@ type ProbeResult struct {
 func newCircuits(lifetime context.Context, opts CircuitOptions, holds *retryAfterHolds,
 	send func(*http.Request) (*http.Response, error), names *hostNames) *Circuits {
 	return &Circuits{opts: opts.withDefaults(), lifetime: lifetime, send: send, holds: holds, names: names,
-		now: time.Now, jitter: rand.Float64, hosts: map[string]*hostCircuits{}, probes: map[ProbeResult]int64{}}
+		now: time.Now, jitter: rand.Float64, hosts: map[string]*hostCircuits{}, probes: map[ProbeResult]int64{},
+		waits: map[string]wait{}, tenantHosts: map[string]map[string]int{}}
 }
 
 // refuse returns the error of an open circuit covering place (the
@@ -459,8 +498,9 @@ func (c *Circuits) closeLocked(hc *hostCircuits, repo string, sweep bool) []func
 	}
 	cb.endCheck()
 	wake := make([]func(), 0, len(cb.waiters))
-	for _, w := range cb.waiters {
+	for key, w := range cb.waiters {
 		wake = append(wake, w)
+		c.unindex(key) // its wait is over
 	}
 	// The registry answers: its other places may well answer too.
 	if sweep && len(hc.open) > 0 {
@@ -472,27 +512,57 @@ func (c *Circuits) closeLocked(hc *hostCircuits, repo string, sweep bool) []func
 
 // Wait arranges for wake to be called once, when the circuit of the place
 // (host, repository) — or, failing that, of the registry — closes, and
-// reports whether it did: when neither is open, nothing is registered and
-// the caller's own retry is the only one. A later call with the same key
-// replaces the earlier callback.
-func (c *Circuits) Wait(host, repository, key string, wake func()) bool {
+// says whether it did (see WaitOutcome). Whatever w waited on before is
+// forgotten.
+func (c *Circuits) Wait(host, repository string, w Waiter, wake func()) WaitOutcome {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.forgetLocked(w.Key)
 	hc := c.hosts[host]
 	if hc == nil {
-		return false
+		return NotFailing
 	}
 	cb := hc.open[repository]
 	if cb == nil {
 		cb = hc.open[""]
 	}
 	if cb == nil {
-		return false
+		return NotFailing
 	}
-	c.forgetLocked(key)
-	cb.waiters[key] = wake
+	hosts := c.tenantHosts[w.Tenant]
+	if hosts[host] == 0 && len(hosts) >= c.opts.HostsPerTenant {
+		return TenantLimit
+	}
+	if hosts == nil {
+		hosts = map[string]int{}
+		c.tenantHosts[w.Tenant] = hosts
+	}
+	hosts[host]++
+	c.waits[w.Key] = wait{tenant: w.Tenant, host: host, cb: cb}
+	cb.waiters[w.Key] = wake
 	c.startProber(host, hc)
-	return true
+	return Waiting
+}
+
+// HostsPerTenant is the bound on the registries a tenant waits on.
+func (c *Circuits) HostsPerTenant() int { return c.opts.HostsPerTenant }
+
+// unindex drops key's wait from the index and its tenant's count; c.mu
+// must be held. The circuit's own waiters are the caller's to change.
+func (c *Circuits) unindex(key string) (wait, bool) {
+	w, ok := c.waits[key]
+	if !ok {
+		return wait{}, false
+	}
+	delete(c.waits, key)
+	hosts := c.tenantHosts[w.tenant]
+	if hosts[w.host]--; hosts[w.host] <= 0 {
+		delete(hosts, w.host)
+		if len(hosts) == 0 {
+			delete(c.tenantHosts, w.tenant)
+		}
+	}
+	return w, true
 }
 
 // Forget drops the callbacks registered under key (the object succeeded by
@@ -504,15 +574,14 @@ func (c *Circuits) Forget(key string) {
 }
 
 func (c *Circuits) forgetLocked(key string) {
-	now := c.now()
-	for _, hc := range c.hosts {
-		for _, cb := range hc.open {
-			if _, ok := cb.waiters[key]; ok {
-				delete(cb.waiters, key)
-				if len(cb.waiters) == 0 {
-					cb.idleSince = now
-				}
-			}
+	w, ok := c.unindex(key)
+	if !ok {
+		return
+	}
+	if _, ok := w.cb.waiters[key]; ok {
+		delete(w.cb.waiters, key)
+		if len(w.cb.waiters) == 0 {
+			w.cb.idleSince = c.now()
 		}
 	}
 }
@@ -680,6 +749,7 @@ func (c *Circuits) admitWaiter(hc *hostCircuits, now time.Time) (func(), time.Ti
 	}
 	for key, wake := range own.waiters { // any one: map order
 		delete(own.waiters, key)
+		c.unindex(key)
 		if len(own.waiters) == 0 {
 			own.idleSince = now
 		}

@@ -157,7 +157,7 @@ func TestProbeResendsTheFailingRead(t *testing.T) {
 		t.Fatalf("Resolve: %v", err)
 	}
 	woken := make(chan time.Time, 1)
-	if !c.Circuits().Wait(f.Addr, "team/app", "ns/a", func() { woken <- time.Now() }) {
+	if c.Circuits().Wait(f.Addr, "team/app", Waiter{Key: "ns/a"}, func() { woken <- time.Now() }) != Waiting {
 		t.Fatal("no open circuit to wait on")
 	}
 	time.Sleep(100 * time.Millisecond) // the check of /v2/ (it answers)
@@ -229,7 +229,7 @@ func TestProbeWaitsForRetryAfter(t *testing.T) {
 		}
 	}()
 	woken := make(chan struct{})
-	if !c.Circuits().Wait(f.Addr, "team/app", "ns/a", func() { close(woken) }) {
+	if c.Circuits().Wait(f.Addr, "team/app", Waiter{Key: "ns/a"}, func() { close(woken) }) != Waiting {
 		t.Fatal("no open circuit to wait on")
 	}
 	select {
@@ -270,7 +270,7 @@ func TestProberStopsWhenNobodyWaits(t *testing.T) {
 	if _, err := c.As(nil).Resolve(context.Background(), f.Ref("team/app:1")); err == nil {
 		t.Fatal("no error")
 	}
-	if !c.Circuits().Wait(f.Addr, "team/app", "ns/a", func() { t.Error("woken while failing") }) {
+	if c.Circuits().Wait(f.Addr, "team/app", Waiter{Key: "ns/a"}, func() { t.Error("woken while failing") }) != Waiting {
 		t.Fatal("no circuit to wait on")
 	}
 	time.Sleep(1500 * time.Millisecond)
@@ -329,7 +329,7 @@ func TestManyPlacesBoundedProbes(t *testing.T) {
 				t.Errorf("%s: %v", o.key, err)
 				continue
 			}
-			if !c.Circuits().Wait(f.Addr, o.repo, o.key, func() { queue <- o }) {
+			if c.Circuits().Wait(f.Addr, o.repo, Waiter{Key: o.key}, func() { queue <- o }) != Waiting {
 				t.Errorf("%s: failed with no circuit to wait on: %v", o.key, err)
 			}
 		}
@@ -412,7 +412,7 @@ func TestRegistryCircuitHoldsEveryRepository(t *testing.T) {
 		t.Fatal("no error")
 	}
 	woken := make(chan string, 2)
-	if !c.Circuits().Wait(f.Addr, "team/app", "app", func() { woken <- "app" }) {
+	if c.Circuits().Wait(f.Addr, "team/app", Waiter{Key: "app"}, func() { woken <- "app" }) != Waiting {
 		t.Fatal("no circuit to wait on")
 	}
 	want := []string{f.Addr, f.Addr + "/team/app"}
@@ -428,7 +428,7 @@ func TestRegistryCircuitHoldsEveryRepository(t *testing.T) {
 	if Classify(err).Reason != ReasonRegistryUnavailable || !strings.Contains(err.Error(), f.Addr+" is failing") {
 		t.Fatalf("another repository while the registry fails: %v", err)
 	}
-	if !c.Circuits().Wait(f.Addr, "team/other", "other", func() { woken <- "other" }) {
+	if c.Circuits().Wait(f.Addr, "team/other", Waiter{Key: "other"}, func() { woken <- "other" }) != Waiting {
 		t.Fatal("could not wait on the registry")
 	}
 	time.Sleep(2 * time.Second)
@@ -513,7 +513,7 @@ func TestFlappingCircuitIsDamped(t *testing.T) {
 		if _, err := c.As(nil).Write(context.Background(), tag, img); Classify(err).Reason != ReasonRegistryUnavailable {
 			t.Fatalf("push %d: %v", pushes, err)
 		}
-		if !c.Circuits().Wait(f.Addr, "team/app", "ns/a", func() { woken <- struct{}{} }) {
+		if c.Circuits().Wait(f.Addr, "team/app", Waiter{Key: "ns/a"}, func() { woken <- struct{}{} }) != Waiting {
 			t.Fatalf("push %d: no circuit to wait on", pushes)
 		}
 		select {
@@ -547,7 +547,7 @@ func TestHungProbeKeepsTheCircuitOpen(t *testing.T) {
 		t.Fatalf("Resolve: %v", err)
 	}
 	woken := make(chan struct{})
-	if !c.Circuits().Wait(f.Addr, "team/app", "ns/a", func() { close(woken) }) {
+	if c.Circuits().Wait(f.Addr, "team/app", Waiter{Key: "ns/a"}, func() { close(woken) }) != Waiting {
 		t.Fatal("no circuit to wait on")
 	}
 	select {
@@ -582,7 +582,7 @@ func TestHangEndNoticedInASecond(t *testing.T) {
 		t.Fatalf("Resolve: %v", err)
 	}
 	woken := make(chan struct{})
-	if !c.Circuits().Wait(f.Addr, "team/app", "ns/a", func() { close(woken) }) {
+	if c.Circuits().Wait(f.Addr, "team/app", Waiter{Key: "ns/a"}, func() { close(woken) }) != Waiting {
 		t.Fatal("no circuit to wait on")
 	}
 	time.Sleep(2500 * time.Millisecond) // a probe hangs, with seconds of its timeout left
@@ -641,7 +641,7 @@ func TestRegistryCheckHoldsCallsWhileAsked(t *testing.T) {
 			if _, err := c.As(nil).Resolve(ctx, f.Ref("team/app:1")); Classify(err).Reason != ReasonRegistryUnavailable {
 				t.Fatalf("Resolve team/app: %v", err)
 			}
-			c.Circuits().Wait(f.Addr, "team/app", "ns/app", func() {})
+			c.Circuits().Wait(f.Addr, "team/app", Waiter{Key: "ns/app"}, func() {})
 			f.ForgetRequests()
 			_, err := c.As(nil).Resolve(ctx, f.Ref("team/other:1"))
 			sent := f.Count("", "/team/other/")
@@ -654,7 +654,7 @@ func TestRegistryCheckHoldsCallsWhileAsked(t *testing.T) {
 			}
 			want := []string{f.Addr + "/team/app"}
 			if tc.registryHang {
-				c.Circuits().Wait(f.Addr, "team/other", "ns/other", func() {})
+				c.Circuits().Wait(f.Addr, "team/other", Waiter{Key: "ns/other"}, func() {})
 				want = []string{f.Addr, f.Addr + "/team/app"}
 			}
 			if open := eventuallyOpen(c, want, time.Second); !slices.Equal(open, want) {
@@ -686,7 +686,7 @@ func TestSweepOutlivesOneBrokenPlace(t *testing.T) {
 		if _, err := c.As(nil).Resolve(ctx, f.Ref(repo+":1")); Classify(err).Reason != ReasonRegistryUnavailable {
 			t.Fatalf("%s: %v", repo, err)
 		}
-		if !c.Circuits().Wait(f.Addr, repo, repo, func() { woken <- i }) {
+		if c.Circuits().Wait(f.Addr, repo, Waiter{Key: repo}, func() { woken <- i }) != Waiting {
 			t.Fatalf("%s: no circuit", repo)
 		}
 	}
@@ -740,7 +740,7 @@ func TestNoResendIntoAnOpenCircuit(t *testing.T) {
 	place := Place{Host: f.Addr, Repository: "team/app"}
 	c.circuits.open(place, &failure.Error{Class: failure.Transient, Reason: ReasonRegistryUnavailable, Host: f.Addr, Repository: "team/app",
 		Err: errors.New("503")}, probe)
-	if !c.Circuits().Wait(f.Addr, "team/app", "ns/other", func() {}) {
+	if c.Circuits().Wait(f.Addr, "team/app", Waiter{Key: "ns/other"}, func() {}) != Waiting {
 		t.Fatal("no circuit")
 	}
 	select {
@@ -837,7 +837,7 @@ func TestWidespreadFailureLetsCallsThroughInTurn(t *testing.T) {
 		t.Fatalf("%d requests to team/good while it was refused", n)
 	}
 	woken := make(chan struct{}, 1)
-	if !c.Circuits().Wait(f.Addr, "team/good", "good", func() { woken <- struct{}{} }) {
+	if c.Circuits().Wait(f.Addr, "team/good", Waiter{Key: "good"}, func() { woken <- struct{}{} }) != Waiting {
 		t.Fatal("nothing to wait on")
 	}
 	select {
@@ -871,7 +871,7 @@ func TestWidespreadFailureBecomesWhole(t *testing.T) {
 		if _, err := c.As(nil).Resolve(ctx, f.Ref(repo+":1")); Classify(err).Reason != ReasonRegistryUnavailable {
 			t.Fatalf("%s: %v", repo, err)
 		}
-		c.Circuits().Wait(f.Addr, repo, repo, func() {}) // its object waits, as a controller's would
+		c.Circuits().Wait(f.Addr, repo, Waiter{Key: repo}, func() {}) // its object waits, as a controller's would
 	}
 	f.Down()
 	time.Sleep(1100 * time.Millisecond) // a call's turn to be let through
@@ -884,7 +884,7 @@ func TestWidespreadFailureBecomesWhole(t *testing.T) {
 		t.Fatalf("after a call let through could not connect: %v, want a refusal by the registry's own circuit", err)
 	}
 	woken := make(chan struct{}, 1)
-	if !c.Circuits().Wait(f.Addr, "team/third", "third", func() { woken <- struct{}{} }) {
+	if c.Circuits().Wait(f.Addr, "team/third", Waiter{Key: "third"}, func() { woken <- struct{}{} }) != Waiting {
 		t.Fatal("nothing to wait on")
 	}
 	f.Up()

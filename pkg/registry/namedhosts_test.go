@@ -34,7 +34,7 @@ func TestNamedHostsBounded(t *testing.T) {
 			t.Fatalf("%s answered", addr)
 		}
 		// Waited on, so its circuit is probed (and its probes counted).
-		if !c.Circuits().Wait(addr, "team/app", "ns/"+addr, func() {}) {
+		if c.Circuits().Wait(addr, "team/app", Waiter{Key: "ns/"+addr}, func() {}) != Waiting {
 			t.Fatalf("no circuit for %s", addr)
 		}
 	}
@@ -76,5 +76,56 @@ func TestNamedHostsBounded(t *testing.T) {
 		if k.Host != OtherHosts {
 			t.Errorf("probes counted under %q, want %q", k.Host, OtherHosts)
 		}
+	}
+}
+
+// TestHostsPerTenantBounded: a tenant waits on at most HostsPerTenant
+// failing registries (each costs a prober); beyond, Wait registers nothing
+// and says TenantLimit, while other tenants, and more objects of the same
+// tenant on registries it already waits on, wait as ever. Forgetting a wait
+// frees its place.
+func TestHostsPerTenantBounded(t *testing.T) {
+	c := newTestClient(t, Options{Circuits: CircuitOptions{HostsPerTenant: 2}})
+	var hosts []string
+	for i := range 3 {
+		host := fmt.Sprintf("127.0.0.%d:1", i+2) // refuses every connection
+		hosts = append(hosts, host)
+		ref, err := name.ParseReference(host + "/team/app:1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.As(nil).Resolve(context.Background(), ref); err == nil {
+			t.Fatalf("%s answered", host)
+		}
+	}
+	wait := func(host, tenant, key string) WaitOutcome {
+		return c.Circuits().Wait(host, "team/app", Waiter{Tenant: tenant, Key: key}, func() {})
+	}
+	for _, w := range []struct {
+		host, tenant, key string
+		want              WaitOutcome
+	}{
+		{hosts[0], "a", "a/1", Waiting},
+		{hosts[1], "a", "a/2", Waiting},
+		{hosts[2], "a", "a/3", TenantLimit},
+		{hosts[0], "a", "a/4", Waiting}, // a registry a already waits on
+		{hosts[2], "b", "b/1", Waiting}, // another tenant
+	} {
+		if got := wait(w.host, w.tenant, w.key); got != w.want {
+			t.Errorf("%s waiting on %s: %v, want %v", w.key, w.host, got, w.want)
+		}
+	}
+	c.Circuits().Forget("a/2")
+	if got := wait(hosts[2], "a", "a/3"); got != Waiting {
+		t.Errorf("after a/2 forgotten, a/3 waiting on %s: %v, want %v", hosts[2], got, Waiting)
+	}
+	// a/1 moves to another failing registry: its old one no longer counts
+	// once a/4 is gone too.
+	c.Circuits().Forget("a/4")
+	if got := wait(hosts[1], "a", "a/1"); got != Waiting {
+		t.Errorf("a/1 moving to %s: %v, want %v", hosts[1], got, Waiting)
+	}
+	if got := wait(hosts[0], "a", "a/5"); got != TenantLimit {
+		t.Errorf("a/5 waiting on %s (a waits on 2 others): %v, want %v", hosts[0], got, TenantLimit)
 	}
 }
