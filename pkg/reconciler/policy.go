@@ -9,6 +9,7 @@ import (
 	"flag"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -17,6 +18,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/util/workqueue"
 	"knative.dev/pkg/apis"
 	duckv1 "knative.dev/pkg/apis/duck/v1"
@@ -72,20 +74,34 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.PollInterval, "poll-interval", o.PollInterval, "how often an object waiting for an image, credentials or a dependency looks again")
 	fs.DurationVar(&o.ResyncInterval, "resync-interval", o.ResyncInterval, "how often Ready stores and stacks are checked for moved tags (0: never)")
 	o.Secrets.AddFlags(fs)
-	fs.Func("cluster-credential-namespaces", "comma-separated namespaces whose ServiceAccounts ClusterStores, ClusterStacks and ClusterBuilders may use; repeatable (default: any)", func(v string) error {
+	fs.Func("cluster-credential-namespaces", "comma-separated namespaces whose ServiceAccounts (registry credentials and signing keys) "+
+		"ClusterStores, ClusterStacks, ClusterLifecycles and ClusterBuilders may use; repeatable (default: any)",
+		namespaceList(&o.CredentialNamespaces))
+}
+
+// namespaceList is the parser of a flag listing namespaces, comma-separated
+// and repeatable, into dst. A blank value is refused rather than meaning
+// "any namespace", and so is a name no namespace can have.
+func namespaceList(dst *[]string) func(string) error {
+	return func(v string) error {
 		added := 0
 		for _, ns := range strings.Split(v, ",") {
-			if ns = strings.TrimSpace(ns); ns != "" {
-				o.CredentialNamespaces = append(o.CredentialNamespaces, ns)
-				added++
+			if ns = strings.TrimSpace(ns); ns == "" {
+				continue
 			}
+			if errs := validation.IsDNS1123Label(ns); len(errs) > 0 {
+				return fmt.Errorf("%q is not a namespace: %s", ns, strings.Join(errs, "; "))
+			}
+			if !slices.Contains(*dst, ns) {
+				*dst = append(*dst, ns)
+			}
+			added++
 		}
 		if added == 0 {
-			// Blank must not quietly mean "any namespace".
 			return fmt.Errorf("no namespace in %q", v)
 		}
 		return nil
-	})
+	}
 }
 
 // Policy turns the outcome of a reconcile into conditions, an event on a

@@ -2,6 +2,8 @@ package reconciler
 
 import (
 	"flag"
+	"slices"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -29,6 +31,11 @@ type SecretLimits struct {
 	// registry credentials and cosign keys are a few KiB. A larger one is
 	// kept without its data and reading it fails.
 	Size int
+	// Namespaces, when set, are the only namespaces whose Secrets the
+	// controller reads (--secret-namespaces): a Secret elsewhere is refused
+	// before any request, as the RBAC the chart then grants (a Role in each
+	// of them, no cluster-wide rule) would refuse it. Empty: any namespace.
+	Namespaces []string
 }
 
 // DefaultSecretLimits: 32 Secrets a ServiceAccount, 64 watched in a
@@ -46,13 +53,44 @@ func (l *SecretLimits) AddFlags(fs *flag.FlagSet) {
 		"most Secrets of one namespace read and watched at once; objects needing more wait (SecretWatchLimit)")
 	fs.IntVar(&l.Watches, "max-secret-watches", l.Watches, "most Secrets read and watched at once in all namespaces")
 	fs.IntVar(&l.Size, "max-secret-size", l.Size, "largest Secret (bytes of data) the controller reads; a larger one is refused (SecretTooLarge)")
+	fs.Func("secret-namespaces", "comma-separated namespaces whose Secrets the controller may read (registry credentials, signing keys); repeatable (default: any). "+
+		"A Secret elsewhere is refused before any request ("+ReasonSecretNamespaceNotAllowed+"); grant get and watch on Secrets in exactly these namespaces",
+		namespaceList(&l.Namespaces))
 }
 
 // Reasons of the limits.
 const (
 	ReasonSecretWatchLimit = "SecretWatchLimit"
 	ReasonSecretTooLarge   = "SecretTooLarge"
+	// ReasonSecretNamespaceNotAllowed: a Secret outside --secret-namespaces.
+	ReasonSecretNamespaceNotAllowed = "SecretNamespaceNotAllowed"
+	// ReasonSecretForbidden: the API server refused to let the controller
+	// read a Secret (its RBAC is narrower than the namespaces it was told).
+	ReasonSecretForbidden = "SecretForbidden"
 )
+
+// checkNamespace refuses key's Secret when it is outside Namespaces: a
+// permanent error naming the flag and the namespaces. Only the operator
+// can change it, and changing the flag restarts the controller, which
+// reconciles everything anew.
+func (l SecretLimits) checkNamespace(key types.NamespacedName) error {
+	if len(l.Namespaces) == 0 || slices.Contains(l.Namespaces, key.Namespace) {
+		return nil
+	}
+	return failure.Permanentf(ReasonSecretNamespaceNotAllowed,
+		"secret %s not read: the controller reads Secrets of the namespaces %s only (--secret-namespaces)",
+		key, strings.Join(l.Namespaces, ", "))
+}
+
+// forbiddenError says that the API server refused the read of key's
+// Secret: waiting, as an operator fixes RBAC without touching the object
+// (it is read again at the next poll).
+func forbiddenError(key types.NamespacedName, err error) error {
+	return failure.Waitingf(ReasonSecretForbidden,
+		"secret %s: the API server refused the controller's read; it needs get and watch on Secrets in namespace %s "+
+			"(the chart grants them in every namespace, or with secretNamespaces set in those listed only): %w",
+		key, key.Namespace, err)
+}
 
 // watchLimitError says that key's Secret is not watched: its namespace, or
 // the controller, has as many Secrets watched as it may.

@@ -25,8 +25,10 @@ import (
 // Secrets its pods mount. The controller's memory and its view of Secrets
 // then follow the credentials its objects use, not every Secret of the
 // cluster (Helm keeps each release in one), and it needs only get and watch
-// on Secrets, never list. A Secret nobody asked for in idle is forgotten and
-// its watch closed.
+// on Secrets, never list — though RBAC cannot grant those verbs for named
+// watches only: a grant of them allows a watch of every Secret, hence
+// SecretLimits.Namespaces, which the chart's Roles match. A Secret nobody
+// asked for in idle is forgotten and its watch closed.
 //
 // Changes are handed to the subscribers (trackers), so that fixing a
 // Secret reconciles the objects that use it at once.
@@ -79,11 +81,20 @@ func (s *SecretWatches) Subscribe(f func(obj any)) {
 // does not exist. The first read of a Secret waits for its watch to start
 // (one GET), at most until ctx ends or syncTimeout passes: a wait on the
 // API server, during which the reconcile lends its worker (worker.Wait).
-// A Secret beyond the limits is not read: a new watch when its namespace
-// (or the controller) has as many as it may is a SecretWatchLimit error, a
-// Secret larger than the limit a SecretTooLarge one.
+// A Secret beyond the limits is not read: one outside the namespaces
+// allowed is a SecretNamespaceNotAllowed error before any request, a new
+// watch when its namespace (or the controller) has as many as it may is a
+// SecretWatchLimit error, a Secret larger than the limit a SecretTooLarge
+// one. A read the API server forbids is a SecretForbidden error.
+//
+// Every read of a Secret — registry credentials (registry.Keychains) and
+// signing keys (Credentials.SigningSecrets) — comes through here: this is
+// the one place the namespaces are checked.
 func (s *SecretWatches) Get(ctx context.Context, namespace, name string) (*corev1.Secret, error) {
 	key := types.NamespacedName{Namespace: namespace, Name: name}
+	if err := s.limits.checkNamespace(key); err != nil {
+		return nil, err
+	}
 	w, err := s.watch(key)
 	if err != nil {
 		return nil, err
@@ -98,12 +109,12 @@ func (s *SecretWatches) Get(ctx context.Context, namespace, name string) (*corev
 			select {
 			case <-ctx.Done():
 				if err := w.err(); err != nil {
-					return nil, err
+					return nil, s.failed(key, w, err)
 				}
 				return nil, apierrors.NewTimeoutError(fmt.Sprintf("secret %s: the API server has not answered its read", key), 1)
 			case <-tick.C:
 				if err := w.err(); err != nil {
-					return nil, err
+					return nil, s.failed(key, w, err)
 				}
 			}
 		}
@@ -120,6 +131,26 @@ func (s *SecretWatches) Get(ctx context.Context, namespace, name string) (*corev
 		return nil, s.limits.tooLargeError(secret)
 	}
 	return secret, nil
+}
+
+// failed is the error of a first read that failed with err. A read the
+// API server forbade closes the watch: its reflector would otherwise ask
+// again and again (up to every 30 s, for the tracker lease) with nobody
+// reading, while the objects that need the Secret wait for their next
+// poll, which starts a new watch and asks once.
+func (s *SecretWatches) failed(key types.NamespacedName, w *secretWatch, err error) error {
+	if !apierrors.IsForbidden(err) && !apierrors.IsUnauthorized(err) {
+		return err
+	}
+	s.mu.Lock()
+	if s.watches[key] == w {
+		s.remove(key, w)
+	}
+	s.mu.Unlock()
+	if apierrors.IsForbidden(err) {
+		return forbiddenError(key, err)
+	}
+	return err
 }
 
 // Watched is how many Secrets are watched.
@@ -250,11 +281,7 @@ func (s *SecretWatches) forgetIdle() bool {
 		idle := now.Sub(w.lastRead) >= s.idle
 		w.mu.Unlock()
 		if idle {
-			w.stop()
-			delete(s.watches, key)
-			if s.inNamespace[key.Namespace]--; s.inNamespace[key.Namespace] == 0 {
-				delete(s.inNamespace, key.Namespace)
-			}
+			s.remove(key, w)
 		}
 	}
 	if len(s.watches) == 0 {
@@ -262,6 +289,15 @@ func (s *SecretWatches) forgetIdle() bool {
 		return false
 	}
 	return true
+}
+
+// remove stops key's watch w and forgets it; s.mu must be held.
+func (s *SecretWatches) remove(key types.NamespacedName, w *secretWatch) {
+	w.stop()
+	delete(s.watches, key)
+	if s.inNamespace[key.Namespace]--; s.inNamespace[key.Namespace] == 0 {
+		delete(s.inNamespace, key.Namespace)
+	}
 }
 
 // listWatch lists key's Secret with a GET of it and watches it with a field

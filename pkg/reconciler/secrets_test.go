@@ -142,12 +142,27 @@ func TestSecretWatchesForgetIdle(t *testing.T) {
 }
 
 // TestSecretWatchesReportRefusal: when the API server refuses the read
-// (RBAC), Get says so at once rather than waiting out its timeout.
+// (RBAC narrower than the controller was told), Get says so at once rather
+// than waiting out its timeout: SecretForbidden, waiting (RBAC is fixed
+// without touching the object, so it polls), naming the Secret and what
+// the controller needs. The watch is closed, so that its reflector does
+// not ask again in the background: each later read asks once.
 func TestSecretWatchesReportRefusal(t *testing.T) {
 	client := fake.NewClientset()
+	var mu sync.Mutex
+	gets := 0
 	client.PrependReactor("get", "secrets", func(k8stesting.Action) (bool, runtime.Object, error) {
-		return true, nil, apierrors.NewForbidden(corev1.Resource("secrets"), "registry", nil)
+		mu.Lock()
+		gets++
+		mu.Unlock()
+		return true, nil, apierrors.NewForbidden(corev1.Resource("secrets"), "registry",
+			fmt.Errorf(`User "system:serviceaccount:buildsmith:buildsmith-controller" cannot get resource "secrets" in the namespace "team"`))
 	})
+	asked := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return gets
+	}
 	s := NewSecretWatches(t.Context(), client, time.Hour, DefaultSecretLimits())
 	s.syncTimeout = time.Minute
 	start := time.Now()
@@ -157,6 +172,46 @@ func TestSecretWatchesReportRefusal(t *testing.T) {
 	}
 	if took := time.Since(start); took >= s.syncTimeout {
 		t.Errorf("took %v: waited out the timeout", took)
+	}
+	if f, ok := failure.As(err); !ok || f.Class != failure.Waiting || f.Reason != ReasonSecretForbidden ||
+		!strings.Contains(err.Error(), "team/registry") || !strings.Contains(err.Error(), "get and watch on Secrets in namespace team") {
+		t.Errorf("Get: %v, want a waiting %s naming the Secret and the verbs needed", err, ReasonSecretForbidden)
+	}
+	if s.Watched() != 0 {
+		t.Errorf("%d Secrets still watched after a forbidden read", s.Watched())
+	}
+	// The reflector would have asked again within 1.6 s.
+	before := asked()
+	time.Sleep(2 * time.Second)
+	if after := asked(); after != before {
+		t.Errorf("%d GETs in the background after the refusal, want none", after-before)
+	}
+	if _, err := s.Get(t.Context(), "team", "registry"); !apierrors.IsForbidden(err) {
+		t.Fatalf("Get again: %v, want Forbidden", err)
+	}
+	if n := asked() - before; n != 1 {
+		t.Errorf("the next read asked %d times, want once", n)
+	}
+}
+
+// TestSecretWatchesNamespaces: with Namespaces set, a Secret elsewhere is
+// refused before any request and nothing is watched for it, while those
+// of the namespaces listed are read as ever.
+func TestSecretWatchesNamespaces(t *testing.T) {
+	client := fake.NewClientset(secret("builds", "registry", "v1"), secret("team", "registry", "v1"))
+	limits := DefaultSecretLimits()
+	limits.Namespaces = []string{"builds"}
+	s := NewSecretWatches(t.Context(), client, time.Hour, limits)
+	_, err := s.Get(t.Context(), "team", "registry")
+	if f, ok := failure.As(err); !ok || f.Class != failure.Permanent || f.Reason != ReasonSecretNamespaceNotAllowed ||
+		!strings.Contains(err.Error(), "team/registry") || !strings.Contains(err.Error(), "--secret-namespaces") {
+		t.Errorf("a Secret of an unlisted namespace: %v, want a permanent %s naming it and the flag", err, ReasonSecretNamespaceNotAllowed)
+	}
+	if len(client.Actions()) != 0 || s.Watched() != 0 {
+		t.Errorf("requests %v, %d watched: want none for a refused Secret", client.Actions(), s.Watched())
+	}
+	if read, err := s.Get(t.Context(), "builds", "registry"); err != nil || read.Namespace != "builds" {
+		t.Errorf("a Secret of a listed namespace: %v, %v", read, err)
 	}
 }
 

@@ -34,7 +34,7 @@ func TestNamedHostsBounded(t *testing.T) {
 			t.Fatalf("%s answered", addr)
 		}
 		// Waited on, so its circuit is probed (and its probes counted).
-		if c.Circuits().Wait(addr, "team/app", Waiter{Key: "ns/"+addr}, func() {}) != Waiting {
+		if c.Circuits().Wait(addr, "team/app", Waiter{Key: "ns/" + addr}, func() {}) != Waiting {
 			t.Fatalf("no circuit for %s", addr)
 		}
 	}
