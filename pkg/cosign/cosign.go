@@ -13,7 +13,6 @@ import (
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/sha256"
-	"crypto/sha512"
 	"crypto/x509"
 	"encoding/base64"
 	"encoding/hex"
@@ -21,7 +20,6 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
-	"hash"
 	"math"
 	"strings"
 	"sync/atomic"
@@ -182,7 +180,6 @@ func decryptInTurn(ctx context.Context, sealed, password []byte) ([]byte, error)
 // Key is a private key to sign with, and the ID of its public key.
 type Key struct {
 	private *ecdsa.PrivateKey
-	hash    func() hash.Hash
 	// ID is the SHA-256 of the public key's PKIX encoding: it tells
 	// whether a recorded signature was made with this key.
 	ID string
@@ -226,24 +223,20 @@ func ParseKey(ctx context.Context, source string, key, password []byte, limits L
 	if !ok {
 		return nil, invalid("%s is a %T key; buildsmith signs with ECDSA keys (what cosign generate-key-pair makes)", SecretKey, parsed)
 	}
-	// The hash cosign pairs with each curve.
-	var h func() hash.Hash
+	// Every curve is signed with SHA-256 (see digest), which is what
+	// `cosign verify --key` checks ECDSA signatures with whatever the
+	// curve; a curve cosign has no key type for is refused.
 	switch private.Curve {
-	case elliptic.P256():
-		h = sha256.New
-	case elliptic.P384():
-		h = sha512.New384
-	case elliptic.P521():
-		h = sha512.New
+	case elliptic.P256(), elliptic.P384(), elliptic.P521():
 	default:
-		return nil, invalid("%s is an ECDSA key on curve %s, which cosign does not use", SecretKey, private.Curve.Params().Name)
+		return nil, invalid("%s is an ECDSA key on curve %s; cosign keys are on P-256, P-384 or P-521", SecretKey, private.Curve.Params().Name)
 	}
 	pub, err := x509.MarshalPKIXPublicKey(&private.PublicKey)
 	if err != nil {
 		return nil, invalid("%s: %v", SecretKey, err)
 	}
 	id := sha256.Sum256(pub)
-	return &Key{private: private, hash: h, ID: "sha256:" + hex.EncodeToString(id[:])}, nil
+	return &Key{private: private, ID: "sha256:" + hex.EncodeToString(id[:])}, nil
 }
 
 // Public returns the public key.
@@ -275,11 +268,22 @@ type simpleSigning struct {
 	Optional map[string]any `json:"optional"`
 }
 
+// digest is what a payload's signature signs: its SHA-256, on every
+// curve. `cosign verify --key cosign.pub` (v3.1.1) loads the public key
+// with SHA-256 as the hash unless its deprecated
+// --signature-digest-algorithm flag says otherwise, and for the .sig
+// tag's signatures it hashes the payload with that, P-384 and P-521 keys
+// included. (cosign's own sign pairs P-384 with SHA-384 and P-521 with
+// SHA-512, and a plain verify --key then refuses those signatures, in the
+// .sig format and in a bundle alike: checked with the v3.1.1 binary.)
+func digest(payload []byte) []byte {
+	sum := sha256.Sum256(payload)
+	return sum[:]
+}
+
 // Sign returns the base64 signature of payload.
 func (k *Key) Sign(payload []byte) (string, error) {
-	h := k.hash()
-	h.Write(payload)
-	sig, err := ecdsa.SignASN1(rand.Reader, k.private, h.Sum(nil))
+	sig, err := ecdsa.SignASN1(rand.Reader, k.private, digest(payload))
 	if err != nil {
 		return "", err
 	}
@@ -293,9 +297,7 @@ func (k *Key) Verifies(payload []byte, signature string) bool {
 	if err != nil {
 		return false
 	}
-	h := k.hash()
-	h.Write(payload)
-	return ecdsa.VerifyASN1(&k.private.PublicKey, h.Sum(nil), sig)
+	return ecdsa.VerifyASN1(&k.private.PublicKey, digest(payload), sig)
 }
 
 // SignatureTag is where cosign looks for the signatures of image: the tag

@@ -2,11 +2,13 @@ package cosign
 
 import (
 	"context"
+	"crypto"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/rsa"
 	"crypto/x509"
+	"encoding/base64"
 	"encoding/json"
 	"encoding/pem"
 	"errors"
@@ -82,6 +84,86 @@ func TestParseKey(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestKeyCurves: a key on each curve cosign makes keys on signs the
+// payload's SHA-256, which is what `cosign verify --key` (v3.1.1) checks an
+// ECDSA signature of the .sig tag against whatever the curve: it loads the
+// public key with SHA-256 unless told otherwise by a deprecated flag. The
+// hash cosign's sign pairs with P-384 and P-521 (SHA-384, SHA-512) would
+// fail that verify, so such a signature (made before) does not count as
+// the key's. A curve cosign has no key type for is refused, naming it.
+func TestKeyCurves(t *testing.T) {
+	image, err := name.NewDigest("registry.example.com/b@sha256:" + strings.Repeat("ef", 32))
+	if err != nil {
+		t.Fatal(err)
+	}
+	payload := Payload(image)
+	for _, tc := range []struct {
+		curve   elliptic.Curve
+		refused string // "": a key
+		other   crypto.Hash
+	}{
+		{curve: elliptic.P256(), other: crypto.SHA384},
+		{curve: elliptic.P384(), other: crypto.SHA384},
+		{curve: elliptic.P521(), other: crypto.SHA512},
+		{curve: elliptic.P224(),
+			refused: "secret apps/signing: cosign.key is an ECDSA key on curve P-224; cosign keys are on P-256, P-384 or P-521"},
+	} {
+		t.Run(tc.curve.Params().Name, func(t *testing.T) {
+			private, err := ecdsa.GenerateKey(tc.curve, rand.Reader)
+			if err != nil {
+				t.Fatal(err)
+			}
+			key, err := ParseKey(context.Background(), "secret apps/signing", newKey(t, "pw", private), []byte("pw"), Limits{})
+			if tc.refused != "" {
+				f, ok := failure.As(err)
+				if !ok || f.Class != failure.Permanent || f.Reason != ReasonInvalidSigningKey || err.Error() != tc.refused {
+					t.Fatalf("ParseKey: %v (%+v), want Permanent %s %q", err, f, ReasonInvalidSigningKey, tc.refused)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			sig, err := key.Sign(payload)
+			if err != nil {
+				t.Fatal(err)
+			}
+			raw, err := base64.StdEncoding.DecodeString(sig)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// What cosign verify does: hash the payload with SHA-256 and
+			// check the ASN.1 signature against the public key.
+			if !ecdsa.VerifyASN1(&private.PublicKey, hashOf(crypto.SHA256, payload), raw) {
+				t.Errorf("the signature does not verify over the payload's SHA-256")
+			}
+			if ecdsa.VerifyASN1(&private.PublicKey, hashOf(tc.other, payload), raw) {
+				t.Errorf("the signature verifies over the payload's %v", tc.other)
+			}
+			if !key.Verifies(payload, sig) {
+				t.Errorf("Verifies refuses the key's own signature")
+			}
+			// A signature over another hash (what cosign's sign makes for
+			// P-384 and P-521, and buildsmith made before) fails cosign's
+			// verify, so it is not taken for the key's: a new one is added.
+			old, err := ecdsa.SignASN1(rand.Reader, private, hashOf(tc.other, payload))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if key.Verifies(payload, base64.StdEncoding.EncodeToString(old)) {
+				t.Errorf("Verifies takes a signature over the payload's %v", tc.other)
+			}
+		})
+	}
+}
+
+// hashOf is payload's digest with h.
+func hashOf(h crypto.Hash, payload []byte) []byte {
+	w := h.New()
+	w.Write(payload)
+	return w.Sum(nil)
 }
 
 // sealed returns a new P-256 key sealed with password at go-securesystemslib's

@@ -2,6 +2,11 @@ package e2e
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"encoding/pem"
 	"fmt"
 	"os"
 	"os/exec"
@@ -14,13 +19,16 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/buildsmith/buildsmith/pkg/apis/build/v1alpha1"
+	"github.com/buildsmith/buildsmith/test/cosigntest"
 	"github.com/buildsmith/buildsmith/test/registrytest"
 )
 
 // TestSignedBuilder: a key pair made by the real cosign (generate-key-pair),
-// in a Secret of the builder's ServiceAccount as kpack documents it, signs a
-// two-platform builder: the real `cosign verify --key` accepts the index
-// and each platform's image, and refuses them with another key.
+// in a Secret of the builder's ServiceAccount as kpack documents it, and a
+// P-384 key pair in cosign's format (generate-key-pair makes P-256 keys
+// only) sign a two-platform builder: the real `cosign verify --key`, as
+// plainly run, accepts the index and each platform's image with either
+// public key, and refuses them with another key.
 func TestSignedBuilder(t *testing.T) {
 	ctx := context.Background()
 	cosignBin := filepath.Join(env.Root, "bin", "cosign")
@@ -42,17 +50,35 @@ func TestSignedBuilder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	p384, err := ecdsa.GenerateKey(elliptic.P384(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p384Public, err := x509.MarshalPKIXPublicKey(&p384.PublicKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(keys, "p384"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(keys, "p384", "cosign.pub"),
+		pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: p384Public}), 0o644); err != nil {
+		t.Fatal(err)
+	}
 
 	f := registrytest.New(t)
 	pushMultiPlatformSamples(t, f, "io.buildpacks.stacks.signed")
 
 	const ns = "signed"
-	// The Secret as kpack's docs and `cosign generate-key-pair k8s://…`
-	// make it: no type, the two keys; listed in the account's secrets.
-	tenantNamespace(t, ns, "cosign")
-	if _, err := kube.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "cosign"},
-		Data: map[string][]byte{"cosign.key": private, "cosign.password": []byte("s3cret")}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
+	// The Secrets as kpack's docs and `cosign generate-key-pair k8s://…`
+	// make them: no type, the two keys; listed in the account's secrets.
+	tenantNamespace(t, ns, "cosign", "cosign-p384")
+	for _, s := range []*corev1.Secret{cosigntest.Secret("", "cosign", private, "s3cret"),
+		cosigntest.Secret("", "cosign-p384", cosigntest.Encrypt(t, p384, "p384"), "p384")} {
+		s.ResourceVersion = ""
+		if _, err := kube.CoreV1().Secrets(ns).Create(ctx, s, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	useLifecycleImage(t, f.Addr+"/buildsmith/lifecycle:0.21.0")
 	startController(t)
@@ -66,7 +92,7 @@ func TestSignedBuilder(t *testing.T) {
 		if err != nil {
 			return false, err.Error()
 		}
-		return b.Status.IsReady() && len(b.Status.Signatures) == 3, fmt.Sprintf("%+v %+v", b.Status.Conditions, b.Status.Signatures)
+		return b.Status.IsReady() && len(b.Status.Signatures) == 6, fmt.Sprintf("%+v %+v", b.Status.Conditions, b.Status.Signatures)
 	})
 	out, _ := env.Kubectl("get", "-n", ns, "builder/signed", "-o", "jsonpath={.status.signatures}").CombinedOutput()
 	t.Logf("status.signatures: %s", out)
@@ -84,10 +110,12 @@ func TestSignedBuilder(t *testing.T) {
 		return string(out), err
 	}
 	for _, image := range images {
-		if out, err := verify(filepath.Join(keys, "signer", "cosign.pub"), image); err != nil {
-			t.Errorf("cosign verify --key cosign.pub %s: %v\n%s", image, err, out)
-		} else {
-			t.Logf("cosign verify %s:\n%s", image, out)
+		for _, signer := range []string{"signer", "p384"} {
+			if out, err := verify(filepath.Join(keys, signer, "cosign.pub"), image); err != nil {
+				t.Errorf("cosign verify --key %s/cosign.pub %s: %v\n%s", signer, image, err, out)
+			} else {
+				t.Logf("cosign verify --key %s/cosign.pub %s:\n%s", signer, image, out)
+			}
 		}
 		if out, err := verify(filepath.Join(keys, "other", "cosign.pub"), image); err == nil {
 			t.Errorf("cosign verify with another key accepted %s:\n%s", image, out)

@@ -2,6 +2,7 @@ package builder
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
@@ -75,12 +76,21 @@ func sign(ctx context.Context, reg registry.Access, keys []signingKey, status *v
 			images = append(images, p.Image)
 		}
 	}
-	var out []v1alpha1.ImageSignature
-	for _, image := range images {
-		digest, err := name.NewDigest(image)
-		if err != nil {
+	digests := make([]name.Digest, len(images))
+	for i, image := range images {
+		var err error
+		if digests[i], err = name.NewDigest(image); err != nil {
 			return nil, fmt.Errorf("signing %q: %w", image, err)
 		}
+	}
+	// Before any signature is pushed: a list status cannot hold is
+	// refused whole, not written in part.
+	if err := checkSignatures(digests, keys); err != nil {
+		return nil, err
+	}
+	var out []v1alpha1.ImageSignature
+	for n, digest := range digests {
+		image := images[n]
 		signatures := make([]v1alpha1.ImageSignature, len(keys))
 		missing := map[signatureTag][]int{} // by where they go: the keys' indexes
 		var tags []signatureTag
@@ -111,6 +121,57 @@ func sign(ctx context.Context, reg registry.Access, keys []signingKey, status *v
 		out = append(out, signatures...)
 	}
 	return out, nil
+}
+
+// status.signatures holds one entry per image and key: with a tenant
+// choosing both the platforms (an index and each of its images) and the
+// keys (up to --max-service-account-secrets), it is bounded, as a store's
+// buildpacks are, so that the builder never becomes an object the API
+// server refuses (about 1.5 MiB) forever.
+const (
+	// MaxSignatures is the most entries status.signatures holds: 16
+	// platforms and 15 keys, or one image and 256 keys.
+	MaxSignatures = 256
+	// MaxSignaturesBytes bounds their encoded size, whatever their
+	// number (an entry is about 400 bytes, up to about 1.2 KiB with the
+	// longest names).
+	MaxSignaturesBytes = 256 << 10
+)
+
+// maxSignatures is MaxSignatures; a variable so that a test reaches it
+// with a few keys (each costs a decryption).
+var maxSignatures = MaxSignatures
+
+// ReasonTooManySignatures: the builder's images and signing keys would make
+// more signatures than its status holds.
+const ReasonTooManySignatures = "TooManySignatures"
+
+// checkSignatures refuses, before any signature is read or pushed, keys
+// that would give the images more status.signatures entries than
+// MaxSignatures, or more bytes than MaxSignaturesBytes (each entry measured
+// as it would be written: the digest pushed is as long as any other).
+func checkSignatures(images []name.Digest, keys []signingKey) error {
+	n := len(images) * len(keys)
+	if n > maxSignatures {
+		return failure.Permanentf(ReasonTooManySignatures,
+			"the builder's images × signing keys make %d × %d = %d signatures, more than the %d status.signatures holds: sign with fewer keys (the ServiceAccount's secrets holding cosign.key) or build fewer platforms",
+			len(images), len(keys), n, maxSignatures)
+	}
+	size := 2 // the list's brackets
+	for _, image := range images {
+		for _, k := range keys {
+			where := k.tagFor(image)
+			entry, _ := json.Marshal(v1alpha1.ImageSignature{Image: image.String(), SigningSecret: k.secret, KeyID: k.key.ID,
+				Signature: where.tag.String() + "@" + image.DigestStr()}) // plain strings: cannot fail
+			size += len(entry) + 1 // and a comma
+		}
+	}
+	if size > MaxSignaturesBytes {
+		return failure.Permanentf(ReasonTooManySignatures,
+			"the builder's images × signing keys make %d × %d = %d signatures taking %d KiB, more than the %d KiB status.signatures holds: sign with fewer keys (the ServiceAccount's secrets holding cosign.key) or build fewer platforms",
+			len(images), len(keys), n, size>>10, MaxSignaturesBytes>>10)
+	}
+	return nil
 }
 
 // signatureTag is where a key's signatures of an image go, and in what
