@@ -83,6 +83,11 @@ func (r *Core) resolveInputs(ctx context.Context, obj object, spec *v1alpha1.Bui
 	if in.builds, in.skipped, err = r.platforms(ctx, in, spec.Targets); err != nil {
 		return nil, err
 	}
+	// Before any push: a builder whose signatures its status could not
+	// hold is refused whole, not pushed unsigned.
+	if err := checkSignatures(plannedImages(in.tag, len(in.builds)), in.keys); err != nil {
+		return nil, err
+	}
 	in.fingerprint = fingerprintOf(in.stack, in.builds, in.resolved, in.extensions, spec, r.Version)
 	return in, nil
 }

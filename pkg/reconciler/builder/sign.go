@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -83,11 +84,6 @@ func sign(ctx context.Context, reg registry.Access, keys []signingKey, status *v
 			return nil, fmt.Errorf("signing %q: %w", image, err)
 		}
 	}
-	// Before any signature is pushed: a list status cannot hold is
-	// refused whole, not written in part.
-	if err := checkSignatures(digests, keys); err != nil {
-		return nil, err
-	}
 	var out []v1alpha1.ImageSignature
 	for n, digest := range digests {
 		image := images[n]
@@ -146,7 +142,19 @@ var maxSignatures = MaxSignatures
 // more signatures than its status holds.
 const ReasonTooManySignatures = "TooManySignatures"
 
-// checkSignatures refuses, before any signature is read or pushed, keys
+// plannedImages are the images a builder of builds platforms pushed to tag
+// is signed as (see sign): the tag's, and each platform's of an index. Their
+// digests are not known before the push, but their length is.
+func plannedImages(tag name.Tag, builds int) []name.Digest {
+	n := 1
+	if builds > 1 {
+		n += builds
+	}
+	image := tag.Context().Digest("sha256:" + strings.Repeat("0", 64))
+	return slices.Repeat([]name.Digest{image}, n)
+}
+
+// checkSignatures refuses, before the builder is pushed, keys
 // that would give the images more status.signatures entries than
 // MaxSignatures, or more bytes than MaxSignaturesBytes (each entry measured
 // as it would be written: the digest pushed is as long as any other).
