@@ -9,6 +9,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"log"
@@ -69,8 +70,17 @@ func main() {
 	flag.IntVar(&signing.MaxKeys, "max-signing-keys", builder.DefaultMaxSigningKeys, "most decrypted signing keys kept, the least recently used dropped first")
 	flag.DurationVar(&signing.KeyIdle, "signing-key-idle", builder.DefaultSigningKeyIdle,
 		"how long a decrypted signing key nobody uses is kept; keep it above --resync-interval")
-	flag.IntVar(&regOpts.Circuits.HostsPerTenant, "max-failing-registries-per-namespace", 16,
-		"most failing registries the objects of one namespace wait on to answer again (probed about every second); beyond, its objects retry on their own backoff")
+	regOpts.Circuits.HostsPerTenant = 16
+	flag.Func("max-failing-registries-per-namespace",
+		"most failing registries the objects of one namespace (or the cluster kinds, together) wait on to answer again, each probed about every second; beyond, they retry on their own backoff (default 16)",
+		func(v string) error {
+			n, err := strconv.Atoi(v)
+			if err == nil && n < 1 {
+				err = errors.New("must be at least 1")
+			}
+			regOpts.Circuits.HostsPerTenant = n
+			return err
+		})
 	flag.IntVar(&regOpts.NamedHosts, "registry-metric-hosts", 256,
 		"most registries counted under their own name in the metrics (host label), given as they first answer; the others count as host=\"other\"")
 	disableHA := flag.Bool("disable-ha", false, "run without leader election (for local runs)")
@@ -135,6 +145,9 @@ func main() {
 	// signal: a push under way at SIGTERM needs it to finish.
 	registryCtx, stopRegistry := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopRegistry()
+	// A waiter renews its wait at each safety-net requeue, at most
+	// --retry-max-delay (+20 %) apart.
+	regOpts.Circuits.WaitExpiry = 3 * opts.RetryMaxDelay
 	client := registry.New(registryCtx, regOpts)
 	if err := registerRegistryMetrics(client); err != nil {
 		log.Fatalf("registering metrics: %v", err)

@@ -324,8 +324,12 @@ func (p *Policy) transient(key types.NamespacedName, f *failure.Error) (time.Dur
 	// promise to the user, Retry-After a promise to the server.
 	delay := max(min(p.jittered(p.backoff.When(key.String())), p.opts.RetryMaxDelay), f.RetryAfter)
 	if outcome == registry.TenantLimit {
-		return delay, fmt.Sprintf("retrying in %s: this namespace already waits on %d other failing registries "+
-			"(--max-failing-registries-per-namespace)", delay.Round(time.Second), p.circuits.HostsPerTenant())
+		whose := "namespace " + key.Namespace
+		if key.Namespace == "" {
+			whose = "the cluster scope" // the cluster kinds count as one tenant
+		}
+		return delay, fmt.Sprintf("retrying in %s: the objects of %s already wait on %d other failing registries "+
+			"(--max-failing-registries-per-namespace)", delay.Round(time.Second), whose, p.circuits.HostsPerTenant())
 	}
 	return delay, fmt.Sprintf("retrying in %s", delay.Round(time.Second))
 }

@@ -61,6 +61,13 @@ type CircuitOptions struct {
 	// sending. Beyond it, that tenant's objects retry on their own backoff
 	// (TenantLimit). Default 16.
 	HostsPerTenant int
+	// WaitExpiry drops a wait not renewed for this long. A waiter's own
+	// requeue (its safety net) waits again while the place fails; one that
+	// never comes back (its object deleted or handed to another replica
+	// meanwhile) must not keep the place probed, and its tenant counted
+	// against HostsPerTenant, forever. Keep it above the safety net's
+	// delay. Default 15m.
+	WaitExpiry time.Duration
 }
 
 func (o CircuitOptions) withDefaults() CircuitOptions {
@@ -81,6 +88,9 @@ func (o CircuitOptions) withDefaults() CircuitOptions {
 	}
 	if o.HostsPerTenant <= 0 {
 		o.HostsPerTenant = 16
+	}
+	if o.WaitExpiry <= 0 {
+		o.WaitExpiry = 15 * time.Minute
 	}
 	return o
 }
@@ -185,6 +195,7 @@ const (
 type wait struct {
 	tenant, host string
 	cb           *circuit
+	at           time.Time
 }
 
 // hostCircuits are the open circuits of one registry and its prober's state.
@@ -538,7 +549,7 @@ func (c *Circuits) Wait(host, repository string, w Waiter, wake func()) WaitOutc
 		c.tenantHosts[w.Tenant] = hosts
 	}
 	hosts[host]++
-	c.waits[w.Key] = wait{tenant: w.Tenant, host: host, cb: cb}
+	c.waits[w.Key] = wait{tenant: w.Tenant, host: host, cb: cb, at: c.now()}
 	cb.waiters[w.Key] = wake
 	c.startProber(host, hc)
 	return Waiting
@@ -685,6 +696,13 @@ func (c *Circuits) probeDue(host string, hc *hostCircuits) (time.Time, func(), b
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	now := c.now()
+	for _, cb := range hc.open {
+		for key := range cb.waiters {
+			if now.Sub(c.waits[key].at) >= c.opts.WaitExpiry {
+				c.forgetLocked(key) // nobody came back for it
+			}
+		}
+	}
 	for repo, cb := range hc.open {
 		if c.lapsed(hc, cb) {
 			delete(hc.open, repo) // nobody cares; the next call finds out afresh
@@ -696,10 +714,19 @@ func (c *Circuits) probeDue(host string, hc *hostCircuits) (time.Time, func(), b
 		}
 	}
 	if len(hc.open) == 0 {
-		hc.probing, hc.sweeping = false, false
-		if len(hc.closed) == 0 && now.Sub(hc.checked) >= c.opts.ProbeInterval {
-			delete(c.hosts, host) // nothing left to remember
+		hc.sweeping = false
+		// What is left to remember (closures, to damp flapping; the last
+		// check) is forgotten by this prober when it expires, and then
+		// the host: nothing of it outlives its use.
+		forget := hc.checked.Add(c.opts.ProbeInterval)
+		for _, cl := range hc.closed {
+			forget = later(forget, cl.at.Add(flapWindow))
 		}
+		if now.Before(forget) {
+			return forget, nil, true
+		}
+		hc.probing = false
+		delete(c.hosts, host)
 		return time.Time{}, nil, false
 	}
 	wake, admitAt := c.admitWaiter(hc, now)

@@ -71,7 +71,9 @@ type Options struct {
 	// LoopbackRegistries allows registries (and token services) on
 	// loopback addresses, which are the controller's own pod: off, a
 	// tenant cannot have the controller send requests to its metrics or
-	// probes (see hostPolicy). For development clusters and tests.
+	// probes (see hostPolicy; the default Transport also refuses to
+	// connect to such an address a name resolved to). For development
+	// clusters and tests.
 	LoopbackRegistries bool
 	// CACertificates are PEM certificates trusted beside the system's, for
 	// registries whose certificates a private CA signed. Used only by the
@@ -111,7 +113,7 @@ func (o Options) withDefaults() Options {
 		o.MaxRetryAfterWait = 10 * time.Second
 	}
 	if o.Transport == nil {
-		o.Transport = defaultTransport(o.CACertificates)
+		o.Transport = defaultTransport(o.CACertificates, o.LoopbackRegistries)
 	}
 	if o.UserAgent == "" {
 		o.UserAgent = "buildsmith"
@@ -137,9 +139,15 @@ func (o Options) withDefaults() Options {
 	return o
 }
 
-func defaultTransport(caCertificates []byte) http.RoundTripper {
+func defaultTransport(caCertificates []byte, loopback bool) http.RoundTripper {
 	t := http.DefaultTransport.(*http.Transport).Clone()
-	t.DialContext = (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext
+	dialer := &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}
+	if !loopback {
+		// Names are checked before any request (hostPolicy); this checks
+		// where they resolved to: a name of a tenant's pointing at 127.0.0.1.
+		dialer.Control = refuseLoopbackDial
+	}
+	t.DialContext = dialer.DialContext
 	t.TLSHandshakeTimeout = 10 * time.Second
 	t.MaxIdleConnsPerHost = 16
 	if len(caCertificates) > 0 {

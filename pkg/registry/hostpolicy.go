@@ -5,6 +5,8 @@ import (
 	"net"
 	"net/http"
 	"slices"
+	"strings"
+	"syscall"
 
 	"github.com/google/go-containerregistry/pkg/name"
 
@@ -68,16 +70,33 @@ func (p hostPolicy) allowsCleartext(host string) bool {
 	return slices.Contains(p.insecure, host) || (p.loopback && isLoopback(host))
 }
 
+// isLoopback reports whether host (host[:port], as in a reference or a
+// URL) names this machine, however it is spelt: localhost in any case, with
+// a trailing dot or a subdomain (RFC 6761), a loopback address, or the
+// unspecified address, which connects to this machine.
 func isLoopback(host string) bool {
 	hostname := host
 	if h, _, err := net.SplitHostPort(host); err == nil {
 		hostname = h
 	}
-	if hostname == "localhost" {
+	hostname = strings.TrimSuffix(strings.ToLower(strings.Trim(hostname, "[]")), ".")
+	if hostname == "localhost" || strings.HasSuffix(hostname, ".localhost") {
 		return true
 	}
-	ip := net.ParseIP(hostname)
-	return ip != nil && ip.IsLoopback()
+	return isLoopbackIP(net.ParseIP(hostname))
+}
+
+func isLoopbackIP(ip net.IP) bool { return ip != nil && (ip.IsLoopback() || ip.IsUnspecified()) }
+
+// refuseLoopbackDial is a net.Dialer's Control: it refuses a connection to
+// this machine, whatever name resolved to it.
+func refuseLoopbackDial(_, address string, _ syscall.RawConn) error {
+	host, _, err := net.SplitHostPort(address)
+	if err != nil || !isLoopbackIP(net.ParseIP(host)) {
+		return nil
+	}
+	return failure.Permanentf(ReasonRegistryNotAllowed,
+		"%s is a loopback address: the controller's own pod, not a registry (an operator allows loopback registries with --allow-loopback-registries)", address)
 }
 
 // hostPolicyTransport refuses requests the policy does not allow, before

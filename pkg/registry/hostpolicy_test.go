@@ -31,7 +31,14 @@ func TestCleartextPolicy(t *testing.T) {
 	for host, want := range map[string]bool{
 		"127.0.0.1:5000":         true,
 		"[::1]:5000":             true,
+		"[::1]":                  true,
+		"[0:0:0:0:0:0:0:1]:5000": true,
 		"localhost:5000":         true,
+		"LOCALHOST:9090":         true,
+		"localhost.:9090":        true,
+		"app.localhost":          true,
+		"0.0.0.0:9090":           true, // connects to this machine
+		"[::]:9090":              true,
 		"registry.internal:5000": true,
 		"10.0.0.9":               true,
 		"10.0.0.9:5000":          false, // named without the port: another registry
@@ -60,7 +67,8 @@ func TestLoopbackRefused(t *testing.T) {
 	f.Push("team/app:1")
 	f.ForgetRequests()
 	c := New(t.Context(), Options{})
-	for _, ref := range []string{f.Addr + "/team/app:1", "localhost:5000/team/app:1", "[::1]:5000/team/app:1"} {
+	for _, ref := range []string{f.Addr + "/team/app:1", "localhost:5000/team/app:1", "[::1]:5000/team/app:1",
+		"[::1]/team/app:1", "LOCALHOST:9090/team/app:1", "0.0.0.0:9090/team/app:1", "app.localhost/team/app:1"} {
 		_, err := c.As(nil).Resolve(context.Background(), mustParse(t, ref))
 		if e := Classify(err); e.Class != failure.Permanent || e.Reason != ReasonRegistryNotAllowed ||
 			!strings.Contains(err.Error(), "--allow-loopback-registries") {
@@ -89,6 +97,37 @@ func TestLoopbackRefused(t *testing.T) {
 	}
 	if _, err := newTestClient(t, Options{}).As(nil).Resolve(context.Background(), f.Ref("team/app:1")); err != nil {
 		t.Errorf("with loopback registries allowed: %v", err)
+	}
+}
+
+// TestLoopbackRefusedAfterResolving: a name that resolves to a loopback
+// address (a tenant's DNS pointing at 127.0.0.1) is refused when the
+// connection is made, before anything is sent, unless loopback registries
+// are allowed.
+func TestLoopbackRefusedAfterResolving(t *testing.T) {
+	f := registrytest.New(t)
+	f.Push("team/app:1")
+	f.ForgetRequests()
+	// The dialer sees the resolved address; ask it for 127.0.0.1 directly.
+	for _, allowed := range []bool{false, true} {
+		req, _ := http.NewRequest(http.MethodGet, "http://"+f.Addr+"/v2/", nil)
+		resp, err := defaultTransport(nil, allowed).RoundTrip(req)
+		if allowed {
+			if err != nil {
+				t.Fatalf("loopback allowed: %v", err)
+			}
+			_ = resp.Body.Close()
+			continue
+		}
+		if e := Classify(err); e.Class != failure.Permanent || e.Reason != ReasonRegistryNotAllowed {
+			t.Errorf("dialing %s: %v, want a permanent %s", f.Addr, err, ReasonRegistryNotAllowed)
+		}
+		if isOutage(context.Background(), nil, err) {
+			t.Error("a refused loopback dial counts as an outage (it would open a circuit)")
+		}
+		if got := f.Requests(); len(got) != 0 {
+			t.Errorf("requests reached the loopback registry: %v", got)
+		}
 	}
 }
 

@@ -129,3 +129,98 @@ func TestHostsPerTenantBounded(t *testing.T) {
 		t.Errorf("a/5 waiting on %s (a waits on 2 others): %v, want %v", hosts[0], got, TenantLimit)
 	}
 }
+
+// TestTenantWaitsEnd: a tenant's waits stop counting against its bound
+// when their circuit closes (the waiters woken), and when nobody renews
+// them for WaitExpiry (an object deleted, or handed to another replica,
+// while it waited); and a registry that answered again is forgotten once
+// its closure has expired.
+func TestTenantWaitsEnd(t *testing.T) {
+	first, second, third := registrytest.New(t), registrytest.New(t), registrytest.New(t)
+	c := newTestClient(t, Options{Circuits: CircuitOptions{HostsPerTenant: 1, WaitExpiry: 2 * time.Second}})
+	ctx := context.Background()
+	fail := func(f *registrytest.Registry) {
+		t.Helper()
+		f.Down()
+		if _, err := c.As(nil).Resolve(ctx, f.Ref("team/app:1")); err == nil {
+			t.Fatalf("%s answered while down", f.Addr)
+		}
+	}
+	for _, f := range []*registrytest.Registry{first, second, third} {
+		fail(f)
+	}
+	woken := make(chan struct{}, 1)
+	if got := c.Circuits().Wait(first.Addr, "team/app", Waiter{Tenant: "a", Key: "a/1"}, func() { woken <- struct{}{} }); got != Waiting {
+		t.Fatalf("a/1 on %s: %v", first.Addr, got)
+	}
+	if got := c.Circuits().Wait(second.Addr, "team/app", Waiter{Tenant: "a", Key: "a/2"}, func() {}); got != TenantLimit {
+		t.Fatalf("a/2 on %s with a/1 waiting: %v, want %v", second.Addr, got, TenantLimit)
+	}
+	checkWaitIndex(t, c.Circuits())
+
+	first.Up()
+	select {
+	case <-woken:
+	case <-time.After(5 * time.Second):
+		t.Fatal("a/1 not woken when its registry answered")
+	}
+	if got := c.Circuits().Wait(second.Addr, "team/app", Waiter{Tenant: "a", Key: "a/2"}, func() {}); got != Waiting {
+		t.Errorf("a/2 on %s after a/1's circuit closed: %v, want %v", second.Addr, got, Waiting)
+	}
+	checkWaitIndex(t, c.Circuits())
+
+	// a/2 is never renewed: after WaitExpiry it no longer counts, and
+	// another object of the tenant may wait elsewhere.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		fail(third) // its circuit open again: nobody waited on it meanwhile
+		got := c.Circuits().Wait(third.Addr, "team/app", Waiter{Tenant: "a", Key: "a/3"}, func() {})
+		if got == Waiting {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a/3 on %s: %v 10 s on; a/2's wait, never renewed, still counts", third.Addr, got)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	checkWaitIndex(t, c.Circuits())
+
+	// The registry that answered is forgotten once its closure expired.
+	deadline = time.Now().Add(20 * time.Second)
+	for c.Circuits().remembers(first.Addr) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s still remembered 20 s after it answered", first.Addr)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// checkWaitIndex: the index of waits, the tenants' counts and the open
+// circuits' waiters agree.
+func checkWaitIndex(t *testing.T, c *Circuits) {
+	t.Helper()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	counted := 0
+	for _, hosts := range c.tenantHosts {
+		for _, n := range hosts {
+			counted += n
+		}
+	}
+	waiting := 0
+	for _, hc := range c.hosts {
+		for _, cb := range hc.open {
+			waiting += len(cb.waiters)
+		}
+	}
+	if counted != len(c.waits) || waiting != len(c.waits) {
+		t.Errorf("%d waits indexed, %d counted for tenants, %d waiting on open circuits", len(c.waits), counted, waiting)
+	}
+}
+
+// remembers reports whether c keeps anything of host.
+func (c *Circuits) remembers(host string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.hosts[host] != nil
+}

@@ -40,12 +40,16 @@ type pingCache struct {
 
 	mu       sync.Mutex
 	answers  map[pingKey]pingAnswer
-	inFlight map[pingKey]chan struct{} // closed when the ping is answered
-	// forgets counts the answers dropped for a contradicting 401, so that a
-	// ping sent before one does not store what the registry said before
-	// it. One count for every host: a forget elsewhere costs a ping sent
-	// meanwhile only its keeping, and no state is kept per host.
-	forgets uint64
+	inFlight map[pingKey]*pingInFlight
+}
+
+// pingInFlight is a ping sent and not answered yet.
+type pingInFlight struct {
+	answered chan struct{} // closed when it is
+	// stale: a 401 contradicted what the registry said before the ping
+	// was answered, so its answer may be what the registry said before
+	// too: it is not kept.
+	stale bool
 }
 
 // maxPingAnswers bounds the answers kept: one per registry in use (and
@@ -61,7 +65,7 @@ type pingAnswer struct {
 }
 
 func newPingCache(next http.RoundTripper, now func() time.Time) *pingCache {
-	return &pingCache{next: next, now: now, answers: map[pingKey]pingAnswer{}, inFlight: map[pingKey]chan struct{}{}}
+	return &pingCache{next: next, now: now, answers: map[pingKey]pingAnswer{}, inFlight: map[pingKey]*pingInFlight{}}
 }
 
 func (p *pingCache) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -74,12 +78,12 @@ func (p *pingCache) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	key := pingKey{req.URL.Scheme, req.URL.Host}
 	for {
-		answer, ok, wait, forgets := p.lookup(key)
+		answer, ok, wait := p.lookup(key)
 		if ok {
 			return answer.response(req), nil
 		}
 		if wait == nil {
-			return p.ping(req, key, forgets)
+			return p.ping(req, key)
 		}
 		waited := worker.Wait(req.Context())
 		select {
@@ -95,37 +99,37 @@ func (p *pingCache) RoundTrip(req *http.Request) (*http.Response, error) {
 // lookup returns the kept answer for key; or, when there is none, the
 // ping in flight to wait for; or, when there is none either, nil after
 // marking this caller's ping in flight.
-func (p *pingCache) lookup(key pingKey) (answer pingAnswer, ok bool, wait chan struct{}, forgets uint64) {
+func (p *pingCache) lookup(key pingKey) (answer pingAnswer, ok bool, wait chan struct{}) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if answer, ok := p.answers[key]; ok {
 		if p.now().Sub(answer.at) < pingTTL {
-			return answer, true, nil, 0
+			return answer, true, nil
 		}
 		delete(p.answers, key)
 	}
-	if wait, ok := p.inFlight[key]; ok {
-		return pingAnswer{}, false, wait, 0
+	if ping, ok := p.inFlight[key]; ok {
+		return pingAnswer{}, false, ping.answered
 	}
-	p.inFlight[key] = make(chan struct{})
-	return pingAnswer{}, false, nil, p.forgets
+	p.inFlight[key] = &pingInFlight{answered: make(chan struct{})}
+	return pingAnswer{}, false, nil
 }
 
 // ping sends req and keeps an answer that describes the registry. Callers
 // waiting on it then use that answer, or send their own when there is none
 // (a 429, a refused connection).
-func (p *pingCache) ping(req *http.Request, key pingKey, forgets uint64) (*http.Response, error) {
+func (p *pingCache) ping(req *http.Request, key pingKey) (*http.Response, error) {
 	resp, err := p.next.RoundTrip(req)
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if err == nil && (resp.StatusCode == http.StatusOK || resp.StatusCode == http.StatusUnauthorized) &&
-		p.forgets == forgets {
+	ping := p.inFlight[key]
+	if err == nil && (resp.StatusCode == http.StatusOK || resp.StatusCode == http.StatusUnauthorized) && !ping.stale {
 		p.makeRoom()
 		header := resp.Header.Clone()
 		header.Del("Content-Length") // the replayed answer has no body
 		p.answers[key] = pingAnswer{status: resp.StatusCode, header: header, at: p.now()}
 	}
-	close(p.inFlight[key])
+	close(ping.answered)
 	delete(p.inFlight, key)
 	return resp, err
 }
@@ -135,35 +139,35 @@ func (p *pingCache) ping(req *http.Request, key pingKey, forgets uint64) (*http.
 func (p *pingCache) challenged(host, challenge string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	forgot := false
 	for key, answer := range p.answers {
 		if key.host == host && !sameChallenge(answer.header.Get("WWW-Authenticate"), challenge) {
 			delete(p.answers, key)
-			forgot = true
+			for _, scheme := range []string{"https", "http"} {
+				if ping, ok := p.inFlight[pingKey{scheme, host}]; ok {
+					ping.stale = true
+				}
+			}
 		}
-	}
-	if forgot {
-		p.forgets++
 	}
 }
 
-// makeRoom drops expired answers, and then any, until one more fits;
-// p.mu must be held.
+// makeRoom drops expired answers, or else the oldest, so that one more
+// fits; p.mu must be held.
 func (p *pingCache) makeRoom() {
 	if len(p.answers) < maxPingAnswers {
 		return
 	}
 	now := p.now()
+	var oldest pingKey
 	for key, answer := range p.answers {
 		if now.Sub(answer.at) >= pingTTL {
 			delete(p.answers, key)
+		} else if oldest == (pingKey{}) || answer.at.Before(p.answers[oldest].at) {
+			oldest = key
 		}
 	}
-	for key := range p.answers { // map order: any
-		if len(p.answers) < maxPingAnswers {
-			break
-		}
-		delete(p.answers, key)
+	if len(p.answers) >= maxPingAnswers {
+		delete(p.answers, oldest)
 	}
 }
 

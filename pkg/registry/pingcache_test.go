@@ -168,7 +168,7 @@ func TestPingAnswersBounded(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		resp, err := p.ping(req, key, 0)
+		resp, err := p.ping(req, key)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -176,7 +176,7 @@ func TestPingAnswersBounded(t *testing.T) {
 	}
 	for i := range maxPingAnswers + 100 {
 		key := pingKey{"http", fmt.Sprintf("host%d.example:5000", i)}
-		if _, ok, _, _ := p.lookup(key); ok {
+		if _, ok, _ := p.lookup(key); ok {
 			t.Fatalf("%s answered before its ping", key.host)
 		}
 		ping(key)
@@ -185,10 +185,48 @@ func TestPingAnswersBounded(t *testing.T) {
 		t.Errorf("%d answers kept, want at most %d", n, maxPingAnswers)
 	}
 	last := pingKey{"http", fmt.Sprintf("host%d.example:5000", maxPingAnswers+99)}
-	if _, ok, _, _ := p.lookup(last); !ok {
+	if _, ok, _ := p.lookup(last); !ok {
 		t.Error("the last answer was not kept")
 	}
 	if sent != maxPingAnswers+100 {
 		t.Errorf("%d pings sent, want one per host", sent)
+	}
+}
+
+// TestPingStaleOnlyForItsHost: a 401 contradicting a registry's kept answer
+// keeps a ping to that registry sent before it from being kept (its answer
+// may be the old one), and leaves pings to other registries alone.
+func TestPingStaleOnlyForItsHost(t *testing.T) {
+	release := make(chan struct{})
+	p := newPingCache(roundTripFunc(func(req *http.Request) (*http.Response, error) {
+		<-release
+		return &http.Response{StatusCode: http.StatusOK, Header: http.Header{}, Body: http.NoBody, Request: req}, nil
+	}), time.Now)
+	kept := pingAnswer{status: http.StatusUnauthorized, at: time.Now(),
+		header: http.Header{"Www-Authenticate": {`Bearer realm="https://auth.b.example/token"`}}}
+	p.answers[pingKey{"http", "b.example"}] = kept
+	var wg sync.WaitGroup
+	for _, host := range []string{"a.example", "b.example"} {
+		key := pingKey{"https", host}
+		if _, ok, wait := p.lookup(key); ok || wait != nil {
+			t.Fatalf("%s: an answer or a ping already", host)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			req, _ := http.NewRequest(http.MethodGet, "https://"+host+"/v2/", nil)
+			if _, err := p.ping(req, key); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	p.challenged("b.example", `Bearer realm="https://elsewhere.example/token"`)
+	close(release)
+	wg.Wait()
+	if _, ok, _ := p.lookup(pingKey{"https", "a.example"}); !ok {
+		t.Error("a.example's answer was not kept after b.example's challenge changed")
+	}
+	if _, ok, _ := p.lookup(pingKey{"https", "b.example"}); ok {
+		t.Error("b.example's ping, sent before its challenge changed, was kept")
 	}
 }
