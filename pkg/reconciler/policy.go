@@ -324,12 +324,8 @@ func (p *Policy) transient(key types.NamespacedName, f *failure.Error) (time.Dur
 	// promise to the user, Retry-After a promise to the server.
 	delay := max(min(p.jittered(p.backoff.When(key.String())), p.opts.RetryMaxDelay), f.RetryAfter)
 	if outcome == registry.TenantLimit {
-		whose := "namespace " + key.Namespace
-		if key.Namespace == "" {
-			whose = "the cluster scope" // the cluster kinds count as one tenant
-		}
-		return delay, fmt.Sprintf("retrying in %s: the objects of %s already wait on %d other failing registries "+
-			"(--max-failing-registries-per-namespace)", delay.Round(time.Second), whose, p.circuits.HostsPerTenant())
+		return delay, fmt.Sprintf("retrying in %s: the objects of namespace %s already wait on %d other failing registries "+
+			"(--max-failing-registries-per-namespace)", delay.Round(time.Second), key.Namespace, p.circuits.HostsPerTenant())
 	}
 	return delay, fmt.Sprintf("retrying in %s", delay.Round(time.Second))
 }
@@ -376,8 +372,9 @@ func (p *Policy) forgetWaits(key types.NamespacedName) {
 }
 
 // waitOnCircuit registers the object as a waiter on the circuit of the
-// place f failed on, its namespace being its tenant, and forgets what it
-// waited on before.
+// place f failed on, its namespace being its tenant (a cluster kind's, ""
+// is none: those are the operator's, whose registries are not bounded),
+// and forgets what it waited on before.
 func (p *Policy) waitOnCircuit(key types.NamespacedName, f *failure.Error) registry.WaitOutcome {
 	if f.Host == "" || p.circuits == nil || p.enqueue == nil {
 		p.forgetWaits(key) // it moved on from any failing place

@@ -175,7 +175,8 @@ type Circuits struct {
 
 // Waiter is who waits on a circuit: Key identifies it (a later wait with
 // the same key replaces the earlier one), Tenant is whose bound
-// (CircuitOptions.HostsPerTenant) it counts against.
+// (CircuitOptions.HostsPerTenant) it counts against; "" is no tenant's,
+// and unbounded: the operator's own objects.
 type Waiter struct{ Tenant, Key string }
 
 // WaitOutcome says what Wait did.
@@ -541,7 +542,7 @@ func (c *Circuits) Wait(host, repository string, w Waiter, wake func()) WaitOutc
 		return NotFailing
 	}
 	hosts := c.tenantHosts[w.Tenant]
-	if hosts[host] == 0 && len(hosts) >= c.opts.HostsPerTenant {
+	if w.Tenant != "" && hosts[host] == 0 && len(hosts) >= c.opts.HostsPerTenant {
 		return TenantLimit
 	}
 	if hosts == nil {

@@ -224,3 +224,23 @@ func (c *Circuits) remembers(host string) bool {
 	defer c.mu.Unlock()
 	return c.hosts[host] != nil
 }
+
+// TestClusterWaitersUnbounded: waiters of no tenant (the cluster kinds)
+// wait on any number of failing registries.
+func TestClusterWaitersUnbounded(t *testing.T) {
+	c := newTestClient(t, Options{Circuits: CircuitOptions{HostsPerTenant: 1}})
+	for i := range 3 {
+		host := fmt.Sprintf("127.0.0.%d:1", i+2) // refuses every connection
+		ref, err := name.ParseReference(host + "/team/app:1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.As(nil).Resolve(context.Background(), ref); err == nil {
+			t.Fatalf("%s answered", host)
+		}
+		if got := c.Circuits().Wait(host, "team/app", Waiter{Key: fmt.Sprintf("store-%d", i)}, func() {}); got != Waiting {
+			t.Errorf("cluster object %d on %s: %v, want %v", i, host, got, Waiting)
+		}
+	}
+	checkWaitIndex(t, c.Circuits())
+}
