@@ -44,6 +44,25 @@ func KeyPair(tb testing.TB, password string) (private, public []byte) {
 	return private, public
 }
 
+// CostlyKey is a new P-256 cosign key sealed with scrypt's strongest preset
+// (N=2^17, r=8, p=1: 128 MiB to decrypt), as a hostile tenant may write one.
+func CostlyKey(tb testing.TB, password string) []byte {
+	tb.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	der, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	sealed, err := encrypted.EncryptWithCustomKDFParameters(der, []byte(password), encrypted.OWASP)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "ENCRYPTED SIGSTORE PRIVATE KEY", Bytes: sealed})
+}
+
 // Encrypt seals any private key as cosign does.
 func Encrypt(tb testing.TB, key any, password string) []byte {
 	tb.Helper()

@@ -2,11 +2,6 @@ package e2e
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"encoding/pem"
 	"fmt"
 	"io"
 	"net/http"
@@ -15,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/secure-systems-lab/go-securesystemslib/encrypted"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -23,7 +17,7 @@ import (
 	"github.com/buildsmith/buildsmith/pkg/cosign"
 	"github.com/buildsmith/buildsmith/pkg/reconciler"
 	"github.com/buildsmith/buildsmith/pkg/registry"
-	"github.com/buildsmith/buildsmith/test/controllertest"
+	"github.com/buildsmith/buildsmith/test/cosigntest"
 )
 
 // TestHostileTenant: a tenant whose ServiceAccounts, keys and tags reach
@@ -36,13 +30,7 @@ func TestHostileTenant(t *testing.T) {
 	const failingRegistries, unreachable = 3, 6
 	w := newFaultWorld(t, "calm")
 	ctx := context.Background()
-	cms := kube.CoreV1().ConfigMaps(systemNamespace)
-	if _, err := cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "config-observability"},
-		Data: map[string]string{"metrics-protocol": "prometheus"}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cms.Delete(ctx, "config-observability", metav1.DeleteOptions{}) })
-	port := controllertest.FreePort(t)
+	port := servePrometheus(t)
 	startController(t, "--metrics-port", fmt.Sprint(port),
 		"--max-failing-registries-per-namespace", fmt.Sprint(failingRegistries))
 
@@ -56,7 +44,7 @@ func TestHostileTenant(t *testing.T) {
 			Data: map[string][]byte{corev1.DockerConfigJsonKey: dockerConfig(w.f.Addr, registryUser, registryPassword)}},
 		{ObjectMeta: metav1.ObjectMeta{Name: "big"}, Data: map[string][]byte{"filler": make([]byte, 100<<10)}},
 		{ObjectMeta: metav1.ObjectMeta{Name: "signing"}, Data: map[string][]byte{
-			cosign.SecretKey: costlyCosignKey(t, "pw"), cosign.SecretPassword: []byte("pw")}},
+			cosign.SecretKey: cosigntest.CostlyKey(t, "pw"), cosign.SecretPassword: []byte("pw")}},
 	}
 	for _, s := range secrets {
 		if _, err := kube.CoreV1().Secrets(ns).Create(ctx, s, metav1.CreateOptions{}); err != nil {
@@ -155,25 +143,6 @@ func TestHostileTenant(t *testing.T) {
 	if !hasSample(string(body), "buildsmith_registry_circuits_open", `host="`+registry.OtherHosts+`"`) {
 		t.Errorf("no open circuit counted under host=%q:\n%s", registry.OtherHosts, grepLines(string(body), "circuits"))
 	}
-}
-
-// costlyCosignKey is a cosign key sealed with scrypt's strongest preset
-// (N=2^17: 128 MiB to decrypt), as a tenant may write one.
-func costlyCosignKey(t *testing.T, password string) []byte {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	der, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sealed, err := encrypted.EncryptWithCustomKDFParameters(der, []byte(password), encrypted.OWASP)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "ENCRYPTED SIGSTORE PRIVATE KEY", Bytes: sealed})
 }
 
 func grepLines(body, part string) string {

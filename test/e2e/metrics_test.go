@@ -20,14 +20,7 @@ import (
 // metrics on --metrics-port.
 func TestPrometheusMetrics(t *testing.T) {
 	w := newFaultWorld(t, "metrics")
-	ctx := context.Background()
-	cms := kube.CoreV1().ConfigMaps(systemNamespace)
-	if _, err := cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "config-observability"},
-		Data: map[string]string{"metrics-protocol": "prometheus"}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cms.Delete(ctx, "config-observability", metav1.DeleteOptions{}) })
-	port := controllertest.FreePort(t)
+	port := servePrometheus(t)
 	startController(t, "--metrics-port", fmt.Sprint(port))
 	w.apply(t)
 	w.waitReady(t, 30*time.Second)
@@ -66,6 +59,21 @@ func TestPrometheusMetrics(t *testing.T) {
 		}
 		t.Logf("buildsmith metrics:\n%s", strings.Join(ours, "\n"))
 	}
+}
+
+// servePrometheus has the controllers the test starts serve Prometheus
+// metrics (config-observability), and returns a free port for their
+// --metrics-port.
+func servePrometheus(t *testing.T) int {
+	t.Helper()
+	ctx := context.Background()
+	cms := kube.CoreV1().ConfigMaps(systemNamespace)
+	if _, err := cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "config-observability"},
+		Data: map[string]string{"metrics-protocol": "prometheus"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cms.Delete(ctx, "config-observability", metav1.DeleteOptions{}) })
+	return controllertest.FreePort(t)
 }
 
 // hasSample reports whether the Prometheus text has a sample of metric with
