@@ -81,6 +81,8 @@ type Options struct {
 	MetricsPort int
 	// Args come after the standard ones, so they override them.
 	Args []string
+	// Env is added to the test's environment (NAME=value).
+	Env []string
 }
 
 // Process is a running controller.
@@ -119,7 +121,7 @@ func Start(t testing.TB, binary string, o Options) *Process {
 		"--allow-loopback-registries", // the test registries listen on 127.0.0.1
 	}, args...)
 	p.cmd = exec.Command(binary, args...)
-	p.cmd.Env = append(os.Environ(), "SYSTEM_NAMESPACE="+o.Namespace)
+	p.cmd.Env = append(append(os.Environ(), o.Env...), "SYSTEM_NAMESPACE="+o.Namespace)
 	p.cmd.Stdout, p.cmd.Stderr = &p.log, &p.log
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -58,17 +58,23 @@ func TestReplicas(t *testing.T) {
 		t.Fatalf("the Deployment has %v replicas", r)
 	}
 	container := deployment.Spec.Template.Spec.Containers[0]
+	var env []string // what the downward API gives the pods
 	for _, e := range container.Env {
-		// controllertest sets SYSTEM_NAMESPACE, as the downward API does.
-		if e.Name != "SYSTEM_NAMESPACE" || e.ValueFrom == nil || e.ValueFrom.FieldRef == nil ||
-			e.ValueFrom.FieldRef.FieldPath != "metadata.namespace" {
+		switch {
+		case e.Name == "SYSTEM_NAMESPACE" && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil &&
+			e.ValueFrom.FieldRef.FieldPath == "metadata.namespace":
+			// controllertest sets it.
+		case e.Name == "GOMEMLIMIT" && e.ValueFrom != nil && e.ValueFrom.ResourceFieldRef != nil &&
+			e.ValueFrom.ResourceFieldRef.Resource == "limits.memory" && !container.Resources.Limits.Memory().IsZero():
+			env = append(env, fmt.Sprintf("GOMEMLIMIT=%d", container.Resources.Limits.Memory().Value()))
+		default:
 			t.Fatalf("the pods' environment has %+v: run the controllers with it", e)
 		}
 	}
 	kubeconfig := kubeconfigAs(t, "system:serviceaccount:"+ns+":"+deployment.Spec.Template.Spec.ServiceAccountName)
 	pod := func() *controllertest.Process {
 		return controllertest.Start(t, controller, controllertest.Options{Kubeconfig: kubeconfig, Namespace: ns,
-			Args: container.Args})
+			Args: container.Args, Env: env})
 	}
 
 	f := registrytest.New(t)
