@@ -17,6 +17,10 @@
 // (default 3),
 // BENCH_BLIP_N, BENCH_BLIP_NAMESPACES, BENCH_BLIP_FAULT, BENCH_BLIP_RUNS
 // (scenario 14: default 1000 builders in 100 namespaces, 60s faults, 1 run),
+// BENCH_HOSTILE_HOSTS, BENCH_HOSTILE_MISSING, BENCH_HOSTILE_BIG,
+// BENCH_HOSTILE_RUNS, BENCH_HOSTILE_DRAIN, BENCH_HOSTILE_PROFILE (scenario 15:
+// default 5000 unreachable hosts, 10000 missing and 200 big Secrets, 1 run,
+// a 5m drain; a directory for the controller's heap and goroutine profiles),
 // BENCH_CONTROLLER_ARGS (extra controller flags), BENCH_MICRO (a file of Go
 // benchmark output to include in the report).
 package bench
