@@ -49,6 +49,8 @@ func TestChartLintAndSchema(t *testing.T) {
 		{"secretNamespaces={Not_A_Namespace}", "secretNamespaces"},
 		{"secretNamespaces={team,team}", "secretNamespaces"},
 		{"insecureRegistries={http://registry:5000}", "insecureRegistries"},
+		{"metrics.serviceMonitor.interval=soon", "interval"},
+		{"metrics.podMonitor.port=9090", "port"},
 	} {
 		out, err := helm("lint", "charts/buildsmith", "--set", bad.set).CombinedOutput()
 		if err == nil || !strings.Contains(string(out), bad.mentions) {

@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -38,10 +37,10 @@ func TestReplicas(t *testing.T) {
 	t.Cleanup(func() {
 		_, _ = helm("uninstall", release, "--kubeconfig", env.Kubeconfig, "--namespace", ns).CombinedOutput()
 	})
-	// Metrics on, as a cluster scraping them would have it.
-	if _, err := kube.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "config-observability"},
-		Data: map[string]string{"metrics-protocol": "prometheus"}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
+	// Metrics on by default: the chart writes config-observability.
+	if cm, err := kube.CoreV1().ConfigMaps(ns).Get(ctx, "config-observability", metav1.GetOptions{}); err != nil ||
+		cm.Data["metrics-protocol"] != "prometheus" {
+		t.Fatalf("config-observability: %v %v, want metrics-protocol prometheus from the chart", cm.Data, err)
 	}
 
 	le, err := kube.CoreV1().ConfigMaps(ns).Get(ctx, "config-leader-election", metav1.GetOptions{})
