@@ -56,6 +56,15 @@ test: tools verify-codegen vet fmt-check ## everything CI runs
 	$(GO) test -count=1 -race $(RACE_PKGS)
 	$(GO) test -count=1 -timeout 30m $$($(GO) list ./... | grep -v -e /pkg/registry -e /pkg/reconciler)
 
+# What the demo runs: the control plane, kubectl, the registry and the
+# lifecycle (both platforms); not controller-gen, helm, ko or cosign, which
+# only the tests need (about 11 of a cold build's 20 minutes, see README).
+DEMO_TOOLS = etcd kube-apiserver kubectl lifecycle lifecycle-linux-arm64 registry
+
+.PHONY: demo-tools
+demo-tools:
+	hack/tools.sh $(DEMO_TOOLS)
+
 # The scenarios of test/bench (scale, steady state, outage, rate limit, big
 # layers) against the controller binary, a real API server and a counted
 # registry; they write bench/results.md. Without BENCH=1 (as in `make test`)
@@ -70,11 +79,11 @@ bench: tools ## Go benchmarks, then the scenarios of test/bench; writes bench/re
 	@cat bench/results.md
 
 .PHONY: demo
-demo: tools ## everything on this machine: control plane, registry, lifecycle, controller, samples
+demo: demo-tools ## everything on this machine: control plane, registry, lifecycle, controller, samples
 	$(GO) run ./hack/demo
 
 .PHONY: dev
-dev: tools ## like demo, but keeps running and prints a KUBECONFIG
+dev: demo-tools ## like demo, but keeps running and prints a KUBECONFIG
 	$(GO) run ./hack/demo --keep
 
 .PHONY: help
