@@ -21,6 +21,15 @@ import (
 	"github.com/buildsmith/buildsmith/test/registrytest"
 )
 
+// faultPath is where TestFaults injects its fault: a write's is its tag's
+// manifest, not the manifests its registry probe PUTs by digest first.
+func faultPath(write bool) string {
+	if write {
+		return "/manifests/1"
+	}
+	return "/manifests/"
+}
+
 // TestFaults drives the Client against a registry that injects one fault
 // each, and checks the classification, the Retry-After, how many requests
 // ggcr made (in-call retries for transient answers, none for 401/404), and
@@ -166,7 +175,7 @@ func TestFaults(t *testing.T) {
 				if tc.op == write {
 					faultMethod = tc.method
 				}
-				f.Inject(faultMethod, "/manifests/", times, tc.fault(f))
+				f.Inject(faultMethod, faultPath(tc.op == write), times, tc.fault(f))
 			}
 			f.ForgetRequests()
 			c := newTestClient(t, Options{Timeout: timeout})
@@ -203,7 +212,7 @@ func TestFaults(t *testing.T) {
 			if err != nil && got.Host != f.Addr {
 				t.Errorf("Host = %q, want %q", got.Host, f.Addr)
 			}
-			if got := f.Count(tc.method, "/manifests/"); got != tc.requests {
+			if got := f.Count(tc.method, faultPath(tc.op == write)); got != tc.requests {
 				t.Errorf("%d %s requests to manifests, want %d (all: %v)", got, tc.method, tc.requests, f.Requests())
 			}
 			// A deadline is a promise: no operation outlives it by more

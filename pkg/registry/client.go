@@ -79,6 +79,11 @@ type Options struct {
 	// registries whose certificates a private CA signed. Used only by the
 	// default Transport.
 	CACertificates []byte
+	// RememberedBlobs bounds how many (repository, blob) pairs the client
+	// remembers a registry holding, to skip asking about them when it
+	// pushes (see blobMemory): each about 200 bytes. Default 65,536;
+	// negative: remember none.
+	RememberedBlobs int
 	// NamedHosts bounds the registries whose requests, bytes and probes are
 	// counted under their own name (Stats, ProbeResults, HostLabel: the
 	// metrics' host label); the rest are counted as OtherHosts. Hosts are tenants' choice (a builder's
@@ -123,6 +128,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.NamedHosts <= 0 {
 		o.NamedHosts = 256
+	}
+	if o.RememberedBlobs == 0 {
+		o.RememberedBlobs = 1 << 16
 	}
 	if o.CachedImageBytes <= 0 {
 		o.CachedImageBytes = 64 << 20
@@ -192,6 +200,8 @@ type Client struct {
 	sessions *lru.Cache         // keychain cache key → *session
 	images   *boundedCache      // see imageCache
 	reads    singleflight.Group // one read per reference, credentials and platform at a time
+	blobs    *blobMemory        // which blobs repositories hold, for pushes
+	checks   *manifestChecks    // which registries refuse manifests naming blobs they lack
 }
 
 // New returns a Client. Lazy layers of images it returns stay readable, and
@@ -220,6 +230,8 @@ func New(lifetime context.Context, opts Options) *Client {
 		sessions: lru.New(opts.Sessions),
 		images:   newBoundedCache(opts.CachedImageBytes),
 		waits:    waits,
+		blobs:    newBlobMemory(opts.RememberedBlobs),
+		checks:   newManifestChecks(),
 	}
 }
 

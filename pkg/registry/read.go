@@ -206,10 +206,20 @@ func (c *Client) readImage(ctx context.Context, ref name.Reference, platform *v1
 		out, err = c.readManifests(ctx, s, ref, platform, cache)
 		return err
 	}, kc)
-	if err == nil && cache != nil {
+	if err != nil {
+		return nil, err
+	}
+	if cache != nil {
 		cache.add(out)
 	}
-	return out, err
+	// The repository holds what its manifest names: a push there need
+	// not ask about it.
+	held := []v1.Hash{out.Manifest.Config.Digest}
+	for _, l := range out.Manifest.Layers {
+		held = append(held, l.Digest)
+	}
+	c.blobs.remember(out.Ref.Context().Name(), held...)
+	return out, nil
 }
 
 // readManifests reads ref's manifest, and the rest of the image unless

@@ -96,7 +96,7 @@ func faultRun(t *testing.T, fault registryFault, n int, outage time.Duration) fa
 	took, r.ready = w.waitBuildersReady(t, n+1, 2*time.Minute)
 	r.recovered = end.Add(took).Sub(mayCall)
 	for i := range n {
-		r.maxPushes = max(r.maxPushes, f.Count("PUT", "/"+builderRepo(i)+"/manifests/"))
+		r.maxPushes = max(r.maxPushes, f.Count("PUT", "/"+builderRepo(i)+"/manifests/latest"))
 	}
 	return r
 }

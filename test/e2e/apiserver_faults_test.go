@@ -136,7 +136,7 @@ func TestStatusWritesRefusedAfterPush(t *testing.T) {
 	late := w.name + "-late"
 	w.createBuilder(t, late)
 	eventually(t, 30*time.Second, "the new builder pushed", func() (bool, string) {
-		n := w.f.Count("PUT", "/builders/"+late+"/manifests/")
+		n := w.f.Count("PUT", "/builders/"+late+"/manifests/latest")
 		return n > 0, fmt.Sprint(n, " manifest PUTs")
 	})
 	time.Sleep(30 * time.Second)
@@ -150,7 +150,7 @@ func TestStatusWritesRefusedAfterPush(t *testing.T) {
 	if refused < 5 {
 		t.Errorf("%d status writes refused in 30 s: the retries are not coming", refused)
 	}
-	if n := w.f.Count("PUT", "/builders/"+late+"/manifests/"); n != 1 {
+	if n := w.f.Count("PUT", "/builders/"+late+"/manifests/latest"); n != 1 {
 		t.Errorf("the builder was pushed %d times, want once", n)
 	}
 	b, err := client.BuildsmithV1alpha1().Builders(w.ns).Get(context.Background(), late, metav1.GetOptions{})

@@ -153,7 +153,7 @@ func (w *faultWorld) survives(t *testing.T, reason string, fault, end func()) {
 		t.Fatalf("Ready but with an incomplete status: %+v", good)
 	}
 	goodSince := w.readySince(t)
-	pushes := w.f.Count("PUT", "/builders/"+w.name+"/manifests/")
+	pushes := w.f.Count("PUT", "/builders/"+w.name+"/manifests/latest")
 
 	fault()
 	took := eventually(t, 15*time.Second, "all three to report "+reason+" in UpToDate, Ready all along", func() (bool, string) {
@@ -174,7 +174,7 @@ func (w *faultWorld) survives(t *testing.T, reason string, fault, end func()) {
 	if now, _, _ := w.status(t); !reflect.DeepEqual(now, good) {
 		t.Errorf("status after recovery differs:\nbefore %+v\nafter  %+v", good, now)
 	}
-	if n := w.f.Count("PUT", "/builders/"+w.name+"/manifests/"); n != pushes {
+	if n := w.f.Count("PUT", "/builders/"+w.name+"/manifests/latest"); n != pushes {
 		t.Errorf("the builder was pushed %d more times", n-pushes)
 	}
 	if since := w.readySince(t); since != goodSince {

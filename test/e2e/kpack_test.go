@@ -93,7 +93,7 @@ spec:
 	if want := fmt.Sprintf("builder/%s: Ready %s/builders/%s@sha256:", w.name, w.f.Addr, w.name); !strings.Contains(string(out), want) {
 		t.Errorf("reconcile --wait printed %q, want %q", out, want)
 	}
-	if n := w.f.Count("PUT", "/builders/"+w.name+"/manifests/"); n != 1 {
+	if n := w.f.Count("PUT", "/builders/"+w.name+"/manifests/latest"); n != 1 {
 		t.Errorf("the builder was pushed %d times, want 1", n)
 	}
 

@@ -112,8 +112,8 @@ func TestClusterLifecycle(t *testing.T) {
 	// rebuilt with it, the default one is not touched.
 	// Pushes and reads of a builder's tag: a builder not reconciled at
 	// all has neither (a reconcile that changes nothing still HEADs it).
-	pushes := func(builder string) int { return f.Count("PUT", "/builders/"+builder+"/manifests/") }
-	heads := func(builder string) int { return f.Count("HEAD", "/builders/"+builder+"/manifests/") }
+	pushes := func(builder string) int { return f.Count("PUT", "/builders/"+builder+"/manifests/latest") }
+	heads := func(builder string) int { return f.Count("HEAD", "/builders/"+builder+"/manifests/latest") }
 	defaultPushes, defaultHeads := pushes("default"), heads("default")
 	lc.Spec.Image = next
 	if _, err := bs.ClusterLifecycles().Update(ctx, lc, metav1.UpdateOptions{}); err != nil {

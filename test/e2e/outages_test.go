@@ -56,7 +56,7 @@ func TestOutagesRecoverWithinSeconds(t *testing.T) {
 			w.waitReady(t, 60*time.Second)
 			good, _, _ := w.status(t)
 			goodSince := w.readySince(t)
-			pushes := w.f.Count("PUT", "/builders/"+w.name+"/manifests/")
+			pushes := w.f.Count("PUT", "/builders/"+w.name+"/manifests/latest")
 
 			// What the re-checks must say: the builder meets the outage
 			// itself (its stack and store stay Ready, so it never waits
@@ -122,13 +122,13 @@ func TestOutagesRecoverWithinSeconds(t *testing.T) {
 			if now, _, _ := w.status(t); !reflect.DeepEqual(now, good) {
 				t.Errorf("status after recovery differs:\nbefore %+v\nafter  %+v", good, now)
 			}
-			if n := w.f.Count("PUT", "/builders/"+w.name+"/manifests/"); n != pushes {
+			if n := w.f.Count("PUT", "/builders/"+w.name+"/manifests/latest"); n != pushes {
 				t.Errorf("the builder Ready before the outage was pushed %d more times", n-pushes)
 			}
 			if since := w.readySince(t); since != goodSince {
 				t.Errorf("Ready changed during the outage and back (last transitions %v, before %v)", since, goodSince)
 			}
-			if n := w.f.Count("PUT", "/builders/"+late+"/manifests/"); n != 1 {
+			if n := w.f.Count("PUT", "/builders/"+late+"/manifests/latest"); n != 1 {
 				t.Errorf("the builder created during the outage was pushed %d times, want 1", n)
 			}
 		})

@@ -12,6 +12,7 @@ import (
 	"log"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
 	"strings"
@@ -56,10 +57,32 @@ type faultRule struct {
 	act      func(w http.ResponseWriter, r *http.Request)
 }
 
-// New starts ggcr's in-memory registry, stopped when the test ends.
+// New starts ggcr's in-memory registry, with the distribution registry's
+// mounts and manifest checks (likeDistribution), stopped when the test ends.
 func New(t testing.TB) *Registry {
 	t.Helper()
+	return start(t, likeDistribution{next: ggcrregistry.New(ggcrregistry.Logger(log.New(io.Discard, "", 0)))}, authn.Anonymous)
+}
+
+// NewLax starts ggcr's in-memory registry as it is: no cross-repository
+// mounts, and a manifest naming blobs it lacks accepted (a registry that does
+// not check, which pushes must not trust).
+func NewLax(t testing.TB) *Registry {
+	t.Helper()
 	return start(t, ggcrregistry.New(ggcrregistry.Logger(log.New(io.Discard, "", 0))), authn.Anonymous)
+}
+
+// DeleteBlob deletes a blob behind its clients' backs, as a garbage
+// collection would (the in-memory registry's blobs are in every repository
+// at once).
+func (f *Registry) DeleteBlob(digest v1.Hash) {
+	f.t.Helper()
+	req := httptest.NewRequest(http.MethodDelete, "/v2/any/blobs/"+digest.String(), nil)
+	rec := httptest.NewRecorder()
+	f.Handler.ServeHTTP(rec, req)
+	if rec.Code != http.StatusAccepted && rec.Code != http.StatusOK {
+		f.t.Fatalf("deleting blob %s: %d %s", digest, rec.Code, rec.Body)
+	}
 }
 
 // InFrontOf starts a proxy to the registry at upstream (host:port), through

@@ -46,7 +46,7 @@ func TestStatusWriteFailsAfterPush(t *testing.T) {
 			t.Fatalf("reconcile %d with the status write refused: %v, want a requeue within 2.4s (and after the 429's 1s)", i+1, err)
 		}
 		if i == 0 {
-			if n := x.f.Count("PUT", "/builders/go/manifests/"); n != 1 {
+			if n := x.f.Count("PUT", "/builders/go/manifests/latest"); n != 1 {
 				t.Fatalf("first reconcile: %d manifest PUTs", n)
 			}
 			x.f.ForgetRequests()

@@ -1,0 +1,242 @@
+package registry
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/random"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/types"
+	"github.com/google/go-containerregistry/pkg/v1/validate"
+
+	"github.com/buildsmith/buildsmith/pkg/failure"
+	"github.com/buildsmith/buildsmith/test/registrytest"
+)
+
+// TestPushRequests counts, at the registry, what pushes cost (issue 29's
+// table): a repository remembered to hold the layers costs the config and
+// the manifest; one of its own a mount per layer more; an unchanged image
+// the manifest PUT alone. The registry probe is made first, as it is once
+// per registry and process.
+func TestPushRequests(t *testing.T) {
+	const layers = 5
+	f := registrytest.New(t)
+	c := newTestClient(t, Options{})
+	ctx := context.Background()
+	f.PushLayers("stack/build:1", randomLayers(t, layers), nil, nil)
+	read, err := c.As(nil).ReadImage(ctx, f.Ref("stack/build:1"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	builder := func(label string) v1.Image {
+		cfg, err := read.Image.ConfigFile()
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.Config.Labels = map[string]string{"which": label}
+		img, err := mutate.ConfigFile(read.Image, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return img
+	}
+	write := func(tag string, img v1.Image) []string {
+		t.Helper()
+		f.ForgetRequests()
+		if _, err := c.As(nil).Write(ctx, f.Ref(tag).(name.Tag), img); err != nil {
+			t.Fatal(err)
+		}
+		return f.Requests()
+	}
+	// The probe, with a first builder: a mount per layer, the config, the manifest.
+	probe := write("builders/first:1", builder("first"))
+	if n := count(probe, "PUT", "/manifests/sha256:"); n != 2 {
+		t.Errorf("probe: %d manifest PUTs by digest, want 2: %v", n, probe)
+	}
+	for _, tc := range []struct {
+		name string
+		tag  string
+		img  v1.Image
+		want int
+	}{
+		{"new builder in a repository of its own, L layers mounted", "builders/own:1", builder("own"), layers + 3},
+		{"new builder in a repository that holds its layers", "builders/own:2", builder("own 2"), 3},
+		{"unchanged builder written again", "builders/own:2", builder("own 2"), 1},
+	} {
+		reqs := write(tc.tag, tc.img)
+		if len(reqs) != tc.want {
+			t.Errorf("%s: %d requests, want %d: %v", tc.name, len(reqs), tc.want, reqs)
+		}
+		checkComplete(t, f, tc.tag)
+	}
+}
+
+// TestForgottenBlob: a blob deleted behind the client's back (a garbage
+// collection) while it remembers the repository holding it costs one
+// refused manifest PUT, then a push that asks; the image is whole.
+func TestForgottenBlob(t *testing.T) {
+	f := registrytest.New(t)
+	c := newTestClient(t, Options{})
+	ctx := context.Background()
+	own := randomLayers(t, 2) // uploaded by the client, not mountable
+	first, err := mutate.AppendLayers(mustRandom(t), own...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tag := f.Ref("team/builder:1").(name.Tag)
+	if _, err := c.As(nil).Write(ctx, tag, first); err != nil {
+		t.Fatal(err)
+	}
+	gone, _ := own[1].Digest()
+	f.DeleteBlob(gone)
+	second, err := mutate.Config(first, v1.Config{Labels: map[string]string{"rebuilt": "yes"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.ForgetRequests()
+	if _, err := c.As(nil).Write(ctx, tag, second); err != nil {
+		t.Fatal(err)
+	}
+	reqs := f.Requests()
+	if n := count(reqs, "PUT", "/manifests/1"); n != 2 {
+		t.Errorf("%d manifest PUTs, want 2 (refused, then after asking): %v", n, reqs)
+	}
+	if n := count(reqs, "PUT", gone.Hex); n != 1 {
+		t.Errorf("the deleted blob was uploaded %d times, want once: %v", n, reqs)
+	}
+	checkComplete(t, f, "team/builder:1")
+}
+
+// TestRefusedManifestRetriedOnce: a registry that keeps refusing a
+// manifest for a missing blob gets one retry, not a loop, and the error is
+// transient.
+func TestRefusedManifestRetriedOnce(t *testing.T) {
+	f := registrytest.New(t)
+	c := newTestClient(t, Options{})
+	ctx := context.Background()
+	img := mustRandom(t)
+	tag := f.Ref("team/builder:1").(name.Tag)
+	if _, err := c.As(nil).Write(ctx, tag, img); err != nil {
+		t.Fatal(err)
+	}
+	f.Inject(http.MethodPut, "/manifests/1", -1, registrytest.Answer(400, nil,
+		registrytest.OCIError("MANIFEST_BLOB_UNKNOWN", "blob unknown to registry")))
+	f.ForgetRequests()
+	_, err := c.As(nil).Write(ctx, tag, img)
+	if e := Classify(err); err == nil || e.Class != failure.Transient {
+		t.Fatalf("err = %v, want a transient error", err)
+	}
+	if n := count(f.Requests(), "PUT", "/manifests/1"); n != 2 {
+		t.Errorf("%d manifest PUTs, want 2: %v", n, f.Requests())
+	}
+}
+
+// TestLaxRegistryIsAsked: on a registry that accepts manifests naming blobs
+// it lacks, the memory is never trusted: a blob deleted behind the client's
+// back is uploaded again, where trusting would have written a manifest
+// with a hole in it. The probe's accepted manifest is deleted again.
+func TestLaxRegistryIsAsked(t *testing.T) {
+	f := registrytest.NewLax(t)
+	c := newTestClient(t, Options{})
+	ctx := context.Background()
+	own := randomLayers(t, 2)
+	first, err := mutate.AppendLayers(mustRandom(t), own...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tag := f.Ref("team/builder:1").(name.Tag)
+	f.ForgetRequests()
+	if _, err := c.As(nil).Write(ctx, tag, first); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(f.Requests(), "DELETE", "/manifests/sha256:"); n != 1 {
+		t.Errorf("%d probe manifests deleted, want 1: %v", n, f.Requests())
+	}
+	gone, _ := own[0].Digest()
+	f.DeleteBlob(gone)
+	second, err := mutate.Config(first, v1.Config{Labels: map[string]string{"rebuilt": "yes"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.ForgetRequests()
+	if _, err := c.As(nil).Write(ctx, tag, second); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(f.Requests(), "PUT", "/manifests/sha256:"); n != 0 {
+		t.Errorf("the registry was probed again: %v", f.Requests())
+	}
+	checkComplete(t, f, "team/builder:1")
+}
+
+func TestBlobMemoryBounded(t *testing.T) {
+	m := newBlobMemory(3)
+	h := func(i int) v1.Hash { return v1.Hash{Algorithm: "sha256", Hex: fmt.Sprintf("%064d", i)} }
+	m.remember("r/a", h(1), h(2))
+	m.remember("r/b", h(3))
+	m.holds("r/a", h(1)) // used: h(2) is now the oldest
+	m.remember("r/b", h(4))
+	if m.len() != 3 || m.holds("r/a", h(2)) || !m.holds("r/a", h(1)) || !m.holds("r/b", h(4)) {
+		t.Errorf("after eviction: len %d, holds h2 %v, h1 %v, h4 %v", m.len(), m.holds("r/a", h(2)), m.holds("r/a", h(1)), m.holds("r/b", h(4)))
+	}
+	m.forget("r/b")
+	if m.len() != 1 || m.holds("r/b", h(3)) || !m.holds("r/a", h(1)) {
+		t.Errorf("after forget: len %d", m.len())
+	}
+	none := newBlobMemory(-1)
+	none.remember("r/a", h(1))
+	if none.holds("r/a", h(1)) {
+		t.Error("a memory of size -1 remembered")
+	}
+}
+
+// checkComplete reads the image at ref back whole, every blob included.
+func checkComplete(t *testing.T, f *registrytest.Registry, ref string) {
+	t.Helper()
+	img, err := remote.Image(f.Ref(ref))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := validate.Image(img); err != nil {
+		t.Errorf("%s is not whole: %v", ref, err)
+	}
+}
+
+func randomLayers(t *testing.T, n int) []v1.Layer {
+	t.Helper()
+	var out []v1.Layer
+	for range n {
+		l, err := random.Layer(1024, types.OCILayer)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, l)
+	}
+	return out
+}
+
+func mustRandom(t *testing.T) v1.Image {
+	t.Helper()
+	img, err := random.Image(512, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return img
+}
+
+// count counts requests ("METHOD path?query") with method whose path
+// contains part.
+func count(reqs []string, method, part string) int {
+	n := 0
+	for _, r := range reqs {
+		if m, rest, _ := strings.Cut(r, " "); m == method && strings.Contains(rest, part) {
+			n++
+		}
+	}
+	return n
+}
