@@ -50,6 +50,15 @@ func TestRun(t *testing.T) {
 		args:       []string{"--help"},
 		wantStdout: "convert    convert kpack builder manifests",
 	}, {
+		name:       "version",
+		args:       []string{"version"},
+		wantStdout: "kubectl-buildsmith dev\n",
+	}, {
+		name:       "version with an argument",
+		args:       []string{"version", "--short"},
+		wantStatus: 1,
+		wantStderr: "Usage: kubectl buildsmith version",
+	}, {
 		name:       "unknown command",
 		args:       []string{"frobnicate"},
 		wantStatus: 1,

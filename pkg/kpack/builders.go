@@ -332,7 +332,7 @@ func (c *converter) generateStore(o *object, storeName string, folds []fold) boo
 		if f.bp == nil {
 			continue
 		}
-		addSource(store, f.bp.image)
+		c.addSource(store, f.bp.image)
 		if store.Spec.ServiceAccountRef == nil && f.bp.account != nil {
 			store.Spec.ServiceAccountRef = f.bp.account
 			if f.bp.from.kind == "Buildpack" {
@@ -384,7 +384,7 @@ func (c *converter) fold(o *object, storeName string, store *v1alpha1.ClusterSto
 			o.warn(f.field, "%s; add its image %s to ClusterStore %s, which is not among the converted objects", what, f.bp.image, storeName)
 			usedIn += " (by hand: not converted here)"
 		} else {
-			addSource(store, f.bp.image)
+			c.addSource(store, f.bp.image)
 			o.warn(f.field, "%s; its image %s is a source of ClusterStore %s", what, f.bp.image, storeName)
 		}
 		if !slices.Contains(f.bp.usedIn, usedIn) {

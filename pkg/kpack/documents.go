@@ -3,15 +3,18 @@ package kpack
 import (
 	"bufio"
 	"bytes"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
 
+	yamlv2 "go.yaml.in/yaml/v2"
 	"sigs.k8s.io/yaml"
 )
 
-// document is one YAML document of the input, or one item of a List
-// document (what `kubectl get -o yaml` prints for several objects).
+// document is one YAML document or JSON object of the input, or one item
+// of a List (what `kubectl get -o yaml` prints for several objects).
 type document struct {
 	where string // "document 2 (starting at line 14)", "…, item 3": for errors
 	seq   int    // position among all documents and items, for ordering
@@ -19,9 +22,14 @@ type document struct {
 	obj   map[string]any
 }
 
-// readDocuments splits a YAML stream into its documents and decodes each.
-// Documents holding only comments or null are skipped; a document that is
-// not a mapping, or not YAML, is an error naming its index and first line.
+// readDocuments splits a stream of YAML documents, or of JSON objects (as
+// `jq '.items[]'` prints them: one after another, with or without space or
+// "---" between them), into its objects and decodes each; the items of a
+// List are objects of their own. Documents holding only comments or null
+// are skipped. Nothing else is: a document that is not a mapping, not YAML,
+// or that holds more than one YAML value, and text after a JSON object that
+// is not another JSON value, are errors naming the document and where it
+// starts.
 func readDocuments(in io.Reader) ([]document, error) {
 	chunks, err := splitDocuments(in)
 	if err != nil {
@@ -30,40 +38,216 @@ func readDocuments(in io.Reader) ([]document, error) {
 	var docs []document
 	index := 0
 	for _, chunk := range chunks {
-		var value any
-		// Strict: YAML forbids duplicate keys, and a lax decoder would keep one
-		// of them without a word.
-		if err := yaml.UnmarshalStrict(chunk.text, &value); err != nil {
-			return nil, fmt.Errorf("document %d (starting at line %d): %w", index+1, chunk.line, err)
+		values, isJSON := chunk.jsonValues()
+		if !isJSON {
+			values = []value{{text: chunk.text, raw: chunk.text, line: chunk.line, column: 1}}
 		}
-		if value == nil {
-			continue // only comments
-		}
-		index++
-		where := fmt.Sprintf("document %d (starting at line %d)", index, chunk.line)
-		obj, ok := value.(map[string]any)
-		if !ok {
-			return nil, fmt.Errorf("%s: not a Kubernetes object (a YAML mapping)", where)
-		}
-		if obj["apiVersion"] != "v1" || obj["kind"] != "List" {
-			docs = append(docs, document{where: where, seq: len(docs), raw: chunk.text, obj: obj})
-			continue
-		}
-		items, ok := obj["items"].([]any)
-		if !ok && obj["items"] != nil {
-			return nil, fmt.Errorf("%s: items of a List must be a list", where)
-		}
-		for i, item := range items {
-			itemWhere := fmt.Sprintf("%s, item %d", where, i+1)
-			itemObj, ok := item.(map[string]any)
-			if !ok {
-				return nil, fmt.Errorf("%s: not a Kubernetes object (a YAML mapping)", itemWhere)
+		for _, v := range values {
+			if v.err != nil {
+				return nil, fmt.Errorf("%s: %w", v.where(index+1), v.err)
 			}
-			docs = append(docs, document{where: itemWhere, seq: len(docs), obj: itemObj})
+			var decoded any
+			// Strict: YAML forbids duplicate keys, and a lax decoder would keep one
+			// of them without a word.
+			if err := yaml.UnmarshalStrict(v.text, &decoded); err != nil {
+				return nil, fmt.Errorf("%s: %w", v.where(index+1), err)
+			}
+			if !isJSON {
+				// The decoder reads the first value and ignores the rest:
+				// "{a: 1}\nb: 2" decodes as {a: 1}, without an error.
+				if err := singleValue(v.text); err != nil {
+					return nil, fmt.Errorf("%s: %w", v.where(index+1), err)
+				}
+			}
+			if decoded == nil {
+				continue // only comments, or null
+			}
+			index++
+			where := v.where(index)
+			obj, ok := decoded.(map[string]any)
+			if !ok {
+				return nil, fmt.Errorf("%s: not a Kubernetes object (a YAML mapping)", where)
+			}
+			if docs, err = appendObject(docs, where, v.raw, obj); err != nil {
+				return nil, err
+			}
 		}
 	}
 	return docs, nil
 }
+
+// appendObject appends an object to docs, or, for a List, its items: a v1
+// List (kubectl get -o yaml), or a typed one such as kpack.io/v1alpha2
+// ClusterStoreList (the API's list responses), whose items may lack their
+// apiVersion and kind, which are then the List's (as kubectl takes them).
+// Lists in Lists are expanded too.
+func appendObject(docs []document, where string, raw []byte, obj map[string]any) ([]document, error) {
+	kind, _ := obj["kind"].(string)
+	items, hasItems := obj["items"]
+	if !hasItems || !strings.HasSuffix(kind, "List") {
+		return append(docs, document{where: where, seq: len(docs), raw: raw, obj: obj}), nil
+	}
+	list, ok := items.([]any)
+	if !ok && items != nil {
+		return nil, fmt.Errorf("%s: items of a List must be a list", where)
+	}
+	apiVersion, _ := obj["apiVersion"].(string)
+	itemKind := strings.TrimSuffix(kind, "List")
+	for i, item := range list {
+		itemWhere := fmt.Sprintf("%s, item %d", where, i+1)
+		itemObj, ok := item.(map[string]any)
+		if !ok {
+			return nil, fmt.Errorf("%s: not a Kubernetes object (a YAML mapping)", itemWhere)
+		}
+		if itemKind != "" && itemObj["apiVersion"] == nil && itemObj["kind"] == nil {
+			itemObj["apiVersion"], itemObj["kind"] = apiVersion, itemKind
+		}
+		var err error
+		if docs, err = appendObject(docs, itemWhere, nil, itemObj); err != nil {
+			return nil, err
+		}
+	}
+	return docs, nil
+}
+
+// value is what a document holds: the document itself, or one of the JSON
+// values of a document that is a stream of them.
+type value struct {
+	text         []byte // to decode
+	raw          []byte // to pass through verbatim
+	line, column int    // where text starts in the input
+	err          error  // for text that is not a JSON value; the last value then
+}
+
+// where names the value, as the index-th document of the input, in errors.
+func (v value) where(index int) string {
+	if v.column == 1 {
+		return fmt.Sprintf("document %d (starting at line %d)", index, v.line)
+	}
+	return fmt.Sprintf("document %d (starting at line %d, column %d)", index, v.line, v.column)
+}
+
+// jsonValues cuts a document that starts (after white space and comments)
+// with a JSON object into the JSON values it holds, one after another with
+// or without white space between them. It returns false when the document
+// does not start with a JSON object: it is YAML then, which may start with
+// "{" too ({a: 1}). Text after a JSON value that is not another one is a
+// value with err set: it ends the list.
+func (c chunk) jsonValues() ([]value, bool) {
+	text := c.text
+	pos := skipSpace(text, 0)
+	if pos == len(text) || text[pos] != '{' {
+		return nil, false
+	}
+	// The line and column of offsets, counted as they grow: a document may
+	// hold many values.
+	counted, line, lineStart := 0, c.line, 0
+	position := func(offset int) (int, int) {
+		for ; counted < offset; counted++ {
+			if text[counted] == '\n' {
+				line, lineStart = line+1, counted+1
+			}
+		}
+		return line, offset - lineStart + 1
+	}
+	var values []value
+	var ends []int
+	for pos < len(text) {
+		dec := json.NewDecoder(bytes.NewReader(text[pos:]))
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); err != nil {
+			if len(values) == 0 {
+				return nil, false // YAML in flow style
+			}
+			v := value{err: jsonError(err)}
+			v.line, v.column = position(pos)
+			var syntax *json.SyntaxError
+			if errors.As(err, &syntax) && syntax.Offset > 0 {
+				errLine, errColumn := position(pos + int(syntax.Offset) - 1)
+				v.err = fmt.Errorf("at line %d, column %d: %w", errLine, errColumn, v.err)
+			}
+			return append(values, v), true
+		}
+		end := pos + int(dec.InputOffset())
+		v := value{text: text[pos:end]}
+		v.line, v.column = position(pos)
+		values = append(values, v)
+		ends = append(ends, end)
+		pos = skipSpace(text, end)
+	}
+	// What is passed through keeps the comments: a value takes the text
+	// after the one before it, and the last one the text to the end.
+	from := 0
+	for i := range values {
+		to := ends[i]
+		if i == len(values)-1 {
+			to = len(text)
+		}
+		values[i].raw = bytes.TrimLeft(text[from:to], " \t\n")
+		from = to
+	}
+	return values, true
+}
+
+// jsonError says what is wrong with text after a JSON value.
+func jsonError(err error) error {
+	if errors.Is(err, io.ErrUnexpectedEOF) {
+		return errors.New("an unfinished JSON value: the document ends before it does")
+	}
+	return fmt.Errorf("after a JSON object, text that is not another JSON value: %w", err)
+}
+
+// skipSpace returns the offset of the first byte at or after pos that is
+// neither white space nor in a YAML comment (from a "#" at the start of a
+// line or after white space to the end of the line).
+func skipSpace(text []byte, pos int) int {
+	for pos < len(text) {
+		switch c := text[pos]; {
+		case c == ' ' || c == '\t' || c == '\n' || c == '\r':
+			pos++
+		case c == '#' && (pos == 0 || isSpace(text[pos-1])):
+			next := bytes.IndexByte(text[pos:], '\n')
+			if next < 0 {
+				return len(text)
+			}
+			pos += next + 1
+		default:
+			return pos
+		}
+	}
+	return pos
+}
+
+func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
+
+// skipValue parses a YAML value without building it.
+type skipValue struct{}
+
+func (*skipValue) UnmarshalYAML(func(any) error) error { return nil }
+
+// singleValue refuses a YAML document that holds more than one value, as
+// "{a: 1}\n{b: 2}" or "{a: 1}\nb: 2" (the parser reads each value after
+// the first as a document of its own, without a "---").
+func singleValue(text []byte) error {
+	dec := yamlv2.NewDecoder(bytes.NewReader(text))
+	var skip skipValue
+	if err := dec.Decode(&skip); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil // no value: only comments
+		}
+		return err
+	}
+	switch err := dec.Decode(&skip); {
+	case errors.Is(err, io.EOF):
+		return nil
+	case err != nil:
+		return fmt.Errorf("%s (%w)", moreThanOneValue, err)
+	default:
+		return errors.New(moreThanOneValue)
+	}
+}
+
+const moreThanOneValue = "more than one YAML value, of which only the first would be read: separate documents with ---"
 
 // chunk is the text of one document and the line it starts on.
 type chunk struct {
