@@ -201,7 +201,7 @@ type Client struct {
 	images   *boundedCache      // see imageCache
 	reads    singleflight.Group // one read per reference, credentials and platform at a time
 	blobs    *blobMemory        // which blobs repositories hold, for pushes
-	checks   *manifestChecks    // which registries refuse manifests naming blobs they lack
+	traits   *registryTraits    // what pushes learned of each registry
 }
 
 // New returns a Client. Lazy layers of images it returns stay readable, and
@@ -231,7 +231,7 @@ func New(lifetime context.Context, opts Options) *Client {
 		images:   newBoundedCache(opts.CachedImageBytes),
 		waits:    waits,
 		blobs:    newBlobMemory(opts.RememberedBlobs),
-		checks:   newManifestChecks(),
+		traits:   newRegistryTraits(),
 	}
 }
 

@@ -24,16 +24,16 @@ import (
 // A push writes an artifact and what it references to one repository in
 // the fewest requests the bytes allow (docs/design.md, "Pushes"): a blob the
 // repository is remembered to hold costs nothing, one another repository
-// of the registry holds costs a mount, a small one an upload (POST, then
-// PUT with the body), a big one of unknown whereabouts a HEAD first; each
-// manifest one PUT.
+// of the registry holds costs a mount, a small one an upload (one POST with
+// the body, or a POST and a PUT with it), a big one of unknown whereabouts a
+// HEAD first; each manifest one PUT.
 type push struct {
 	c    *Client
 	repo name.Repository
 	key  string // the repository in Client.blobs
 	http *http.Client
 	// trusted: the registry refuses a manifest whose blobs it lacks
-	// (manifestChecks), so the memory may stand in for asking.
+	// (registryTraits), so the memory may stand in for asking.
 	trusted bool
 	// checked: the memory is not used (the push after a refusal).
 	checked bool
@@ -41,8 +41,9 @@ type push struct {
 }
 
 // smallBlob is the size up to which a blob of unknown whereabouts is
-// uploaded without asking first: two requests whether the registry has it or
-// not, against one or three, and at most this many bytes sent in vain.
+// uploaded without asking first — one request (sent whole in the POST) or
+// two, whether the registry has it or not, against a HEAD and then two — and
+// sent whole in the POST: at most this many bytes are sent in vain.
 const smallBlob = 64 << 10
 
 // pushJobs is how many blobs of one push move at once.
@@ -66,7 +67,7 @@ func (c *Client) newPush(ctx context.Context, kc authn.Keychain, repo name.Repos
 		return nil, err
 	}
 	p := &push{c: c, repo: repo, key: repo.Name(), http: &http.Client{Transport: rt}}
-	p.trusted = c.checks.trusted(ctx, p)
+	p.trusted = c.traits.trusted(ctx, p)
 	return p, nil
 }
 
@@ -199,10 +200,25 @@ func (p *push) blob(ctx context.Context, digest v1.Hash, l v1.Layer) error {
 			}
 		}
 	}
+	host := p.repo.RegistryStr()
 	err := p.retry(ctx, func() error {
-		location, err := p.startUpload(ctx, digest, from)
+		var whole v1.Layer // sent in the POST
+		if size, err := l.Size(); err == nil && from == nil && size <= smallBlob && p.c.traits.sendsInPost(host) {
+			whole = l
+		}
+		location, err := p.startUpload(ctx, digest, from, whole)
+		if whole != nil && refusedAsClient(err) {
+			// A registry that refuses a body in the POST: open the
+			// upload as usual, and send it no more such bodies.
+			p.c.traits.ignoresPost(host)
+			whole = nil
+			location, err = p.startUpload(ctx, digest, from, nil)
+		}
 		if err != nil || location == nil {
-			return err // or mounted
+			return err // or mounted, or taken whole
+		}
+		if whole != nil {
+			p.c.traits.ignoresPost(host)
 		}
 		return p.finishUpload(ctx, location, digest, l)
 	})
@@ -320,14 +336,30 @@ func (p *push) headBlob(ctx context.Context, digest v1.Hash) (bool, error) {
 	return held, err
 }
 
-// startUpload mounts digest from from (when not nil) or opens an upload; it
-// returns where to send the bytes, nil when the blob was mounted.
-func (p *push) startUpload(ctx context.Context, digest v1.Hash, from *name.Repository) (*url.URL, error) {
+// startUpload opens the upload of digest: a mount from from (when not nil),
+// or with the blob whole in the POST (when whole is not nil). It returns where
+// to send the bytes, nil when the registry has the blob now.
+func (p *push) startUpload(ctx context.Context, digest v1.Hash, from *name.Repository, whole v1.Layer) (*url.URL, error) {
 	u := p.url("blobs/uploads/")
-	if from != nil {
+	var body io.Reader
+	var size int64
+	switch {
+	case from != nil:
 		u.RawQuery = url.Values{"mount": {digest.String()}, "from": {from.RepositoryStr()}}.Encode()
+	case whole != nil:
+		u.RawQuery = url.Values{"digest": {digest.String()}}.Encode()
+		rc, err := whole.Compressed()
+		if err != nil {
+			return nil, err
+		}
+		defer rc.Close()
+		if size, err = whole.Size(); err != nil {
+			return nil, err
+		}
+		body = rc
 	}
-	resp, err := p.send(ctx, http.MethodPost, u, nil, 0, nil, http.StatusCreated, http.StatusAccepted)
+	header := http.Header{"Content-Type": {"application/octet-stream"}}
+	resp, err := p.send(ctx, http.MethodPost, u, body, size, header, http.StatusCreated, http.StatusAccepted)
 	if err != nil {
 		return nil, err
 	}
@@ -400,6 +432,20 @@ func (p *push) retry(ctx context.Context, op func() error) error {
 		case <-timer.C:
 		}
 	}
+}
+
+// refusedAsClient says whether err is a registry refusing a request for
+// what it is (4xx), not for the credentials, the repository or the rate.
+func refusedAsClient(err error) bool {
+	var te *transport.Error
+	if !errors.As(err, &te) {
+		return false
+	}
+	switch te.StatusCode {
+	case http.StatusUnauthorized, http.StatusForbidden, http.StatusNotFound, http.StatusTooManyRequests, http.StatusRequestTimeout:
+		return false
+	}
+	return te.StatusCode >= 400 && te.StatusCode < 500
 }
 
 // refusedForMissing says whether err is a registry refusing a manifest for

@@ -13,14 +13,17 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/types"
 )
 
-// likeDistribution gives go-containerregistry's in-memory registry the two
-// behaviours of the distribution registry (and the hosted ones) that pushes
-// rely on and it lacks: a cross-repository mount of a blob it holds answers
-// 201, and an image manifest naming a blob it lacks is refused with 400
-// MANIFEST_BLOB_UNKNOWN. Its blobs are shared by all repositories, so a
-// blob held anywhere is held everywhere; DeleteBlob removes one.
+// likeDistribution gives go-containerregistry's in-memory registry the
+// behaviours of the distribution registry that pushes meet: a
+// cross-repository mount of a blob it holds answers 201; an image manifest
+// naming a blob it lacks is refused with 400 MANIFEST_BLOB_UNKNOWN; and a
+// blob sent whole in the POST that opens an upload is ignored (202 and a
+// location, as for any POST), unless postTakesBlob. Its blobs are shared by
+// all repositories, so a blob held anywhere is held everywhere; DeleteBlob
+// removes one.
 type likeDistribution struct {
-	next http.Handler
+	next          http.Handler
+	postTakesBlob bool
 }
 
 func (d likeDistribution) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -36,6 +39,9 @@ func (d likeDistribution) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		// Not held: an upload session, as distribution opens.
 		r.URL.RawQuery = ""
+	case ok && r.Method == http.MethodPost && rest == "blobs/uploads/" && r.URL.Query().Get("digest") != "" && !d.postTakesBlob:
+		_, _ = io.Copy(io.Discard, r.Body)
+		r.URL.RawQuery, r.Body, r.ContentLength = "", http.NoBody, 0
 	case ok && r.Method == http.MethodPut && strings.HasPrefix(rest, "manifests/") &&
 		types.MediaType(r.Header.Get("Content-Type")).IsImage():
 		body, err := io.ReadAll(r.Body)

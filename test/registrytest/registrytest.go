@@ -57,11 +57,20 @@ type faultRule struct {
 	act      func(w http.ResponseWriter, r *http.Request)
 }
 
-// New starts ggcr's in-memory registry, with the distribution registry's
-// mounts and manifest checks (likeDistribution), stopped when the test ends.
+// New starts ggcr's in-memory registry, behaving as the distribution
+// registry does towards pushes (likeDistribution), stopped when the test
+// ends.
 func New(t testing.TB) *Registry {
 	t.Helper()
 	return start(t, likeDistribution{next: ggcrregistry.New(ggcrregistry.Logger(log.New(io.Discard, "", 0)))}, authn.Anonymous)
+}
+
+// NewTakingBlobsInPost is New, but the registry takes a blob sent whole in
+// the POST that opens its upload (the distribution spec's single-request
+// upload, which the distribution registry ignores).
+func NewTakingBlobsInPost(t testing.TB) *Registry {
+	t.Helper()
+	return start(t, likeDistribution{next: ggcrregistry.New(ggcrregistry.Logger(log.New(io.Discard, "", 0))), postTakesBlob: true}, authn.Anonymous)
 }
 
 // NewLax starts ggcr's in-memory registry as it is: no cross-repository

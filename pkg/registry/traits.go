@@ -16,8 +16,11 @@ import (
 	"k8s.io/utils/lru"
 )
 
-// manifestChecks remembers, per registry, whether it refuses an image
-// manifest naming a blob the repository lacks. The distribution registry
+// registryTraits remembers what pushes learned of each registry: whether it
+// refuses an image manifest naming a blob the repository lacks, and whether
+// it ignores a blob sent whole in the POST that opens an upload.
+//
+// Manifest checks. The distribution registry
 // does, and so do the hosted registries by their documentation; go-
 // containerregistry's test registry does not. Only where a registry was
 // seen to refuse does a push take the blob memory's word and skip asking:
@@ -31,24 +34,48 @@ import (
 // registry that accepts one keeps an untagged manifest of a few hundred
 // bytes, which the probe deletes where the registry allows. About four
 // requests per registry and controller process.
-type manifestChecks struct {
-	mu      sync.Mutex
-	hosts   *lru.Cache // host → bool
-	probing singleflight.Group
+//
+// The single POST. The distribution spec lets a client send a blob whole in
+// the POST that opens its upload (?digest=): one request instead of two.
+// Registries that do not take it answer 202 and a location, as for any POST,
+// and the bytes are sent again in the PUT; such a registry is remembered and
+// sent no more bodies in a POST. Only small blobs are sent so (smallBlob).
+type registryTraits struct {
+	mu          sync.Mutex
+	checks      *lru.Cache // host → bool: refuses manifests naming missing blobs
+	postIgnored *lru.Cache // host → true: ignores a blob sent in the POST
+	probing     singleflight.Group
 }
 
-// checkedHosts bounds the hosts remembered: a tenant names hosts.
-const checkedHosts = 1024
+// traitHosts bounds the hosts remembered: a tenant names hosts.
+const traitHosts = 1024
 
-func newManifestChecks() *manifestChecks { return &manifestChecks{hosts: lru.New(checkedHosts)} }
+func newRegistryTraits() *registryTraits {
+	return &registryTraits{checks: lru.New(traitHosts), postIgnored: lru.New(traitHosts)}
+}
+
+// sendsInPost says whether to send a small blob whole in the POST to host.
+func (m *registryTraits) sendsInPost(host string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	_, ignored := m.postIgnored.Get(host)
+	return !ignored
+}
+
+// ignoresPost records that host did not take a blob sent in the POST.
+func (m *registryTraits) ignoresPost(host string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.postIgnored.Add(host, true)
+}
 
 // trusted says whether p's registry refuses manifests whose blobs it lacks,
 // probing it through p the first time. An inconclusive probe (the registry
 // failing, or refusing the probe's blob) is not remembered and says no.
-func (m *manifestChecks) trusted(ctx context.Context, p *push) bool {
+func (m *registryTraits) trusted(ctx context.Context, p *push) bool {
 	host := p.repo.RegistryStr()
 	m.mu.Lock()
-	verdict, ok := m.hosts.Get(host)
+	verdict, ok := m.checks.Get(host)
 	m.mu.Unlock()
 	if ok {
 		return verdict.(bool)
@@ -57,7 +84,7 @@ func (m *manifestChecks) trusted(ctx context.Context, p *push) bool {
 		checks, known := p.probeChecks(ctx)
 		if known {
 			m.mu.Lock()
-			m.hosts.Add(host, checks)
+			m.checks.Add(host, checks)
 			m.mu.Unlock()
 		}
 		return checks, nil
@@ -72,15 +99,15 @@ var (
 	probeMissing = []byte("buildsmith: a blob no registry holds, named to see the registry refuse a manifest\n")
 )
 
-// probeChecks runs the probe (see manifestChecks) and says whether the
+// probeChecks runs the probe (see registryTraits) and says whether the
 // registry refused both manifests for their missing blob, and whether the
 // answers said so either way.
 func (p *push) probeChecks(ctx context.Context) (checks, known bool) {
 	present := static.NewLayer(probeBlob, types.OCILayer)
 	digest, _ := present.Digest()
 	if err := p.retry(ctx, func() error {
-		location, err := p.startUpload(ctx, digest, nil)
-		if err != nil {
+		location, err := p.startUpload(ctx, digest, nil, nil)
+		if err != nil || location == nil {
 			return err
 		}
 		return p.finishUpload(ctx, location, digest, present)
