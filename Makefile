@@ -9,7 +9,7 @@ GO_FILES = $(shell find . -name '*.go' -not -path './bin/*' -not -path './.git/*
 all: build
 
 .PHONY: tools
-tools: ## build etcd, kube-apiserver, kubectl, controller-gen, the CNB lifecycle (and its linux/arm64 build), the registry, helm, ko and cosign into bin/ (cached)
+tools: ## build etcd, kube-apiserver, kubectl, controller-gen, the CNB lifecycle (and its linux/arm64 build), the registry, helm, ko, cosign, promtool and krew into bin/ (cached)
 	hack/tools.sh
 
 .PHONY: build
@@ -27,7 +27,7 @@ image: ## build and push the controller image: make image IMAGE_REPO=registry/pa
 	hack/image.sh
 
 .PHONY: release
-release: ## the image, the chart pinned to it and the kubectl manifests in dist/: make release VERSION=vX.Y.Z IMAGE_REPO=…
+release: ## the image; the chart pinned to it, pushed to oci://IMAGE_REPO-charts (CHART_REPO=…, none: not pushed); the kubectl manifests; the kubectl plugin (linux, darwin × amd64, arm64), checksums and a krew manifest in dist/: make release VERSION=vX.Y.Z IMAGE_REPO=…
 	hack/release.sh
 
 .PHONY: codegen
@@ -57,8 +57,8 @@ test: tools verify-codegen vet fmt-check ## everything CI runs
 	$(GO) test -count=1 -timeout 30m $$($(GO) list ./... | grep -v -e /pkg/registry -e /pkg/reconciler)
 
 # What the demo runs: the control plane, kubectl, the registry and the
-# lifecycle (both platforms); not controller-gen, helm, ko or cosign, which
-# only the tests need (about 11 of a cold build's 20 minutes, see README).
+# lifecycle (both platforms); not controller-gen, helm, ko, cosign, promtool or krew,
+# which only the tests need (about 11 of a cold build's 20 minutes, see README).
 DEMO_TOOLS = etcd kube-apiserver kubectl lifecycle lifecycle-linux-arm64 registry
 
 .PHONY: demo-tools

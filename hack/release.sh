@@ -1,14 +1,33 @@
 #!/usr/bin/env bash
 # Builds a release into dist/ (or DIST): the controller image (hack/image.sh, pushed),
-# the chart packaged as VERSION with that image pinned by digest, and the
-# kubectl manifests rendered from it.
+# the chart packaged as VERSION with that image pinned by digest (pushed as an OCI
+# artifact), the kubectl manifests rendered from it, and the kubectl plugin for
+# linux and darwin, amd64 and arm64, with its krew manifest.
 #
 #   VERSION=v0.1.0 IMAGE_REPO=ghcr.io/buildsmith/buildsmith hack/release.sh
 #
 # dist/buildsmith-X.Y.Z.tgz  the chart (version X.Y.Z, appVersion vX.Y.Z)
 # dist/install/              config/crd + the chart rendered for kubectl apply
 # dist/image.txt             the image by digest
-# INSECURE and BASE_IMAGE are passed to hack/image.sh.
+# dist/chart.txt             the pushed chart by digest: oci://CHART_REPO/buildsmith:X.Y.Z@sha256:…
+#                            (not written with CHART_REPO=none)
+# dist/kubectl-buildsmith_OS_ARCH.tar.gz
+#                            the plugin (and the LICENSE, if the repository has one)
+# dist/checksums.txt         sha256sum of the plugin archives and the chart
+# dist/plugins/buildsmith.yaml
+#                            the krew manifest: plugins/buildsmith.yaml filled in
+#
+# CHART_REPO    where the chart goes (default IMAGE_REPO-charts; the chart is then
+#               oci://IMAGE_REPO-charts/buildsmith:X.Y.Z); none skips the push
+# DOWNLOAD_URL  where the release's files are served, for the krew manifest's URIs
+#               (default https://github.com/buildsmith/buildsmith/releases/download/VERSION)
+# INSECURE and BASE_IMAGE are passed to hack/image.sh; INSECURE=1 also pushes
+# the chart over plain HTTP. Credentials come from the Docker config, for helm
+# too (its own config here is an empty one under DIST/.helm; Helm 4 falls back
+# to the Docker config's credentials). Nothing is signed: the image and
+# the chart are named by digest (image.txt, chart.txt), and the chart is pulled
+# back by its digest and compared with dist's. The last line on stdout is the
+# image by digest; the helm install line goes to stderr after it.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -20,6 +39,11 @@ if [[ ! "${VERSION}" =~ ^v([0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.-]+)?)$ ]]; then
   exit 2
 fi
 chart_version="${BASH_REMATCH[1]}"
+CHART_REPO="${CHART_REPO:-${IMAGE_REPO}-charts}"
+CHART_REPO="${CHART_REPO#oci://}"
+DOWNLOAD_URL="${DOWNLOAD_URL:-https://github.com/buildsmith/buildsmith/releases/download/${VERSION}}"
+DOWNLOAD_URL="${DOWNLOAD_URL%/}"
+PLATFORMS=(linux/amd64 linux/arm64 darwin/amd64 darwin/arm64)
 DIST="$(mkdir -p "${DIST:-dist}" && cd "${DIST:-dist}" && pwd)"
 
 "${ROOT}/hack/tools.sh" helm
@@ -29,8 +53,9 @@ helm() {
 }
 
 # Only what a release writes: DIST may be a directory with other files.
-rm -rf "${DIST}/install" "${DIST}/.chart" "${DIST}/.helm" "${DIST}/image.txt" "${DIST}"/buildsmith-*.tgz
-mkdir -p "${DIST}/install" "${DIST}/.chart"
+rm -rf "${DIST}/install" "${DIST}/.chart" "${DIST}/.helm" "${DIST}/.plugin" "${DIST}/image.txt" "${DIST}"/buildsmith-*.tgz \
+  "${DIST}/chart.txt" "${DIST}"/kubectl-buildsmith_*.tar.gz "${DIST}/checksums.txt" "${DIST}/plugins"
+mkdir -p "${DIST}/install" "${DIST}/.chart" "${DIST}/plugins"
 image="$(VERSION="${VERSION}" "${ROOT}/hack/image.sh" | tail -n 1)"
 digest="${image##*@}"
 if [[ ! "${digest}" =~ ^sha256:[a-f0-9]{64}$ ]]; then
@@ -68,8 +93,74 @@ cp config/crd/*.yaml "${DIST}/install/"
   echo "  name: buildsmith"
   printf '%s\n' "${rendered}"
 } >"${DIST}/install/buildsmith.yaml"
-rm -rf "${DIST}/.chart" "${DIST}/.helm"
+
+# The kubectl plugin, cross-built (static, trimmed paths, the version stamped)
+# and archived the same way each time: sorted, owned by 0:0, dated at the
+# commit, gzip without a name or a time.
+mtime="$(git log -1 --format=%ct 2>/dev/null || echo 0)"
+for platform in "${PLATFORMS[@]}"; do
+  os="${platform%/*}" arch="${platform#*/}"
+  dir="${DIST}/.plugin/${os}_${arch}"
+  mkdir -p "${dir}"
+  CGO_ENABLED=0 GOOS="${os}" GOARCH="${arch}" go build -trimpath -ldflags "-s -w -X main.version=${VERSION}" \
+    -o "${dir}/kubectl-buildsmith" ./cmd/kubectl-buildsmith
+  chmod 0755 "${dir}/kubectl-buildsmith"
+  files=(kubectl-buildsmith)
+  if [[ -f LICENSE ]]; then
+    install -m 0644 LICENSE "${dir}/LICENSE"
+    files+=(LICENSE)
+  fi
+  tar -C "${dir}" --sort=name --owner=0 --group=0 --numeric-owner --mtime="@${mtime}" -cf - "${files[@]}" |
+    gzip -n -9 >"${DIST}/kubectl-buildsmith_${os}_${arch}.tar.gz"
+done
+
+# The krew manifest: the template with this release's version, URIs and
+# sha256s, none of its placeholders left.
+sed_value() { sed -e 's/[\\|&]/\\&/g' <<<"$1"; } # as a sed replacement: \, | and & escaped
+# The template's opening comment, about the template, gives way to one line.
+manifest="$(echo "# kubectl-buildsmith ${VERSION} for krew, written by hack/release.sh from plugins/buildsmith.yaml"
+  sed -e '1,/^apiVersion:/{/^#/d}' -e "s|{{VERSION}}|${VERSION}|g" \
+    -e "s|{{DOWNLOAD_URL}}|$(sed_value "${DOWNLOAD_URL}")|g" plugins/buildsmith.yaml)"
+for platform in "${PLATFORMS[@]}"; do
+  os="${platform%/*}" arch="${platform#*/}"
+  sum="$(sha256sum "${DIST}/kubectl-buildsmith_${os}_${arch}.tar.gz" | cut -d' ' -f1)"
+  manifest="$(sed -e "s|{{SHA256_${os}_${arch}}}|${sum}|g" <<<"${manifest}")"
+done
+if grep -n '{{' <<<"${manifest}" >&2; then
+  echo "release: plugins/buildsmith.yaml has placeholders the release does not fill (above)" >&2
+  exit 1
+fi
+printf '%s\n' "${manifest}" >"${DIST}/plugins/buildsmith.yaml"
+(cd "${DIST}" && sha256sum kubectl-buildsmith_*.tar.gz "$(basename "${chart}")") >"${DIST}/checksums.txt"
+
+# The chart as an OCI artifact, then pulled back by the digest the registry
+# gave and compared with dist's: what is pushed is what was checked above.
+install_line=""
+if [[ "${CHART_REPO}" != none ]]; then
+  plain_http=()
+  if [[ "${INSECURE:-}" == 1 ]]; then plain_http=(--plain-http); fi
+  pushed="$(helm push "${chart}" "oci://${CHART_REPO}" "${plain_http[@]}")"
+  chart_digest="$(sed -n -E 's/^Digest: (sha256:[a-f0-9]{64})$/\1/p' <<<"${pushed}")"
+  if [[ -z "${chart_digest}" ]]; then
+    printf 'release: helm push printed no digest:\n%s\n' "${pushed}" >&2
+    exit 1
+  fi
+  chart_ref="oci://${CHART_REPO}/buildsmith"
+  mkdir -p "${DIST}/.chart/pulled"
+  helm pull "${chart_ref}@${chart_digest}" "${plain_http[@]}" -d "${DIST}/.chart/pulled" >/dev/null
+  if ! cmp -s "${chart}" "${DIST}/.chart/pulled/"*.tgz; then
+    echo "release: ${chart_ref}@${chart_digest} is not ${chart}" >&2
+    exit 1
+  fi
+  printf '%s:%s@%s\n' "${chart_ref}" "${chart_version}" "${chart_digest}" >"${DIST}/chart.txt"
+  install_line="helm install buildsmith ${chart_ref} --version ${chart_version} --namespace buildsmith --create-namespace"
+  if [[ "${INSECURE:-}" == 1 ]]; then install_line+=" --plain-http"; fi
+fi
+rm -rf "${DIST}/.chart" "${DIST}/.helm" "${DIST}/.plugin"
 
 echo "release ${VERSION}:" >&2
 (cd "${DIST}" && find . -type f | sort) >&2
 printf '%s\n' "${image}"
+if [[ -n "${install_line}" ]]; then
+  printf 'install:\n  %s\n' "${install_line}" >&2
+fi

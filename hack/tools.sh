@@ -21,7 +21,7 @@ KUBE_VERSION=v1.35.4
 CONTROLLER_TOOLS_VERSION=v0.23.0
 LIFECYCLE_VERSION=v0.21.0
 
-ALL_TOOLS=(etcd kube-apiserver kubectl controller-gen lifecycle lifecycle-linux-arm64 registry helm ko cosign)
+ALL_TOOLS=(etcd kube-apiserver kubectl controller-gen lifecycle lifecycle-linux-arm64 registry helm ko cosign promtool krew)
 
 log() { printf 'tools: %s\n' "$*" >&2; }
 
@@ -141,6 +141,19 @@ build_cosign() {
     -o "$1/cosign" github.com/sigstore/cosign/v3/cmd/cosign)
 }
 
+# promtool, which the tests run to check and unit-test the chart's alerting
+# rules (test/monitoring).
+build_promtool() {
+  (cd "${ROOT}/hack/tools/promtool" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" \
+    -o "$1/promtool" github.com/prometheus/prometheus/cmd/promtool)
+}
+
+# krew, the kubectl plugin manager: the e2e test installs the release's plugin
+# with it from the release's krew manifest, as a user would.
+build_krew() {
+  (cd "${ROOT}/hack/tools/krew" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$1/krew" sigs.k8s.io/krew/cmd/krew)
+}
+
 main() {
   local tools=("$@")
   [[ ${#tools[@]} -gt 0 ]] || tools=("${ALL_TOOLS[@]}")
@@ -161,6 +174,8 @@ main() {
       helm) install_tool helm "$(module_tool_key helm "")" build_helm ;;
       ko) install_tool ko "$(module_tool_key ko "")" build_ko ;;
       cosign) install_tool cosign "$(module_tool_key cosign "")" build_cosign ;;
+      promtool) install_tool promtool "$(module_tool_key promtool "")" build_promtool ;;
+      krew) install_tool krew "$(module_tool_key krew "")" build_krew ;;
       *) log "unknown tool ${tool} (known: ${ALL_TOOLS[*]})"; return 2 ;;
     esac
   done

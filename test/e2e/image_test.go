@@ -36,7 +36,9 @@ const imageVersion = "v0.0.0-e2e"
 // the same commit must give the same digest. The image is read back (both
 // platforms, a non-root user, the entrypoint, an SBOM beside it), and the
 // controller binary taken from its layers — not a fresh go build — runs a
-// store, a stack and a builder to Ready.
+// store, a stack and a builder to Ready. Between the two, `make release`
+// (checkRelease: the OCI chart installed, the plugin archives and their
+// krew manifest).
 func TestControllerImage(t *testing.T) {
 	w := newFaultWorld(t, "image")
 	auth := remote.WithAuth(&authn.Basic{Username: registryUser, Password: registryPassword})
@@ -72,13 +74,15 @@ func TestControllerImage(t *testing.T) {
 		t.Errorf("the same commit built %s, then %s", printed, again)
 	}
 
-	// make release: the same image, the chart pinned to it, the manifests.
+	// make release: the same image, the chart pinned to it (pushed beside
+	// it), the manifests, the kubectl plugin.
 	dist := t.TempDir()
 	release := exec.Command("make", "--no-print-directory", "release", "IMAGE_REPO="+repo, "INSECURE=1",
 		"VERSION="+imageVersion, "DIST="+dist)
 	release.Dir = env.Root
 	release.Env = append(os.Environ(), "DOCKER_CONFIG="+dockerDir)
-	if out, err := release.CombinedOutput(); err != nil {
+	out, err := release.CombinedOutput()
+	if err != nil {
 		t.Fatalf("make release: %v\n%s", err, lastLines(string(out), 30))
 	}
 	if raw, err := os.ReadFile(filepath.Join(dist, "image.txt")); err != nil || strings.TrimSpace(string(raw)) != printed {
@@ -91,6 +95,7 @@ func TestControllerImage(t *testing.T) {
 		!strings.Contains(string(raw), fmt.Sprintf("image: %q", printed)) {
 		t.Errorf("dist/install/buildsmith.yaml does not install %s: %v", printed, err)
 	}
+	checkRelease(t, madeRelease{imageRepo: repo, version: imageVersion, image: printed, dist: dist, output: string(out), registry: w.d.Addr})
 
 	index, err := remote.Index(ref, auth)
 	if err != nil {
