@@ -8,6 +8,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -83,6 +84,15 @@ func main() {
 		})
 	flag.IntVar(&regOpts.NamedHosts, "registry-metric-hosts", 256,
 		"most registries counted under their own name in the metrics (host label), given as they first answer; the others count as host=\"other\"")
+	flag.Func("registry-remembered-blobs", "most (repository, blob) pairs remembered as held, so that pushes skip asking about them, each about 200 bytes; 0: none, every push asks (default 65536)",
+		func(v string) error {
+			n, err := strconv.Atoi(v)
+			if err == nil && n < 0 {
+				err = errors.New("must not be negative")
+			}
+			regOpts.RememberedBlobs = cmp.Or(n, -1) // the option's 0 is its default
+			return err
+		})
 	disableHA := flag.Bool("disable-ha", false, "run without leader election (for local runs)")
 	healthProbes := flag.Bool("health-probes", true, "serve readiness and liveness probes on :8080")
 	profilingPort := flag.Int("profiling-port", 8008, "port of the profiling server when profiling is enabled in config-observability; 0 picks a free one")
