@@ -30,6 +30,8 @@ type Options struct {
 	// AccessLog adds a line per request to the log, in the combined log
 	// format.
 	AccessLog bool
+	// Delete allows deleting manifests and blobs (DELETE requests).
+	Delete bool
 }
 
 // Registry is the registry process.
@@ -66,8 +68,8 @@ func Start(ctx context.Context, binary, dir string, o Options) (*Registry, error
 	r := &Registry{Addr: fmt.Sprintf("127.0.0.1:%d", port), Log: filepath.Join(dir, "registry.log"),
 		binary: binary, config: filepath.Join(dir, "config.yml"), answer: http.StatusOK}
 	config := fmt.Sprintf("version: 0.1\nlog:\n  level: %s\n  accesslog:\n    disabled: %t\n"+
-		"storage:\n  filesystem:\n    rootdirectory: %s\nhttp:\n  addr: %s\n",
-		cmp.Or(o.LogLevel, "info"), !o.AccessLog, filepath.Join(dir, "storage"), r.Addr)
+		"storage:\n  delete:\n    enabled: %t\n  filesystem:\n    rootdirectory: %s\nhttp:\n  addr: %s\n",
+		cmp.Or(o.LogLevel, "info"), !o.AccessLog, o.Delete, filepath.Join(dir, "storage"), r.Addr)
 	if o.Htpasswd != "" {
 		htpasswd := filepath.Join(dir, "htpasswd")
 		if err := os.WriteFile(htpasswd, []byte(o.Htpasswd), 0o600); err != nil {
@@ -112,6 +114,18 @@ func (r *Registry) Start(ctx context.Context) error {
 		r.Stop()
 	}
 	return err
+}
+
+// CollectGarbage stops the registry, deletes the blobs no manifest
+// references (distribution's garbage-collect, which wants the registry
+// stopped or read-only), and starts it again.
+func (r *Registry) CollectGarbage(ctx context.Context) (string, error) {
+	r.Stop()
+	out, err := exec.CommandContext(ctx, r.binary, "garbage-collect", r.config).CombinedOutput()
+	if err != nil {
+		return string(out), fmt.Errorf("garbage-collect: %w\n%s", err, out)
+	}
+	return string(out), r.Start(ctx)
 }
 
 // Stop kills the registry and waits for it to end: from then on its port
