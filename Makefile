@@ -68,7 +68,7 @@ demo-tools:
 # The scenarios of test/bench (scale, steady state, outage, rate limit, big
 # layers) against the controller binary, a real API server and a counted
 # registry; they write bench/results.md. Without BENCH=1 (as in `make test`)
-# only a small smoke version of the scale scenario runs. Knobs: BENCH_N
+# only small smoke versions of the scale and push-requests scenarios run. Knobs: BENCH_N
 # (default 50,200; add 1000), BENCH_RUNS, BENCH_OUTAGE, BENCH_OUTAGE_RUNS.
 .PHONY: bench
 bench: tools ## Go benchmarks, then the scenarios of test/bench; writes bench/results.md

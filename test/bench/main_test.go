@@ -2,8 +2,9 @@
 // the controller binary against a real kube-apiserver and etcd (bin/) and a
 // real registry whose traffic is counted request by request.
 //
-// Without BENCH=1 only a small smoke version of the cold-scale scenario
-// runs (part of `make test`); it asserts the structural targets. With
+// Without BENCH=1 only small smoke versions of the cold-scale scenario and
+// of scenario 16 (registry requests per push) run (part of `make test`);
+// they assert the structural targets. With
 // BENCH=1 (`make bench`) every scenario runs and bench/results.md is
 // written. Knobs: BENCH_N (builder counts of scenario 1, default "50,200";
 // add 1000 for the large one), BENCH_RUNS (runs per timed figure, default
@@ -21,6 +22,8 @@
 // BENCH_HOSTILE_RUNS, BENCH_HOSTILE_DRAIN, BENCH_HOSTILE_PROFILE (scenario 15:
 // default 5000 unreachable hosts, 10000 missing and 200 big Secrets, 1 run,
 // a 5m drain; a directory for the controller's heap and goroutine profiles),
+// BENCH_PUSH_K, BENCH_PUSH_NEW_LAYERS (scenario 16: default 20 builders per
+// phase, 2 new layers in the stack patch),
 // BENCH_CONTROLLER_ARGS (extra controller flags), BENCH_MICRO (a file of Go
 // benchmark output to include in the report).
 package bench

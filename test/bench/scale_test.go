@@ -68,22 +68,8 @@ func coldRun(t *testing.T, n int, steady bool) coldResult {
 	}
 	// Done when every builder's tag was asked about and the registry has
 	// been quiet for 2 s (or after a minute).
-	for time.Since(begin) < time.Minute {
-		reqs := f.Traffic().Requests()
-		asked := map[string]bool{}
-		var last time.Time
-		for _, q := range reqs {
-			if strings.HasPrefix(q.Repo, "builders/") {
-				asked[q.Repo] = true
-			}
-			last = q.At
-		}
-		if len(asked) == n && time.Since(last) > 2*time.Second {
-			r.steadyComplete = true
-			r.steadyTook = last.Sub(begin)
-			break
-		}
-		time.Sleep(200 * time.Millisecond)
+	if took, ok := waitAsked(f, begin, time.Minute, 200*time.Millisecond, n, builderRepoAsked); ok {
+		r.steadyComplete, r.steadyTook = true, took
 	}
 	r.steady = w.cost(f.Traffic().Requests())
 	return r

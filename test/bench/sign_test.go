@@ -3,7 +3,6 @@ package bench
 import (
 	"context"
 	"fmt"
-	"strings"
 	"testing"
 	"time"
 
@@ -25,7 +24,6 @@ func TestSigningCost(t *testing.T) {
 		t.Skip("BENCH=1")
 	}
 	n := envInt("BENCH_SIGN_N", 100)
-	ctx := context.Background()
 	f := registrytest.New(t)
 	seed(t, f.Addr)
 	p, _ := startController(t)
@@ -33,41 +31,6 @@ func TestSigningCost(t *testing.T) {
 	w := newWorld(t, f.Addr)
 	w.waitStoreStackReady(t, 60*time.Second)
 	private, _ := cosigntest.KeyPair(t, "bench")
-	addKey := func(ns string) {
-		t.Helper()
-		secret := cosigntest.Secret(ns, "cosign", private, "bench")
-		secret.ResourceVersion = ""
-		if _, err := kube.CoreV1().Secrets(ns).Create(ctx, secret, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := kube.CoreV1().ServiceAccounts(ns).Update(ctx, &corev1.ServiceAccount{
-			ObjectMeta: metav1.ObjectMeta{Name: "default", Namespace: ns},
-			Secrets:    []corev1.ObjectReference{{Name: "cosign"}}}, metav1.UpdateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	// signed waits until the n builders of ns are Ready with want
-	// signatures each.
-	signed := func(ns string, want int) (time.Duration, bool) {
-		t.Helper()
-		took, err := localhost.Poll(ctx, 3*time.Minute, 200*time.Millisecond, "builders signed", func() (bool, string) {
-			list, err := client.BuildsmithV1alpha1().Builders(ns).List(ctx, metav1.ListOptions{})
-			if err != nil {
-				return false, err.Error()
-			}
-			done := 0
-			for _, b := range list.Items {
-				if b.Status.IsReady() && b.Status.ObservedGeneration == b.Generation && len(b.Status.Signatures) == want {
-					done++
-				}
-			}
-			return done == n, fmt.Sprintf("%d/%d", done, n)
-		})
-		if err != nil {
-			t.Log(err)
-		}
-		return took, err == nil
-	}
 	type phase struct {
 		name string
 		took time.Duration
@@ -89,14 +52,14 @@ func TestSigningCost(t *testing.T) {
 		return unsigned.waitBuildersReady(t, n, 3*time.Minute)
 	})
 	keyed := w.inNamespace(t, w.name+"-signed", f.Addr)
-	addKey(keyed.ns)
+	addSigningKey(t, keyed.ns, private)
 	measure("push and sign", func() (time.Duration, bool) {
 		keyed.createBuilders(t, n, 2*n, w.order())
-		return signed(keyed.ns, 1)
+		return waitSigned(t, keyed.ns, n, 1)
 	})
 	measure("key added: sign builders already pushed", func() (time.Duration, bool) {
-		addKey(unsigned.ns)
-		return signed(unsigned.ns, 1)
+		addSigningKey(t, unsigned.ns, private)
+		return waitSigned(t, unsigned.ns, n, 1)
 	})
 	measure("resync of signed builders", func() (time.Duration, bool) {
 		begin := time.Now()
@@ -104,21 +67,7 @@ func TestSigningCost(t *testing.T) {
 			"bench.buildsmith.dev/resync="+begin.Format(time.RFC3339Nano)).CombinedOutput(); err != nil {
 			t.Fatalf("kubectl annotate: %v\n%s", err, out)
 		}
-		for time.Since(begin) < 2*time.Minute {
-			asked := map[string]bool{}
-			var last time.Time
-			for _, q := range f.Traffic().Requests() {
-				if strings.HasPrefix(q.Repo, "builders/") {
-					asked[q.Repo] = true
-				}
-				last = q.At
-			}
-			if len(asked) == n && time.Since(last) > 2*time.Second {
-				return last.Sub(begin), true
-			}
-			time.Sleep(500 * time.Millisecond)
-		}
-		return time.Since(begin), false
+		return waitAsked(f, begin, 2*time.Minute, 500*time.Millisecond, n, builderRepoAsked)
 	})
 
 	s := &section{title: fmt.Sprintf("13. The cost of signing: %d builders with a cosign key, %d without", n, n),
@@ -147,4 +96,58 @@ func TestSigningCost(t *testing.T) {
 		}
 	}
 	addSection(s)
+}
+
+// addSigningKey gives ns a cosign key: the Secret "cosign" holding private
+// (password "bench"), then listed by the default ServiceAccount.
+func addSigningKey(t testing.TB, ns string, private []byte) {
+	t.Helper()
+	createSigningSecret(t, ns, private)
+	useSigningSecret(t, ns)
+}
+
+// createSigningSecret creates addSigningKey's Secret, not yet listed by the
+// ServiceAccount.
+func createSigningSecret(t testing.TB, ns string, private []byte) {
+	t.Helper()
+	secret := cosigntest.Secret(ns, "cosign", private, "bench")
+	secret.ResourceVersion = ""
+	if _, err := kube.CoreV1().Secrets(ns).Create(context.Background(), secret, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// useSigningSecret lists addSigningKey's Secret in ns's default
+// ServiceAccount.
+func useSigningSecret(t testing.TB, ns string) {
+	t.Helper()
+	if _, err := kube.CoreV1().ServiceAccounts(ns).Update(context.Background(), &corev1.ServiceAccount{
+		ObjectMeta: metav1.ObjectMeta{Name: "default", Namespace: ns},
+		Secrets:    []corev1.ObjectReference{{Name: "cosign"}}}, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitSigned waits until the n builders of ns are Ready with want
+// signatures each.
+func waitSigned(t testing.TB, ns string, n, want int) (time.Duration, bool) {
+	t.Helper()
+	ctx := context.Background()
+	took, err := localhost.Poll(ctx, 3*time.Minute, 200*time.Millisecond, "builders signed", func() (bool, string) {
+		list, err := client.BuildsmithV1alpha1().Builders(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		done := 0
+		for _, b := range list.Items {
+			if b.Status.IsReady() && b.Status.ObservedGeneration == b.Generation && len(b.Status.Signatures) == want {
+				done++
+			}
+		}
+		return done == n, fmt.Sprintf("%d/%d", done, n)
+	})
+	if err != nil {
+		t.Log(err)
+	}
+	return took, err == nil
 }

@@ -136,42 +136,15 @@ func sharedClusterRun(t *testing.T, n, namespaces int) sharedClusterResult {
 		"bench.buildsmith.dev/resync="+begin.Format(time.RFC3339Nano)).CombinedOutput(); err != nil {
 		t.Fatalf("kubectl annotate: %v\n%s", err, out)
 	}
-	for time.Since(begin) < timeout {
-		asked := map[string]bool{}
-		var last time.Time
-		for _, q := range f.Traffic().Requests() {
-			if strings.HasPrefix(q.Repo, "builders/") {
-				asked[q.Repo] = true
-			}
-			last = q.At
-		}
-		if len(asked) == n && time.Since(last) > 2*time.Second {
-			r.steadyDone, r.steadyTook = true, last.Sub(begin)
-			break
-		}
-		time.Sleep(500 * time.Millisecond)
+	if took, ok := waitAsked(f, begin, timeout, 500*time.Millisecond, n, builderRepoAsked); ok {
+		r.steadyDone, r.steadyTook = true, took
 	}
 	r.steady = w.cost(f.Traffic().Requests())
 
 	// A stack patch: new build and run images at the stack's tags, the
 	// ClusterStack told to look again (as its resync would).
 	f.Traffic().Reset()
-	for _, repo := range []string{"stack/build:1", "stack/run:1"} {
-		uid := cnbUID
-		if strings.HasPrefix(repo, "stack/run") {
-			uid = 0
-		}
-		img, err := sampleimages.StackImage(stackID, uid)
-		if err != nil {
-			t.Fatal(err)
-		}
-		patch, err := sampleimages.Layer(sampleimages.File{Path: "etc/patch-level", Content: []byte("2")})
-		if err != nil {
-			t.Fatal(err)
-		}
-		img, err = mutate.AppendLayers(img, patch)
-		push(t, f.Addr, repo, img, err)
-	}
+	patchStack(t, f.Addr, 1, "2")
 	f.Traffic().Reset() // the patch's own pushes are not the controller's
 	begin = time.Now()
 	if out, err := env.Kubectl("annotate", "clusterstack", w.name, "--overwrite",
@@ -193,6 +166,38 @@ func sharedClusterRun(t *testing.T, n, namespaces int) sharedClusterResult {
 		_ = client.BuildsmithV1alpha1().Builders(tw.ns).DeleteCollection(context.Background(), metav1.DeleteOptions{}, metav1.ListOptions{})
 	}
 	return r
+}
+
+// patchStack pushes new build and run images to the stack's tags
+// (stack/build:1, stack/run:1): the stack's images with k more layers, the
+// first holding etc/patch-level and the others etc/patch-level-<j>, each
+// file's content level.
+func patchStack(t testing.TB, addr string, k int, level string) {
+	t.Helper()
+	for _, repo := range []string{"stack/build:1", "stack/run:1"} {
+		uid := cnbUID
+		if strings.HasPrefix(repo, "stack/run") {
+			uid = 0
+		}
+		img, err := sampleimages.StackImage(stackID, uid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for j := range k {
+			path := "etc/patch-level"
+			if j > 0 {
+				path = fmt.Sprintf("etc/patch-level-%d", j)
+			}
+			patch, err := sampleimages.Layer(sampleimages.File{Path: path, Content: []byte(level)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if img, err = mutate.AppendLayers(img, patch); err != nil {
+				t.Fatal(err)
+			}
+		}
+		push(t, addr, repo, img, nil)
+	}
 }
 
 // builderImages returns every builder's latestImage, by namespace/name.

@@ -170,8 +170,15 @@ func (w *world) order(ids ...string) []v1alpha1.OrderEntry {
 func builderRepo(i int) string { return fmt.Sprintf("builders/b-%04d", i) }
 
 // createBuilders creates builders from..to-1, 8 at a time, each with a tag
-// of its own.
+// of its own in a repository of its own (builderRepo).
 func (w *world) createBuilders(t testing.TB, from, to int, order []v1alpha1.OrderEntry) {
+	t.Helper()
+	w.createBuildersAt(t, from, to, order, func(i int) string { return builderRepo(i) + ":latest" })
+}
+
+// createBuildersAt is createBuilders with builder i pushed to tag(i)
+// ("repository:tag", in the world's registry).
+func (w *world) createBuildersAt(t testing.TB, from, to int, order []v1alpha1.OrderEntry, tag func(i int) string) {
 	t.Helper()
 	ctx := context.Background()
 	bs := client.BuildsmithV1alpha1().Builders(w.ns)
@@ -186,7 +193,7 @@ func (w *world) createBuilders(t testing.TB, from, to int, order []v1alpha1.Orde
 			for i := range next {
 				_, err := bs.Create(ctx, &v1alpha1.Builder{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("b-%04d", i), Namespace: w.ns},
 					Spec: v1alpha1.NamespacedBuilderSpec{BuilderSpec: v1alpha1.BuilderSpec{
-						Tag:   w.addr + "/" + builderRepo(i) + ":latest",
+						Tag:   w.addr + "/" + tag(i),
 						Stack: v1alpha1.StackRef{Name: w.name}, Store: v1alpha1.StoreRef{Name: w.name},
 						Order: order}}}, metav1.CreateOptions{})
 				if err != nil {
@@ -212,6 +219,38 @@ func cmpOr(a, b error) error {
 		return a
 	}
 	return b
+}
+
+// waitAsked waits, after a resync asked for at begin, until n builder tags
+// were asked about since the traffic was last reset (tag names the builder
+// tag a request is about, "" for none) and the registry has been quiet for
+// 2 s, polling every poll; it returns how long after begin the last request
+// came, or false after timeout.
+func waitAsked(f *registrytest.Registry, begin time.Time, timeout, poll time.Duration, n int, tag func(*registrytest.Request) string) (time.Duration, bool) {
+	for time.Since(begin) < timeout {
+		asked := map[string]bool{}
+		var last time.Time
+		for _, q := range f.Traffic().Requests() {
+			if k := tag(q); k != "" {
+				asked[k] = true
+			}
+			last = q.At
+		}
+		if len(asked) == n && time.Since(last) > 2*time.Second {
+			return last.Sub(begin), true
+		}
+		time.Sleep(poll)
+	}
+	return time.Since(begin), false
+}
+
+// builderRepoAsked is waitAsked's tag for builders each in a repository of
+// its own: the builders/ repository asked about.
+func builderRepoAsked(q *registrytest.Request) string {
+	if strings.HasPrefix(q.Repo, "builders/") {
+		return q.Repo
+	}
+	return ""
 }
 
 // readyCount counts the Ready builders of the current generation.
