@@ -4,6 +4,8 @@
 // Commands:
 //
 //	convert -f FILE|-             convert kpack builder manifests to buildsmith manifests
+//	convert --builder-toml FILE|- --tag REF
+//	                              convert a pack builder.toml to buildsmith manifests
 //	reconcile KIND/NAME [--wait]  reconcile an object now, and wait until it is Ready
 //	status [-A]                   every buildsmith object, one line each
 //	version                       the version of this binary
@@ -15,8 +17,10 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 
 	"github.com/buildsmith/buildsmith/pkg/kpack"
+	"github.com/buildsmith/buildsmith/pkg/packconfig"
 )
 
 // version is set by release builds (hack/release.sh: -ldflags -X
@@ -33,7 +37,7 @@ type command struct {
 
 // commands are the subcommands, in the order the usage text lists them.
 var commands = []command{
-	{name: "convert", summary: "convert kpack builder manifests (stores, stacks, builders, buildpacks) to buildsmith manifests", run: runConvert},
+	{name: "convert", summary: "convert kpack builder manifests (stores, stacks, builders, buildpacks), or a pack builder.toml, to buildsmith manifests", run: runConvert},
 	{name: "reconcile", summary: "reconcile an object now (KIND/NAME), and with --wait wait until it is Ready", run: runReconcile},
 	{name: "status", summary: "every buildsmith object, one line each: Ready, reason, since when, what it found last", run: runStatus},
 	{name: "version", summary: "the version of this binary (dev unless built by a release)", run: runVersion},
@@ -84,6 +88,8 @@ func usage(w io.Writer) {
 }
 
 const convertUsage = `Usage: kubectl buildsmith convert -f FILE|-
+       kubectl buildsmith convert --builder-toml FILE|- --tag REF [--name NAME] [-n NAMESPACE]
+                                  [--stack-id ID] [--service-account SA]
 
 Reads kpack manifests (experimental.kpack.pivotal.io/v1alpha1 Store, Stack,
 CustomBuilder, CustomClusterBuilder; kpack.io/v1alpha1 and v1alpha2
@@ -99,8 +105,19 @@ or -o json), or JSON objects one after another (jq '.items[]'); every
 object is read, and text that is not one is an error. Larger inputs than
 --max-input-bytes are refused.
 
+With --builder-toml, reads a pack builder configuration (the builder.toml of
+pack builder create) and writes a ClusterStore of its buildpackage images, a
+ClusterStack of its build and run images, a ClusterLifecycle of
+buildpacksio/lifecycle:X.Y.Z for [lifecycle] version = "X.Y.Z", and a
+ClusterBuilder (a Builder with -n) with its description, order, order of
+extensions, system buildpacks, build env and targets, pushed to --tag. They are
+named --name (by default the last part of the tag's repository; a namespaced
+Builder's cluster objects <namespace>-<name>). Buildpacks that are not images
+(paths, https archives, urn:cnb:registry ids) are warnings, not errors.
+
 Everything not carried over is a warning on stderr:
   warning: <kind>/<namespace>/<name>: <field>: <message>
+  warning: <builder.toml>: <field>: <message>          (with --builder-toml)
 
 Exit status: 0 when converted, 1 on an error, or when some object could not
 be converted (the output then lacks it; the warnings say why).
@@ -116,6 +133,15 @@ func runConvert(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	flags.StringVar(&file, "f", "", "the manifests to convert: a file, or - for stdin")
 	flags.StringVar(&file, "filename", "", "same as -f")
 	maxInputBytes := flags.Int64("max-input-bytes", defaultMaxInputBytes, "the largest input to read, in bytes (32 MiB by default); a larger one is an error")
+	var pack packconfig.Options
+	var builderTOML string
+	flags.StringVar(&builderTOML, "builder-toml", "", "a pack builder.toml to convert instead: a file, or - for stdin")
+	flags.StringVar(&pack.Tag, "tag", "", "with --builder-toml: where the builder image is pushed (required)")
+	flags.StringVar(&pack.Name, "name", "", "with --builder-toml: the objects' name (default: the last part of the tag's repository)")
+	flags.StringVar(&pack.Namespace, "n", "", "with --builder-toml: make a Builder in this namespace instead of a ClusterBuilder")
+	flags.StringVar(&pack.Namespace, "namespace", "", "same as -n")
+	flags.StringVar(&pack.StackID, "stack-id", "", "with --builder-toml: the ClusterStack's id when builder.toml has no stack id")
+	flags.StringVar(&pack.ServiceAccount, "service-account", "", "with --builder-toml: the ServiceAccount that pushes the builder: NAME for a Builder, NAMESPACE/NAME for a ClusterBuilder")
 	printUsage := func(w io.Writer) {
 		fmt.Fprint(w, convertUsage)
 		flags.SetOutput(w)
@@ -129,8 +155,16 @@ func runConvert(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		printUsage(stderr)
 		return 1
 	}
-	if file == "" || flags.NArg() > 0 {
-		fmt.Fprintln(stderr, "kubectl-buildsmith convert: give exactly one input, with -f FILE or -f - for stdin")
+	packFlags := pack.Tag != "" || pack.Name != "" || pack.Namespace != "" || pack.StackID != "" || pack.ServiceAccount != ""
+	switch {
+	case flags.NArg() > 0 || (file == "") == (builderTOML == ""):
+		fmt.Fprintln(stderr, "kubectl-buildsmith convert: give exactly one input, with -f FILE (or -f - for stdin) or --builder-toml FILE (or --builder-toml -)")
+		return 1
+	case file != "" && packFlags:
+		fmt.Fprintln(stderr, "kubectl-buildsmith convert: --tag, --name, -n, --stack-id and --service-account are for --builder-toml")
+		return 1
+	case builderTOML != "" && pack.Tag == "":
+		fmt.Fprintln(stderr, "kubectl-buildsmith convert: --builder-toml needs --tag, the image the builder is pushed to (builder.toml does not say)")
 		return 1
 	}
 	if *maxInputBytes <= 0 {
@@ -138,9 +172,13 @@ func runConvert(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return 1
 	}
 
+	path := file
+	if builderTOML != "" {
+		path = builderTOML
+	}
 	in := stdin
-	if file != "-" {
-		f, err := os.Open(file)
+	if path != "-" {
+		f, err := os.Open(path)
 		if err != nil {
 			fmt.Fprintf(stderr, "kubectl-buildsmith convert: %v\n", err)
 			return 1
@@ -148,17 +186,44 @@ func runConvert(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		defer f.Close()
 		in = f
 	}
-	out, warnings, err := kpack.Convert(&limitedInput{r: in, left: *maxInputBytes, max: *maxInputBytes})
-	if err != nil {
-		fmt.Fprintf(stderr, "kubectl-buildsmith convert: %v\n", err)
-		return 1
-	}
+	limited := &limitedInput{r: in, left: *maxInputBytes, max: *maxInputBytes}
+	var out []byte
+	var lines []string // the warnings
 	omitted := 0
-	for _, w := range warnings {
-		fmt.Fprintf(stderr, "warning: %s\n", w)
-		if w.Omitted {
-			omitted++
+	if builderTOML == "" {
+		var warnings []kpack.Warning
+		var err error
+		if out, warnings, err = kpack.Convert(limited); err != nil {
+			fmt.Fprintf(stderr, "kubectl-buildsmith convert: %v\n", err)
+			return 1
 		}
+		for _, w := range warnings {
+			lines = append(lines, w.String())
+			if w.Omitted {
+				omitted++
+			}
+		}
+	} else {
+		// pack reads paths in builder.toml relative to it.
+		pack.Source, pack.IsLocalPath = builderTOML, localPaths(filepath.Dir(builderTOML))
+		if builderTOML == "-" {
+			pack.Source, pack.IsLocalPath = "stdin", localPaths(".")
+		}
+		var warnings []packconfig.Warning
+		var err error
+		if out, warnings, err = packconfig.Convert(limited, pack); err != nil {
+			fmt.Fprintf(stderr, "kubectl-buildsmith convert: %v\n", err)
+			return 1
+		}
+		for _, w := range warnings {
+			lines = append(lines, w.String())
+			if w.Omitted {
+				omitted++
+			}
+		}
+	}
+	for _, line := range lines {
+		fmt.Fprintf(stderr, "warning: %s\n", line)
 	}
 	if _, err := stdout.Write(out); err != nil {
 		fmt.Fprintf(stderr, "kubectl-buildsmith convert: writing the output: %v\n", err)
@@ -169,6 +234,18 @@ func runConvert(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// localPaths says whether a path exists, relative to dir when not
+// absolute: how pack tells a buildpack's path from an image reference.
+func localPaths(dir string) func(string) bool {
+	return func(p string) bool {
+		if !filepath.IsAbs(p) {
+			p = filepath.Join(dir, p)
+		}
+		_, err := os.Stat(p)
+		return err == nil
+	}
 }
 
 // defaultMaxInputBytes is --max-input-bytes by default: 32 MiB, above the

@@ -80,6 +80,9 @@ type BuilderSpec struct {
 	Env []EnvVar
 	// CreatedBy is the version of buildsmith, for the builder metadata.
 	CreatedBy string
+	// Description is the builder's description, in the builder metadata
+	// label where pack writes builder.toml's description.
+	Description string
 }
 
 // AssembleBuilder builds the builder image: the build image, then a layer
@@ -394,9 +397,10 @@ func builderLabels(spec BuilderSpec) (map[string]string, error) {
 	}
 	runImage := runImageMetadata{Image: spec.RunImage, Mirrors: spec.RunImageMirrors}
 	meta := builderMetadata{
-		Buildpacks: []buildpackInfo{},
-		Stack:      stackMetadata{RunImage: runImage},
-		Images:     []runImageMetadata{runImage},
+		Description: spec.Description,
+		Buildpacks:  []buildpackInfo{},
+		Stack:       stackMetadata{RunImage: runImage},
+		Images:      []runImageMetadata{runImage},
 		Lifecycle: lifecycleMetadata{
 			Version: spec.Lifecycle.Version,
 			API: map[string]string{

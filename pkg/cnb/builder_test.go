@@ -272,6 +272,43 @@ func TestAssembleBuilderIsDeterministic(t *testing.T) {
 	}
 }
 
+// TestAssembleBuilderDescription: the description is the builder metadata
+// label's, where pack writes builder.toml's and `pack builder inspect`
+// reads it; no description keeps the "" of builders made before.
+func TestAssembleBuilderDescription(t *testing.T) {
+	for _, description := range []string{"", "Ubuntu 24.04 Noble Numbat base image with buildpacks for Java, Node.js, \"quoted\" <and> & more"} {
+		spec := builderSpec(t)
+		spec.Description = description
+		img, err := AssembleBuilder(spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cf, err := img.ConfigFile()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var meta struct {
+			Description *string `json:"description"`
+		}
+		if err := json.Unmarshal([]byte(cf.Config.Labels[LabelBuilderMetadata]), &meta); err != nil {
+			t.Fatal(err)
+		}
+		if meta.Description == nil || *meta.Description != description {
+			t.Errorf("builder metadata label %s: description %v, want %q", cf.Config.Labels[LabelBuilderMetadata], meta.Description, description)
+		}
+	}
+	// A description is an input: another one gives another image.
+	a, _ := AssembleBuilder(builderSpec(t))
+	spec := builderSpec(t)
+	spec.Description = "another"
+	b, _ := AssembleBuilder(spec)
+	da, _ := a.Digest()
+	db, _ := b.Digest()
+	if da == db {
+		t.Errorf("the same digest %s with and without a description", da)
+	}
+}
+
 func TestAssembleBuilderRefusesReservedLabels(t *testing.T) {
 	spec := builderSpec(t)
 	spec.AdditionalLabels = map[string]string{LabelBuildpackOrder: "[]"}

@@ -361,6 +361,7 @@ func (r *Core) assemble(ctx context.Context, reg registry.Access, stack *v1alpha
 		AdditionalLabels: spec.AdditionalLabels,
 		Env:              buildEnv(spec.Env),
 		CreatedBy:        r.Version,
+		Description:      spec.Description,
 	})
 }
 
@@ -446,13 +447,14 @@ func fingerprintOf(stack *v1alpha1.ClusterStack, builds []platformBuild, resolve
 		Labels                             map[string]string
 		Env                                []v1alpha1.BuildEnv
 		// Omitted when empty: the fingerprints of builders from before
-		// system buildpacks and extensions stay the same.
+		// system buildpacks, extensions and descriptions stay the same.
 		System          *v1alpha1.SystemBuildpacks `json:",omitempty"`
 		Extensions      []v1alpha1.StoreBuildpack  `json:",omitempty"`
 		OrderExtensions []v1alpha1.OrderEntry      `json:",omitempty"`
+		Description     string                     `json:",omitempty"`
 	}{stack.Status.BuildImage.LatestImage, stack.Status.RunImage.Image, spec.Tag, version, stack.Status.RunImage.Mirrors,
 		platforms, fingerprinted(resolved.Buildpacks), resolved.Order, spec.AdditionalLabels, spec.Env, resolved.System,
-		extensionModules, orderExtensions})
+		extensionModules, orderExtensions, spec.Description})
 	sum := sha256.Sum256(raw)
 	return "sha256:" + hex.EncodeToString(sum[:])
 }

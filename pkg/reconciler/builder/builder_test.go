@@ -2,6 +2,7 @@ package builder
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -468,6 +469,48 @@ func TestBuilderEnvAndRunImageMirrors(t *testing.T) {
 	again, _, err, traffic := x.run(t, got, lifecycle)
 	if !again.Status.IsReady() || again.Status.LatestImage == got.Status.LatestImage || traffic.Total("PUT") == 0 {
 		t.Errorf("a changed env was not built: %v, latestImage %s, %d PUTs", err, again.Status.LatestImage, traffic.Total("PUT"))
+	}
+}
+
+// TestBuilderDescription: spec.description is the description of the
+// pushed image's builder metadata label (where pack writes builder.toml's),
+// and changing it builds the builder again.
+func TestBuilderDescription(t *testing.T) {
+	x := newFixture(t)
+	lifecycle := x.f.Addr + "/lifecycle:0.21.0"
+	description := func(ref string) string {
+		t.Helper()
+		cf, err := x.read(t, ref).ConfigFile()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var meta struct {
+			Description string `json:"description"`
+		}
+		if err := json.Unmarshal([]byte(cf.Config.Labels[cnb.LabelBuilderMetadata]), &meta); err != nil {
+			t.Fatal(err)
+		}
+		return meta.Description
+	}
+	b := x.builder(func(b *v1alpha1.Builder) {
+		b.Spec.Description = "Ubuntu 22.04 Jammy Jellyfish base image with buildpacks for Go"
+	})
+	got, _, err, _ := x.run(t, b, lifecycle)
+	if !got.Status.IsReady() {
+		t.Fatalf("not Ready: %v %+v", err, got.Status.Conditions)
+	}
+	if d := description(got.Status.LatestImage); d != b.Spec.Description {
+		t.Errorf("builder metadata description %q, want %q", d, b.Spec.Description)
+	}
+
+	got.Spec.Description = "another description"
+	got.Generation++
+	again, _, err, traffic := x.run(t, got, lifecycle)
+	if !again.Status.IsReady() || again.Status.LatestImage == got.Status.LatestImage || traffic.Total("PUT") == 0 {
+		t.Fatalf("a changed description was not built: %v, latestImage %s, %d PUTs", err, again.Status.LatestImage, traffic.Total("PUT"))
+	}
+	if d := description(again.Status.LatestImage); d != "another description" {
+		t.Errorf("builder metadata description %q after the change", d)
 	}
 }
 

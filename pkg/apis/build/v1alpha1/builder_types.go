@@ -99,6 +99,12 @@ type BuilderSpec struct {
 	// +listType=atomic
 	// +kubebuilder:validation:MaxItems=16
 	Targets []Platform `json:"targets,omitempty"`
+	// Description is a human-readable description of the builder (pack's
+	// description in builder.toml), written as the description of the
+	// image's io.buildpacks.builder.metadata label, which `pack builder
+	// inspect` shows.
+	// +optional
+	Description string `json:"description,omitempty"`
 }
 
 // SystemBuildpacks are the buildpacks of /cnb/system.toml. The lifecycle
