@@ -84,7 +84,7 @@ func main() {
 		})
 	flag.IntVar(&regOpts.NamedHosts, "registry-metric-hosts", 256,
 		"most registries counted under their own name in the metrics (host label), given as they first answer; the others count as host=\"other\"")
-	flag.Func("registry-remembered-blobs", "most (repository, blob) pairs remembered as held, so that pushes skip asking about them, each about 200 bytes; 0: none, every push asks (default 65536)",
+	flag.Func("registry-remembered-blobs", "most (repository, blob) pairs remembered as held, so that pushes skip asking about them, each about 250 bytes; 0: none, every push asks (default 65536)",
 		func(v string) error {
 			n, err := strconv.Atoi(v)
 			if err == nil && n < 0 {

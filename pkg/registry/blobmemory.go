@@ -2,24 +2,29 @@ package registry
 
 import (
 	"container/list"
+	"strings"
 	"sync"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 )
 
 // blobMemory remembers which blobs repositories hold: those the controller
-// uploaded or mounted there, or named in a manifest it PUT there, and those of images it read
-// from there. A push skips asking the registry about them. That is safe only
-// on a registry that refuses a manifest whose blobs it lacks (see
-// manifestChecks): a blob deleted behind the controller's back (garbage
+// uploaded or mounted there, named in a manifest it PUT there, or in one it
+// read from there. A push skips asking the registry about them, which is
+// safe only on a registry that refuses a manifest whose blobs it lacks (see
+// registryTraits): a blob deleted behind the controller's back (garbage
 // collection) then fails the manifest PUT, and the push forgets the
-// repository and tries again with checks. The memory is bounded by entries,
-// the least recently used forgotten first.
+// repository and tries again asking. It also says where else a blob was
+// seen, to mount it from. Bounded by entries, the least recently used
+// forgotten first.
 type blobMemory struct {
 	mu    sync.Mutex
 	max   int
 	order *list.List                           // of *heldBlob, most recent first
 	repos map[string]map[v1.Hash]*list.Element // repository ("host/path") → its entries
+	// holders indexes the same entries by blob, to find a repository to
+	// mount one from.
+	holders map[v1.Hash]map[string]struct{}
 }
 
 type heldBlob struct {
@@ -27,12 +32,9 @@ type heldBlob struct {
 	blob v1.Hash
 }
 
-// heldEntryBytes is about what one entry costs (the digest, a list element,
-// two map slots), for the flag's help: 64k entries ≈ 13 MiB.
-const heldEntryBytes = 200
-
 func newBlobMemory(max int) *blobMemory {
-	return &blobMemory{max: max, order: list.New(), repos: map[string]map[v1.Hash]*list.Element{}}
+	return &blobMemory{max: max, order: list.New(), repos: map[string]map[v1.Hash]*list.Element{},
+		holders: map[v1.Hash]map[string]struct{}{}}
 }
 
 // holds says whether repo was seen holding key.
@@ -64,6 +66,10 @@ func (m *blobMemory) remember(repo string, keys ...v1.Hash) {
 			continue
 		}
 		held[key] = m.order.PushFront(&heldBlob{repo: repo, blob: key})
+		if m.holders[key] == nil {
+			m.holders[key] = map[string]struct{}{}
+		}
+		m.holders[key][repo] = struct{}{}
 	}
 	for m.order.Len() > m.max {
 		m.remove(m.order.Back())
@@ -76,9 +82,21 @@ func (m *blobMemory) forget(repo string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, e := range m.repos[repo] {
-		m.order.Remove(e)
+		m.remove(e)
 	}
-	delete(m.repos, repo)
+}
+
+// holder returns a repository of host ("host/path"), other than not, seen
+// holding blob.
+func (m *blobMemory) holder(host string, blob v1.Hash, not string) (string, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for repo := range m.holders[blob] {
+		if repo != not && strings.HasPrefix(repo, host+"/") {
+			return repo, true
+		}
+	}
+	return "", false
 }
 
 // len is the number of entries, for tests.
@@ -94,5 +112,9 @@ func (m *blobMemory) remove(e *list.Element) {
 	delete(held, b.blob)
 	if len(held) == 0 {
 		delete(m.repos, b.repo)
+	}
+	delete(m.holders[b.blob], b.repo)
+	if len(m.holders[b.blob]) == 0 {
+		delete(m.holders, b.blob)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -19,25 +20,25 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 	"golang.org/x/sync/errgroup"
+	"golang.org/x/sync/singleflight"
 )
 
 // A push writes an artifact and what it references to one repository in
 // the fewest requests the bytes allow (docs/design.md, "Pushes"): a blob the
-// repository is remembered to hold costs nothing, one another repository
-// of the registry holds costs a mount, a small one an upload (one POST with
-// the body, or a POST and a PUT with it), a big one of unknown whereabouts a
-// HEAD first; each manifest one PUT.
+// repository is remembered to hold costs nothing; one another repository of
+// the registry holds (it was read from there, or the memory saw it there) a
+// mount; a small one an upload (one POST with the body, or a POST and a PUT
+// with it); a big one of unknown whereabouts a HEAD first; each manifest one
+// PUT.
 type push struct {
 	c    *Client
 	repo name.Repository
 	key  string // the repository in Client.blobs
 	http *http.Client
-	// trusted: the registry refuses a manifest whose blobs it lacks
-	// (registryTraits), so the memory may stand in for asking.
-	trusted bool
 	// checked: the memory is not used (the push after a refusal).
 	checked bool
-	skipped atomic.Bool // a blob or manifest was taken as held on the memory's word
+	skipped atomic.Bool        // a blob was taken as held on the memory's word
+	blobs   singleflight.Group // one transfer per digest, however many images name it
 }
 
 // smallBlob is the size up to which a blob of unknown whereabouts is
@@ -54,8 +55,9 @@ func (c *Client) newPush(ctx context.Context, kc authn.Keychain, repo name.Repos
 	if err != nil {
 		return nil, err
 	}
+	p := &push{c: c, repo: repo, key: repo.Name()}
 	scopes := []string{repo.Scope(transport.PushScope)}
-	sources, err := mountSources(a, repo)
+	sources, err := p.mountSources(a)
 	if err != nil {
 		return nil, err
 	}
@@ -66,9 +68,20 @@ func (c *Client) newPush(ctx context.Context, kc authn.Keychain, repo name.Repos
 	if err != nil {
 		return nil, err
 	}
-	p := &push{c: c, repo: repo, key: repo.Name(), http: &http.Client{Transport: rt}}
-	p.trusted = c.traits.trusted(ctx, p)
+	p.http = &http.Client{Transport: rt, CheckRedirect: sameHostRedirects}
 	return p, nil
+}
+
+// sameHostRedirects follows a registry's redirects (blob downloads go to
+// storage elsewhere, but a push's requests do not) only within its host.
+func sameHostRedirects(req *http.Request, via []*http.Request) error {
+	if len(via) >= 10 {
+		return errors.New("stopped after 10 redirects")
+	}
+	if req.URL.Host != via[0].URL.Host {
+		return fmt.Errorf("a redirect from %s to another host, %s, refused", via[0].URL.Host, req.URL.Host)
+	}
+	return nil
 }
 
 // write pushes a to ref. When the registry refuses a manifest for a blob the
@@ -87,58 +100,54 @@ func (p *push) write(ctx context.Context, ref name.Reference, a Artifact) error 
 
 // artifact pushes what a references, then a's manifest.
 func (p *push) artifact(ctx context.Context, ref name.Reference, a remote.Taggable) error {
-	var held []v1.Hash
+	// Everything a references is resolved before anything moves, so that
+	// no transfer outlives a failure to resolve.
+	var children []remote.Taggable
+	var layers []v1.Layer
+	var trusted bool
 	switch a := a.(type) {
 	case v1.ImageIndex:
-		index, err := a.IndexManifest()
-		if err != nil {
-			return err
-		}
-		g, gctx := errgroup.WithContext(ctx)
-		g.SetLimit(pushJobs)
-		for _, child := range index.Manifests {
-			// Always PUT (one request, as a HEAD would be): that registries
-			// refuse an index naming a manifest they lack is not probed.
-			var m remote.Taggable
-			switch {
-			case child.MediaType.IsIndex():
-				idx, err := a.ImageIndex(child.Digest)
-				if err != nil {
-					return err
-				}
-				m = idx
-			case child.MediaType.IsImage():
-				img, err := a.Image(child.Digest)
-				if err != nil {
-					return err
-				}
-				m = img
-			default:
-				return fmt.Errorf("index entry %s: media type %q is neither an image nor an index", child.Digest, child.MediaType)
-			}
-			g.Go(func() error { return p.artifact(gctx, p.repo.Digest(child.Digest.String()), m) })
-		}
-		if err := g.Wait(); err != nil {
+		var err error
+		if children, err = indexChildren(a); err != nil {
 			return err
 		}
 	case v1.Image:
-		blobs, err := imageBlobs(a)
+		var err error
+		if layers, err = imageBlobs(a); err != nil {
+			return err
+		}
+		mediaType, err := a.MediaType()
 		if err != nil {
 			return err
 		}
-		g, gctx := errgroup.WithContext(ctx)
-		g.SetLimit(pushJobs)
-		for _, b := range blobs {
-			digest, err := b.Digest()
-			if err != nil {
-				return err
-			}
-			held = append(held, digest)
-			g.Go(func() error { return p.blob(gctx, digest, b) })
-		}
-		if err := g.Wait(); err != nil {
+		trusted = p.trusts(ctx, mediaType)
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(pushJobs)
+	// Index children are always PUT (one request, as the HEAD that would
+	// skip them): that registries refuse an index naming a manifest they
+	// lack is not probed.
+	for _, child := range children {
+		digest, err := partial.Digest(child)
+		if err != nil {
 			return err
 		}
+		g.Go(func() error { return p.artifact(gctx, p.repo.Digest(digest.String()), child) })
+	}
+	held := make([]v1.Hash, len(layers))
+	for i, l := range layers {
+		digest, err := l.Digest()
+		if err != nil {
+			return err
+		}
+		held[i] = digest
+		g.Go(func() error {
+			_, err, _ := p.blobs.Do(digest.String(), func() (any, error) { return nil, p.blob(gctx, digest, l, trusted) })
+			return err
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return err
 	}
 	if err := p.putManifest(ctx, ref, a); err != nil {
 		return err
@@ -147,7 +156,49 @@ func (p *push) artifact(ctx context.Context, ref name.Reference, a remote.Taggab
 	return nil
 }
 
-// imageBlobs lists img's distributable layers and its config.
+// trusts says whether the memory may stand in for the registry about the
+// blobs of a manifest of mediaType: the registry was seen to refuse such a
+// manifest naming blobs it lacks (registryTraits).
+func (p *push) trusts(ctx context.Context, mediaType types.MediaType) bool {
+	if p.checked || p.c.opts.RememberedBlobs < 0 {
+		return false
+	}
+	return p.c.traits.trusted(ctx, p, mediaType)
+}
+
+// indexChildren resolves the images and indexes idx names.
+func indexChildren(idx v1.ImageIndex) ([]remote.Taggable, error) {
+	index, err := idx.IndexManifest()
+	if err != nil {
+		return nil, err
+	}
+	var out []remote.Taggable
+	for _, child := range index.Manifests {
+		switch {
+		case child.MediaType.IsIndex():
+			m, err := idx.ImageIndex(child.Digest)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, m)
+		case child.MediaType.IsImage():
+			m, err := idx.Image(child.Digest)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, m)
+		default:
+			// Attestations and other artifacts as index entries: what
+			// buildsmith assembles has none.
+			return nil, fmt.Errorf("index entry %s: media type %q is neither an image nor an index", child.Digest, child.MediaType)
+		}
+	}
+	return out, nil
+}
+
+// imageBlobs lists img's distributable layers and its config. A streamed
+// layer (no digest before it is read) is refused by the caller's Digest:
+// what buildsmith assembles has none.
 func imageBlobs(img v1.Image) ([]v1.Layer, error) {
 	layers, err := img.Layers()
 	if err != nil {
@@ -170,52 +221,76 @@ func imageBlobs(img v1.Image) ([]v1.Layer, error) {
 	return append(out, config), nil
 }
 
-// remembered says whether the memory may stand in for the registry about key.
-func (p *push) remembered(blob v1.Hash) bool {
-	if !p.trusted || p.checked || !p.c.blobs.holds(p.key, blob) {
-		return false
-	}
-	p.skipped.Store(true)
-	return true
-}
-
-// blob makes sure the repository holds l.
-func (p *push) blob(ctx context.Context, digest v1.Hash, l v1.Layer) error {
-	if p.remembered(digest) {
+// blob makes sure the repository holds l. trusted: the memory may say so.
+func (p *push) blob(ctx context.Context, digest v1.Hash, l v1.Layer, trusted bool) error {
+	if trusted && p.c.blobs.holds(p.key, digest) {
+		p.skipped.Store(true)
 		return nil
 	}
-	from := mountSource(l, p.repo)
-	if from == nil {
-		size, err := l.Size()
-		if err != nil {
+	size, err := l.Size()
+	if err != nil {
+		return err
+	}
+	if from := p.mountSource(l, digest); from != nil {
+		mounted, err := p.mount(ctx, digest, from)
+		if err == nil && mounted {
+			p.c.blobs.remember(p.key, digest)
+			return nil
+		}
+		if err != nil && !refusedAsClient(err) && p.c.retryInCall(err) {
+			return err // the registry failing, not the mount
+		}
+		// Not mounted (a registry without mounts, a source without the
+		// blob, a mount refused): the target may hold it all the same.
+		return p.upload(ctx, digest, l, true)
+	}
+	return p.upload(ctx, digest, l, size > smallBlob || mountedFrom(l, p.repo))
+}
+
+// mount asks the registry to mount digest from from; false when it opened
+// an upload instead (which is left to expire).
+func (p *push) mount(ctx context.Context, digest v1.Hash, from *name.Repository) (bool, error) {
+	var mounted bool
+	err := p.retry(ctx, func() error {
+		location, err := p.startUpload(ctx, digest, from, nil)
+		mounted = err == nil && location == nil
+		return err
+	})
+	return mounted, err
+}
+
+// upload sends l's bytes, asking first whether the repository holds it when
+// ask is set.
+func (p *push) upload(ctx context.Context, digest v1.Hash, l v1.Layer, ask bool) error {
+	if ask {
+		held, err := p.headBlob(ctx, digest)
+		if err != nil || held {
+			if held {
+				p.c.blobs.remember(p.key, digest)
+			}
 			return err
 		}
-		if size > smallBlob || mountedFrom(l, p.repo) {
-			held, err := p.headBlob(ctx, digest)
-			if err != nil || held {
-				if held {
-					p.c.blobs.remember(p.key, digest)
-				}
-				return err
-			}
-		}
+	}
+	size, err := l.Size()
+	if err != nil {
+		return err
 	}
 	host := p.repo.RegistryStr()
-	err := p.retry(ctx, func() error {
+	err = p.retry(ctx, func() error {
 		var whole v1.Layer // sent in the POST
-		if size, err := l.Size(); err == nil && from == nil && size <= smallBlob && p.c.traits.sendsInPost(host) {
+		if size <= smallBlob && p.c.traits.sendsInPost(host) {
 			whole = l
 		}
-		location, err := p.startUpload(ctx, digest, from, whole)
+		location, err := p.startUpload(ctx, digest, nil, whole)
 		if whole != nil && refusedAsClient(err) {
 			// A registry that refuses a body in the POST: open the
 			// upload as usual, and send it no more such bodies.
 			p.c.traits.ignoresPost(host)
 			whole = nil
-			location, err = p.startUpload(ctx, digest, from, nil)
+			location, err = p.startUpload(ctx, digest, nil, nil)
 		}
 		if err != nil || location == nil {
-			return err // or mounted, or taken whole
+			return err // or taken whole
 		}
 		if whole != nil {
 			p.c.traits.ignoresPost(host)
@@ -228,18 +303,35 @@ func (p *push) blob(ctx context.Context, digest v1.Hash, l v1.Layer) error {
 	return err
 }
 
-// mountSource is the repository of the same registry l was read from, if
-// any other than repo: a mount from there costs one request and no bytes.
-func mountSource(l v1.Layer, repo name.Repository) *name.Repository {
-	ml, ok := l.(*remote.MountableLayer)
+// mountSource is a repository of the same registry to mount l from: the one
+// it was read from, else one the memory saw holding it (another builder's,
+// for the layers the controller writes itself). A mount answered 201 is the
+// registry's word; the memory only picks where to ask.
+func (p *push) mountSource(l v1.Layer, digest v1.Hash) *name.Repository {
+	if ml, ok := l.(*remote.MountableLayer); ok {
+		from := ml.Reference.Context()
+		if from.RegistryStr() == p.repo.RegistryStr() && from.RepositoryStr() != p.repo.RepositoryStr() {
+			return &from
+		}
+		return nil
+	}
+	holder, ok := p.c.blobs.holder(p.repo.RegistryStr(), digest, p.key)
 	if !ok {
 		return nil
 	}
-	from := ml.Reference.Context()
-	if from.RegistryStr() != repo.RegistryStr() || from.RepositoryStr() == repo.RepositoryStr() {
+	from, err := name.NewRepository(holder, p.nameOptions()...)
+	if err != nil {
 		return nil
 	}
 	return &from
+}
+
+// nameOptions parse a repository of the push's registry as it was given.
+func (p *push) nameOptions() []name.Option {
+	if p.repo.Scheme() == "http" {
+		return []name.Option{name.Insecure}
+	}
+	return nil
 }
 
 // mountedFrom says whether l was read from repo itself: it is likely held,
@@ -251,42 +343,33 @@ func mountedFrom(l v1.Layer, repo name.Repository) bool {
 
 // mountSources lists the repositories a's layers may be mounted from, for
 // the token's scopes.
-func mountSources(a remote.Taggable, repo name.Repository) ([]name.Repository, error) {
+func (p *push) mountSources(a remote.Taggable) ([]name.Repository, error) {
 	seen := map[string]bool{}
 	var out []name.Repository
 	var walk func(a remote.Taggable) error
 	walk = func(a remote.Taggable) error {
 		switch a := a.(type) {
 		case v1.ImageIndex:
-			index, err := a.IndexManifest()
+			children, err := indexChildren(a)
 			if err != nil {
 				return err
 			}
-			for _, child := range index.Manifests {
-				var m remote.Taggable
-				var err error
-				switch {
-				case child.MediaType.IsIndex():
-					m, err = a.ImageIndex(child.Digest)
-				case child.MediaType.IsImage():
-					m, err = a.Image(child.Digest)
-				default:
-					continue
-				}
-				if err != nil {
-					return err
-				}
-				if err := walk(m); err != nil {
+			for _, child := range children {
+				if err := walk(child); err != nil {
 					return err
 				}
 			}
 		case v1.Image:
-			layers, err := a.Layers()
+			layers, err := imageBlobs(a)
 			if err != nil {
 				return err
 			}
 			for _, l := range layers {
-				if from := mountSource(l, repo); from != nil && !seen[from.Name()] {
+				digest, err := l.Digest()
+				if err != nil {
+					return err
+				}
+				if from := p.mountSource(l, digest); from != nil && !seen[from.Name()] {
 					seen[from.Name()] = true
 					out = append(out, *from)
 				}
@@ -448,11 +531,12 @@ func refusedAsClient(err error) bool {
 	return te.StatusCode >= 400 && te.StatusCode < 500
 }
 
-// refusedForMissing says whether err is a registry refusing a manifest for
-// a blob it names that the repository lacks.
+// refusedForMissing says whether err is a registry refusing a manifest PUT
+// for a blob it names that the repository lacks.
 func refusedForMissing(err error) bool {
 	var te *transport.Error
-	if !errors.As(err, &te) || te.StatusCode >= 500 {
+	if !errors.As(err, &te) || te.StatusCode >= 500 || te.Request == nil ||
+		te.Request.Method != http.MethodPut || !strings.Contains(te.Request.URL.Path, "/manifests/") {
 		return false
 	}
 	for _, d := range te.Errors {

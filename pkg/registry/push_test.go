@@ -247,3 +247,53 @@ func count(reqs []string, method, part string) int {
 	}
 	return n
 }
+
+// TestMountRefusedAsksTarget: at a registry that answers a mount with an
+// upload (no mounts, or a source without the blob), the push asks whether
+// the target holds the layer before sending it: layers the target has are
+// neither downloaded from the source nor sent.
+func TestMountRefusedAsksTarget(t *testing.T) {
+	f := registrytest.NewLax(t) // no mounts; blobs shared by every repository
+	f.PushLayers("stack/build:1", randomLayers(t, 3), nil, nil)
+	c := newTestClient(t, Options{})
+	ctx := context.Background()
+	base, err := c.As(nil).ReadImage(ctx, f.Ref("stack/build:1"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.ForgetRequests()
+	if _, err := c.As(nil).Write(ctx, f.Ref("builders/one:1").(name.Tag), base.Image); err != nil {
+		t.Fatal(err)
+	}
+	reqs := f.Requests()
+	if n := count(reqs, "GET", "/blobs/"); n != 0 {
+		t.Errorf("%d layers downloaded from the source: %v", n, reqs)
+	}
+	mounts := count(reqs, "POST", "mount=")
+	if n := count(reqs, "HEAD", "/blobs/"); n != mounts || mounts < 3 {
+		t.Errorf("%d HEADs of blobs after %d mounts were refused, want one each: %v", n, mounts, reqs)
+	}
+	if n := count(reqs, "PUT", "/blobs/uploads/") - 1; n != 0 { // the probe's blob aside
+		t.Errorf("%d layers sent that the target held: %v", n, reqs)
+	}
+	checkComplete(t, f, "builders/one:1")
+}
+
+// TestProbedPerFamily: a registry's manifest checks are probed for OCI and
+// Docker manifests apart, each once.
+func TestProbedPerFamily(t *testing.T) {
+	f := registrytest.New(t)
+	c := newTestClient(t, Options{})
+	ctx := context.Background()
+	oci := mutate.MediaType(mustRandom(t), types.OCIManifestSchema1)
+	docker := mustRandom(t) // random images are Docker's
+	f.ForgetRequests()
+	for i, img := range []v1.Image{oci, docker, oci, docker} {
+		if _, err := c.As(nil).Write(ctx, f.Ref(fmt.Sprintf("team/app:%d", i)).(name.Tag), img); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := count(f.Requests(), "PUT", "/manifests/sha256:"); n != 4 {
+		t.Errorf("%d probe manifests, want 2 per family: %v", n, f.Requests())
+	}
+}

@@ -4,12 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
+	"fmt"
 	"net/http"
+	"strings"
 	"sync"
+	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 	"github.com/google/go-containerregistry/pkg/v1/static"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 	"golang.org/x/sync/singleflight"
@@ -20,20 +21,21 @@ import (
 // refuses an image manifest naming a blob the repository lacks, and whether
 // it ignores a blob sent whole in the POST that opens an upload.
 //
-// Manifest checks. The distribution registry
-// does, and so do the hosted registries by their documentation; go-
-// containerregistry's test registry does not. Only where a registry was
-// seen to refuse does a push take the blob memory's word and skip asking:
-// elsewhere a wrong memory (a blob garbage-collected since) would give a
-// builder with a missing layer, and nothing would say so.
+// Manifest checks. The distribution registry refuses such a manifest with
+// MANIFEST_BLOB_UNKNOWN; go-containerregistry's test registry takes it. Only
+// where a registry was seen to refuse does a push take the blob memory's word
+// and skip asking: elsewhere a wrong memory (a blob garbage-collected since)
+// would give a builder with a missing layer, and nothing would say so.
 //
-// The probe is two manifest PUTs by digest into the repository pushed to,
-// each naming a blob no registry holds: one as a layer, one as the config
-// (beside a blob just uploaded in the other role). Refused both times with
-// MANIFEST_BLOB_UNKNOWN or BLOB_UNKNOWN, the registry checks both roles. A
-// registry that accepts one keeps an untagged manifest of a few hundred
-// bytes, which the probe deletes where the registry allows. About four
-// requests per registry and controller process.
+// The probe, per registry and manifest family (OCI, Docker), is two manifests
+// of that family PUT by digest into the repository pushed to, each naming a
+// blob no registry holds: once as a layer, once as the config (beside a blob
+// just uploaded in the other role). Refused both times for the missing blob,
+// the registry checks both roles. A registry that accepts one keeps an
+// untagged manifest of a few hundred bytes, which the probe deletes where the
+// registry allows. Any other answer (a failure, a refusal for something
+// else) is inconclusive: not trusted, and not asked again for a while. A
+// verdict is asked again after a day (a registry is upgraded, a name moves).
 //
 // The single POST. The distribution spec lets a client send a blob whole in
 // the POST that opens its upload (?digest=): one request instead of two.
@@ -41,17 +43,36 @@ import (
 // and the bytes are sent again in the PUT; such a registry is remembered and
 // sent no more bodies in a POST. Only small blobs are sent so (smallBlob).
 type registryTraits struct {
+	now         func() time.Time
 	mu          sync.Mutex
-	checks      *lru.Cache // host → bool: refuses manifests naming missing blobs
+	checks      *lru.Cache // checkKey → checkVerdict
 	postIgnored *lru.Cache // host → true: ignores a blob sent in the POST
 	probing     singleflight.Group
 }
+
+// checkKey is a registry and a manifest family.
+type checkKey struct {
+	host   string
+	docker bool
+}
+
+type checkVerdict struct {
+	checks bool
+	until  time.Time
+}
+
+// How long verdicts of the manifest probe stand.
+const (
+	checkVerdictFor  = 24 * time.Hour
+	inconclusiveFor  = 10 * time.Minute
+	probeWaitTimeout = 30 * time.Second
+)
 
 // traitHosts bounds the hosts remembered: a tenant names hosts.
 const traitHosts = 1024
 
 func newRegistryTraits() *registryTraits {
-	return &registryTraits{checks: lru.New(traitHosts), postIgnored: lru.New(traitHosts)}
+	return &registryTraits{now: time.Now, checks: lru.New(traitHosts), postIgnored: lru.New(traitHosts)}
 }
 
 // sendsInPost says whether to send a small blob whole in the POST to host.
@@ -69,27 +90,38 @@ func (m *registryTraits) ignoresPost(host string) {
 	m.postIgnored.Add(host, true)
 }
 
-// trusted says whether p's registry refuses manifests whose blobs it lacks,
-// probing it through p the first time. An inconclusive probe (the registry
-// failing, or refusing the probe's blob) is not remembered and says no.
-func (m *registryTraits) trusted(ctx context.Context, p *push) bool {
-	host := p.repo.RegistryStr()
+// trusted says whether p's registry refuses manifests of mediaType's family
+// whose blobs it lacks, probing it through p when it is not known. A caller
+// waiting on another's probe stops waiting when its context ends (and does
+// not trust); the probe runs on after its starter's context ends, for the
+// others, within probeWaitTimeout.
+func (m *registryTraits) trusted(ctx context.Context, p *push, mediaType types.MediaType) bool {
+	key := checkKey{host: p.repo.RegistryStr(), docker: !strings.Contains(string(mediaType), "oci")}
 	m.mu.Lock()
-	verdict, ok := m.checks.Get(host)
+	v, ok := m.checks.Get(key)
 	m.mu.Unlock()
-	if ok {
-		return verdict.(bool)
+	if ok && m.now().Before(v.(checkVerdict).until) {
+		return v.(checkVerdict).checks
 	}
-	v, _, _ := m.probing.Do(host, func() (any, error) {
-		checks, known := p.probeChecks(ctx)
-		if known {
-			m.mu.Lock()
-			m.checks.Add(host, checks)
-			m.mu.Unlock()
+	probeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), probeWaitTimeout)
+	done := m.probing.DoChan(fmt.Sprint(key), func() (any, error) {
+		defer cancel()
+		checks, known := p.probeChecks(probeCtx, key.docker)
+		verdict := checkVerdict{checks: checks, until: m.now().Add(checkVerdictFor)}
+		if !known {
+			verdict.until = m.now().Add(inconclusiveFor)
 		}
+		m.mu.Lock()
+		m.checks.Add(key, verdict)
+		m.mu.Unlock()
 		return checks, nil
 	})
-	return v.(bool)
+	select {
+	case r := <-done:
+		return r.Val.(bool)
+	case <-ctx.Done():
+		return false
+	}
 }
 
 // probeBlob is uploaded for the probe; probeMissing is a blob no registry
@@ -99,11 +131,15 @@ var (
 	probeMissing = []byte("buildsmith: a blob no registry holds, named to see the registry refuse a manifest\n")
 )
 
-// probeChecks runs the probe (see registryTraits) and says whether the
-// registry refused both manifests for their missing blob, and whether the
-// answers said so either way.
-func (p *push) probeChecks(ctx context.Context) (checks, known bool) {
-	present := static.NewLayer(probeBlob, types.OCILayer)
+// probeChecks runs the probe (see registryTraits) for one manifest family
+// and says whether the registry refused both manifests for their missing
+// blob, and whether its answers said so either way.
+func (p *push) probeChecks(ctx context.Context, docker bool) (checks, known bool) {
+	manifestType, configType, layerType := types.OCIManifestSchema1, types.OCIConfigJSON, types.OCILayer
+	if docker {
+		manifestType, configType, layerType = types.DockerManifestSchema2, types.DockerConfigJSON, types.DockerLayer
+	}
+	present := static.NewLayer(probeBlob, layerType)
 	digest, _ := present.Digest()
 	if err := p.retry(ctx, func() error {
 		location, err := p.startUpload(ctx, digest, nil, nil)
@@ -114,13 +150,11 @@ func (p *push) probeChecks(ctx context.Context) (checks, known bool) {
 	}); err != nil {
 		return false, false
 	}
-	missing := descriptorOf(probeMissing, types.OCILayer)
-	held := descriptorOf(probeBlob, types.OCILayer)
 	for _, m := range []v1.Manifest{
-		{Config: descriptorOf(probeBlob, types.OCIConfigJSON), Layers: []v1.Descriptor{missing}},
-		{Config: descriptorOf(probeMissing, types.OCIConfigJSON), Layers: []v1.Descriptor{held}},
+		{Config: descriptorOf(probeBlob, configType), Layers: []v1.Descriptor{descriptorOf(probeMissing, layerType)}},
+		{Config: descriptorOf(probeMissing, configType), Layers: []v1.Descriptor{descriptorOf(probeBlob, layerType)}},
 	} {
-		m.SchemaVersion, m.MediaType = 2, types.OCIManifestSchema1
+		m.SchemaVersion, m.MediaType = 2, manifestType
 		refused, known := p.probeManifest(ctx, m)
 		if !refused || !known {
 			return false, known
@@ -143,20 +177,9 @@ func (p *push) probeManifest(ctx context.Context, m v1.Manifest) (refused, known
 		_, _ = p.send(ctx, http.MethodDelete, p.url("manifests/"+digest.String()), nil, 0, nil, http.StatusAccepted, http.StatusOK)
 		return false, true
 	}
-	if refusedForMissing(err) {
-		return true, true
-	}
-	var te *transport.Error
-	// Another refusal of the probe will not change (credentials and rate
-	// limits aside): the registry is not known to check.
-	if !errors.As(err, &te) {
-		return false, false
-	}
-	switch te.StatusCode {
-	case http.StatusUnauthorized, http.StatusForbidden, http.StatusNotFound, http.StatusTooManyRequests:
-		return false, false
-	}
-	return false, te.StatusCode >= 400 && te.StatusCode < 500
+	// Refused for the missing blob: it checks. Anything else (a failure,
+	// a refusal for another reason) says nothing.
+	return refusedForMissing(err), refusedForMissing(err)
 }
 
 func descriptorOf(b []byte, mediaType types.MediaType) v1.Descriptor {

@@ -193,7 +193,7 @@ func TestBuilderSignedWhere(t *testing.T) {
 	if m := manifestOf(t, sig); m.MediaType != types.DockerManifestSchema2 || len(m.Layers) != 2 {
 		t.Errorf("signature manifest %s with %d layers, want a Docker manifest with both", m.MediaType, len(m.Layers))
 	}
-	if n := x.f.Count("PUT", "/signatures/manifests/"); n != 1 {
+	if n := x.f.Count("PUT", "/signatures/manifests/sha256-"); n != 1 {
 		t.Errorf("%d manifest PUTs to the signature repository, want 1", n)
 	}
 
