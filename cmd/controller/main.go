@@ -24,6 +24,7 @@ import (
 	"knative.dev/pkg/signals"
 	"knative.dev/pkg/system"
 
+	"github.com/buildsmith/buildsmith/pkg/cnb"
 	"github.com/buildsmith/buildsmith/pkg/cosign"
 	"github.com/buildsmith/buildsmith/pkg/reconciler"
 	"github.com/buildsmith/buildsmith/pkg/reconciler/builder"
@@ -93,6 +94,8 @@ func main() {
 			regOpts.RememberedBlobs = cmp.Or(n, -1) // the option's 0 is its default
 			return err
 		})
+	maxLayers := flag.Int("max-builder-layers", cnb.DefaultMaxLayers,
+		"most layers a builder image may have, its build image's included; more stalls the builder with TooManyLayers (container runtimes refuse much deeper images)")
 	disableHA := flag.Bool("disable-ha", false, "run without leader election (for local runs)")
 	healthProbes := flag.Bool("health-probes", true, "serve readiness and liveness probes on :8080")
 	profilingPort := flag.Int("profiling-port", 8008, "port of the profiling server when profiling is enabled in config-observability; 0 picks a free one")
@@ -163,7 +166,7 @@ func main() {
 		log.Fatalf("registering metrics: %v", err)
 	}
 	builders := builder.Config{Registry: client, Options: opts, Version: version,
-		Lifecycle: builder.NewLifecycleSource(opts.ResyncInterval), Signing: signing}
+		Lifecycle: builder.NewLifecycleSource(opts.ResyncInterval), Signing: signing, MaxLayers: *maxLayers}
 	ctx, drain := reconciler.WithDrain(ctx)
 	sharedmain.MainWithConfig(ctx, component, cfg,
 		clusterstore.NewController(client, opts),

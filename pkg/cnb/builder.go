@@ -83,7 +83,20 @@ type BuilderSpec struct {
 	// Description is the builder's description, in the builder metadata
 	// label where pack writes builder.toml's description.
 	Description string
+	// MaxLayers is the most layers the builder image may have, its build
+	// image's included; 0 means DefaultMaxLayers.
+	MaxLayers int
 }
+
+// DefaultMaxLayers is the most layers a builder image may have by default.
+// Container runtimes stack an image's layers in one overlay mount, and
+// refuse images much deeper than this (Docker's overlay2 stops at 128
+// lower directories, "max depth exceeded"); Paketo's largest builder is at
+// 121.
+const DefaultMaxLayers = 127
+
+// ReasonTooManyLayers: the builder image would have more layers than allowed.
+const ReasonTooManyLayers = "TooManyLayers"
 
 // AssembleBuilder builds the builder image: the build image, then a layer
 // of directories, the lifecycle layer, the buildpack layers (each layer once,
@@ -114,6 +127,9 @@ func AssembleBuilder(spec BuilderSpec) (v1.Image, error) {
 		layers = append(layers, bp.Layer)
 	}
 	layers = append(layers, files)
+	if err := checkLayerCount(spec, len(layers)); err != nil {
+		return nil, err
+	}
 
 	adds := make([]mutate.Addendum, len(layers))
 	for i, l := range layers {
@@ -472,4 +488,25 @@ func apiLess(a, b string) bool {
 		return am < bm
 	}
 	return an < bn
+}
+
+// checkLayerCount refuses a builder of more layers than spec allows, before
+// anything is pushed: a registry takes such an image, and every build on it
+// fails later, on a node.
+func checkLayerCount(spec BuilderSpec, own int) error {
+	base, err := spec.BuildImage.Layers()
+	if err != nil {
+		return err
+	}
+	limit := spec.MaxLayers
+	if limit <= 0 {
+		limit = DefaultMaxLayers
+	}
+	if total := len(base) + own; total > limit {
+		return failure.Permanentf(ReasonTooManyLayers,
+			"the builder image would have %d layers, more than %d (--max-builder-layers): %d of the build image, %d of buildpacks, extensions and the lifecycle, 2 of its own; "+
+				"fewer buildpacks, or buildpackages that hold several buildpacks in one layer, make fewer",
+			total, limit, len(base), own-2)
+	}
+	return nil
 }

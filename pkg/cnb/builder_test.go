@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"strings"
 	"testing"
@@ -15,6 +16,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
 	"github.com/buildsmith/buildsmith/pkg/apis/build/v1alpha1"
+	"github.com/buildsmith/buildsmith/pkg/failure"
 )
 
 // fixedLayer is a layer with one file, the same bytes every time.
@@ -458,5 +460,34 @@ func TestAssembleBuilderExtensions(t *testing.T) {
 				t.Errorf("builder metadata %s, want %s", meta, tc.extMeta)
 			}
 		})
+	}
+}
+
+// TestAssembleBuilderLayerBudget: a builder of more layers than allowed is
+// refused before it exists, permanently, naming the count and the limit; at
+// the limit it is built.
+func TestAssembleBuilderLayerBudget(t *testing.T) {
+	spec := builderSpec(t)
+	img, err := AssembleBuilder(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	layers, _ := img.Layers()
+	n := len(layers)
+	for _, tc := range []struct {
+		max     int
+		refused bool
+	}{{0, false}, {n, false}, {n - 1, true}, {1, true}} {
+		spec.MaxLayers = tc.max
+		_, err := AssembleBuilder(spec)
+		e, classified := failure.As(err)
+		switch {
+		case !tc.refused && err != nil:
+			t.Errorf("max %d: %v, want the builder (%d layers)", tc.max, err, n)
+		case tc.refused && (!classified || e.Class != failure.Permanent || e.Reason != ReasonTooManyLayers):
+			t.Errorf("max %d: %v, want a permanent %s", tc.max, err, ReasonTooManyLayers)
+		case tc.refused && !strings.Contains(err.Error(), fmt.Sprintf("would have %d layers, more than %d", n, tc.max)):
+			t.Errorf("max %d: message %q names neither the count nor the limit", tc.max, err)
+		}
 	}
 }

@@ -50,6 +50,8 @@ type Core struct {
 	Lifecycle  *LifecycleSource
 	// Version is buildsmith's version, recorded in the builder metadata.
 	Version string
+	// MaxLayers is the most layers a builder image may have (0: the default).
+	MaxLayers int
 
 	// pushes remembers, by builder, what was last pushed until its status
 	// records it: when the status write after a push fails (the API server
@@ -362,6 +364,7 @@ func (r *Core) assemble(ctx context.Context, reg registry.Access, stack *v1alpha
 		Env:              buildEnv(spec.Env),
 		CreatedBy:        r.Version,
 		Description:      spec.Description,
+		MaxLayers:        r.MaxLayers,
 	})
 }
 

@@ -36,6 +36,9 @@ type Config struct {
 	// memory, the parsed keys kept and for how long; zero fields take the
 	// defaults.
 	Signing SigningLimits
+	// MaxLayers is the most layers a builder image may have (0: the
+	// default, cnb.DefaultMaxLayers).
+	MaxLayers int
 }
 
 // NewBuilderController returns a constructor of the Builder controller.
@@ -92,6 +95,7 @@ func newCore[T reconciler.Object](ctx context.Context, cmw configmap.Watcher, cf
 		Tracker:    tracker.New(impl.EnqueueKey, controller.GetTrackerLease(ctx)),
 		Lifecycle:  cfg.Lifecycle,
 		Version:    cfg.Version,
+		MaxLayers:  cfg.MaxLayers,
 	}
 	core.keys.configure(cfg.Signing, core.Credentials.Keychains.Secrets)
 	// Stacks, stores and lifecycles: the builders that use them are
