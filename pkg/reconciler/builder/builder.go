@@ -349,11 +349,12 @@ func (r *Core) assemble(ctx context.Context, reg registry.Access, stack *v1alpha
 		}
 		orderExtensions = b.extensions.Order
 	}
+	runImage, mirrors := runImageOf(stack, spec)
 	return cnb.AssembleBuilder(cnb.BuilderSpec{
 		BuildImage:       build.Image,
 		Stack:            b.stack,
-		RunImage:         stack.Status.RunImage.Image,
-		RunImageMirrors:  stack.Status.RunImage.Mirrors,
+		RunImage:         runImage,
+		RunImageMirrors:  mirrors,
 		Lifecycle:        b.lifecycle.Lifecycle,
 		Buildpacks:       layers,
 		Order:            b.order.Order,
@@ -441,6 +442,7 @@ func fingerprintOf(stack *v1alpha1.ClusterStack, builds []platformBuild, resolve
 	if extensions != nil {
 		extensionModules, orderExtensions = fingerprinted(extensions.Buildpacks), extensions.Order
 	}
+	runImage, mirrors := runImageOf(stack, spec)
 	raw, _ := json.Marshal(struct {
 		BuildImage, RunImage, Tag, Version string
 		RunImageMirrors                    []string
@@ -455,7 +457,7 @@ func fingerprintOf(stack *v1alpha1.ClusterStack, builds []platformBuild, resolve
 		Extensions      []v1alpha1.StoreBuildpack  `json:",omitempty"`
 		OrderExtensions []v1alpha1.OrderEntry      `json:",omitempty"`
 		Description     string                     `json:",omitempty"`
-	}{stack.Status.BuildImage.LatestImage, stack.Status.RunImage.Image, spec.Tag, version, stack.Status.RunImage.Mirrors,
+	}{stack.Status.BuildImage.LatestImage, runImage, spec.Tag, version, mirrors,
 		platforms, fingerprinted(resolved.Buildpacks), resolved.Order, spec.AdditionalLabels, spec.Env, resolved.System,
 		extensionModules, orderExtensions, spec.Description})
 	sum := sha256.Sum256(raw)
@@ -481,4 +483,34 @@ func fingerprinted(modules []v1alpha1.StoreBuildpack) []v1alpha1.StoreBuildpack 
 		out[i] = bp
 	}
 	return out
+}
+
+// runImageOf is the run image a builder names, and its mirrors: the stack's
+// as its spec gives them, or, with spec.pinRunImage, by the digest the stack
+// resolved its run image to (mirrors hold the same image, so the same
+// digest).
+func runImageOf(stack *v1alpha1.ClusterStack, spec *v1alpha1.BuilderSpec) (string, []string) {
+	run := stack.Status.RunImage
+	if !spec.PinRunImage || run.LatestImage == "" {
+		return run.Image, run.Mirrors
+	}
+	pinned, err := name.NewDigest(run.LatestImage)
+	if err != nil {
+		return run.Image, run.Mirrors
+	}
+	mirrors := make([]string, 0, len(run.Mirrors))
+	for _, m := range run.Mirrors {
+		ref, err := name.ParseReference(m)
+		if err != nil {
+			return run.Image, run.Mirrors // a stack that is Ready has none such
+		}
+		mirrors = append(mirrors, ref.Context().Digest(pinned.DigestStr()).String())
+	}
+	return pinned.String(), mirrors
+}
+
+// runImageName is the run image a builder names (runImageOf), without mirrors.
+func runImageName(stack *v1alpha1.ClusterStack, spec *v1alpha1.BuilderSpec) string {
+	image, _ := runImageOf(stack, spec)
+	return image
 }

@@ -620,3 +620,50 @@ func (x *fixture) waitCircuitsClosed(t *testing.T) {
 		}
 	}
 }
+
+// TestBuilderPinnedRunImage: with spec.pinRunImage the run image (and its
+// mirrors) are written by the digest the stack resolved, in run.toml, the
+// metadata label and status; the builder is built again when the stack's run
+// image moves. Without it, the tag, as before.
+func TestBuilderPinnedRunImage(t *testing.T) {
+	x := newFixture(t)
+	lifecycle := x.f.Addr + "/lifecycle:0.21.0"
+	digest := func(c byte) string { return "sha256:" + strings.Repeat(string(c), 64) }
+	x.stack.Status.RunImage.LatestImage = x.f.Addr + "/stack/run@" + digest('a')
+	x.stack.Status.RunImage.Mirrors = []string{"mirror.example.com/stack/run:1"}
+	check := func(b *v1alpha1.Builder, image, mirror string) {
+		t.Helper()
+		if !b.Status.IsReady() || b.Status.Stack.RunImage != image {
+			t.Fatalf("ready %v, status.stack.runImage %q, want %q (%+v)", b.Status.IsReady(), b.Status.Stack.RunImage, image, b.Status.Conditions)
+		}
+		img := x.read(t, b.Status.LatestImage)
+		files, err := sampleimages.Files(img)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if run := files["cnb/run.toml"]; !strings.Contains(run, `"`+image+`"`) || !strings.Contains(run, `"`+mirror+`"`) {
+			t.Errorf("run.toml names neither %s nor %s:\n%s", image, mirror, run)
+		}
+		cf, _ := img.ConfigFile()
+		if meta := cf.Config.Labels[cnb.LabelBuilderMetadata]; !strings.Contains(meta, image) {
+			t.Errorf("builder metadata lacks %s: %s", image, meta)
+		}
+	}
+
+	tagged, _, err, _ := x.run(t, x.builder(nil), lifecycle)
+	if err != nil && !tagged.Status.IsReady() {
+		t.Fatal(err)
+	}
+	check(tagged, x.f.Addr+"/stack/run:1", "mirror.example.com/stack/run:1")
+
+	pinned, _, _, _ := x.run(t, x.builder(func(b *v1alpha1.Builder) { b.Spec.PinRunImage = true }), lifecycle)
+	check(pinned, x.f.Addr+"/stack/run@"+digest('a'), "mirror.example.com/stack/run@"+digest('a'))
+
+	// The run image moves under its tag: the pinned builder is built again.
+	x.stack.Status.RunImage.LatestImage = x.f.Addr + "/stack/run@" + digest('b')
+	moved, _, _, traffic := x.run(t, pinned, lifecycle)
+	check(moved, x.f.Addr+"/stack/run@"+digest('b'), "mirror.example.com/stack/run@"+digest('b'))
+	if moved.Status.LatestImage == pinned.Status.LatestImage || traffic.Total("PUT") == 0 {
+		t.Errorf("the pinned builder was not built again: latestImage %s, %d PUTs", moved.Status.LatestImage, traffic.Total("PUT"))
+	}
+}

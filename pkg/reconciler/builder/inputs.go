@@ -29,6 +29,8 @@ type inputs struct {
 	extensions    *cnb.ResolvedOrder // nil without orderExtensions
 	builds        []platformBuild
 	skipped       []string
+	// runImage is the run image the builder names (runImageOf).
+	runImage string
 	// fingerprint identifies all of the above and the spec: a builder
 	// pushed from the same fingerprint is the same builder.
 	fingerprint string
@@ -88,6 +90,7 @@ func (r *Core) resolveInputs(ctx context.Context, obj object, spec *v1alpha1.Bui
 	if err := checkSignatures(plannedImages(in.tag, len(in.builds)), in.keys); err != nil {
 		return nil, err
 	}
+	in.runImage = runImageName(in.stack, spec)
 	in.fingerprint = fingerprintOf(in.stack, in.builds, in.resolved, in.extensions, spec, r.Version)
 	return in, nil
 }
@@ -103,7 +106,7 @@ func (in *inputs) status(status *v1alpha1.BuilderStatus) v1alpha1.BuilderStatus 
 		Order:             in.resolved.Order,
 		System:            in.resolved.System,
 		OrderExtensions:   in.orderExtensions(),
-		Stack:             v1alpha1.BuiltStack{ID: in.stack.Status.ID, RunImage: in.stack.Status.RunImage.Image},
+		Stack:             v1alpha1.BuiltStack{ID: in.stack.Status.ID, RunImage: in.runImage},
 		Lifecycle: v1alpha1.LifecycleStatus{Image: in.lifecycle.Ref.String(),
 			Version: in.builds[0].lifecycle.Version, APIs: in.builds[0].lifecycle.APIs},
 		ObservedStackGeneration: in.stack.Generation,
@@ -137,7 +140,7 @@ func (r *Core) inputsMoved(key types.NamespacedName, spec *v1alpha1.BuilderSpec,
 		return true
 	}
 	if stack, err := r.Stacks.Get(spec.Stack.Name); err == nil &&
-		(stack.Generation != status.ObservedStackGeneration || stack.Status.RunImage.Image != status.Stack.RunImage) {
+		(stack.Generation != status.ObservedStackGeneration || runImageName(stack, spec) != status.Stack.RunImage) {
 		return true
 	}
 	if store, err := r.Stores.Get(spec.Store.Name); err == nil && store.Generation != status.ObservedStoreGeneration {

@@ -105,6 +105,14 @@ type BuilderSpec struct {
 	// inspect` shows.
 	// +optional
 	Description string `json:"description,omitempty"`
+	// PinRunImage writes the stack's run image into the builder by digest
+	// (an index's, for a multi-platform run image) rather than by tag, in
+	// /cnb/run.toml, the metadata label and status.stack.runImage, mirrors
+	// included (they hold the same image): the same builder then always
+	// gives apps on the same run image, and the builder is rebuilt when the
+	// stack's run image moves.
+	// +optional
+	PinRunImage bool `json:"pinRunImage,omitempty"`
 }
 
 // SystemBuildpacks are the buildpacks of /cnb/system.toml. The lifecycle
