@@ -8,7 +8,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/url"
 	"regexp"
 	"strings"
 	"syscall"
@@ -160,27 +159,6 @@ func isNetworkError(err error) bool {
 		return true
 	}
 	return errors.As(err, &netErr) && netErr.Timeout()
-}
-
-// unreachableHost reports whether err is a failure to connect (refused, DNS,
-// unreachable network, dial timeout) and to which host. The caller's own
-// cancellation is not one.
-func unreachableHost(err error) (string, bool) {
-	if errors.Is(err, context.Canceled) {
-		return "", false
-	}
-	var opErr *net.OpError
-	var dnsErr *net.DNSError
-	if !(errors.As(err, &opErr) && opErr.Op == "dial") && !errors.As(err, &dnsErr) {
-		return "", false
-	}
-	var urlErr *url.Error
-	if errors.As(err, &urlErr) {
-		if u, perr := url.Parse(urlErr.URL); perr == nil && u.Host != "" {
-			return u.Host, true
-		}
-	}
-	return "", false
 }
 
 // secretInURL matches the query of a URL in an error message: upload
