@@ -53,6 +53,24 @@ func pushAuthenticated(t *testing.T, addr, repo string, img v1.Image, err error)
 	}
 }
 
+// pullSecretNamespace creates namespace ns with the Secret "registry" of
+// the Docker config given and the ServiceAccount "builder" pulling with it.
+func pullSecretNamespace(t *testing.T, ns string, config []byte) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kube.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "registry"},
+		Type: corev1.SecretTypeDockerConfigJson, Data: map[string][]byte{corev1.DockerConfigJsonKey: config}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kube.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "builder"},
+		ImagePullSecrets: []corev1.LocalObjectReference{{Name: "registry"}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func dockerConfig(registry, user, password string) []byte {
 	auth := base64.StdEncoding.EncodeToString([]byte(user + ":" + password))
 	return []byte(fmt.Sprintf(`{"auths":{%q:{"auth":%q}}}`, registry, auth))
@@ -72,19 +90,8 @@ func TestAuthenticatingRegistry(t *testing.T) {
 		Account: &v1alpha1.ServiceAccountRef{Name: "builder", Namespace: ns}}
 	objects.pushSamples(t, func(repo string, img v1.Image, err error) { pushAuthenticated(t, d.Addr, repo, img, err) })
 
-	if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	pullSecretNamespace(t, ns, dockerConfig(d.Addr, registryUser, "wrong"))
 	secrets := kube.CoreV1().Secrets(ns)
-	if _, err := secrets.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "registry"},
-		Type: corev1.SecretTypeDockerConfigJson,
-		Data: map[string][]byte{corev1.DockerConfigJsonKey: dockerConfig(d.Addr, registryUser, "wrong")}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := kube.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "builder"},
-		ImagePullSecrets: []corev1.LocalObjectReference{{Name: "registry"}}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
 	// The lifecycle-image ConfigMap of the controller's namespace, for
 	// this test's registry.
 	useLifecycleImage(t, d.Addr+"/buildsmith/lifecycle:0.21.0")
