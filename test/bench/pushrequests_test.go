@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"fmt"
 	"net/http"
-	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -272,20 +271,7 @@ const probeBlobDigest = "sha256:44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e83
 
 // perKind renders a count by kind divided by n, largest first.
 func perKind(m map[string]int, n int) string {
-	type kv struct {
-		k string
-		v int
-	}
-	var all []kv
-	for k, v := range m {
-		all = append(all, kv{k, v})
-	}
-	sort.Slice(all, func(i, j int) bool { return all[i].v > all[j].v || all[i].v == all[j].v && all[i].k < all[j].k })
-	var parts []string
-	for _, e := range all {
-		parts = append(parts, fmt.Sprintf("%s %s", e.k, trim(float64(e.v)/float64(max(n, 1)))))
-	}
-	return strings.Join(parts, ", ")
+	return renderKinds(m, func(v int) string { return trim(float64(v) / float64(max(n, 1))) })
 }
 
 // trim renders v with one decimal, or none when it is whole.

@@ -399,6 +399,12 @@ func (w *world) cost(reqs []*registrytest.Request) cost {
 
 // kinds renders a request count by kind, largest first.
 func kinds(m map[string]int) string {
+	return renderKinds(m, func(v int) string { return fmt.Sprint(v) })
+}
+
+// renderKinds renders a count by kind, largest first, each count as value
+// gives it.
+func renderKinds(m map[string]int, value func(int) string) string {
 	type kv struct {
 		k string
 		v int
@@ -410,7 +416,7 @@ func kinds(m map[string]int) string {
 	sort.Slice(all, func(i, j int) bool { return all[i].v > all[j].v || all[i].v == all[j].v && all[i].k < all[j].k })
 	var parts []string
 	for _, e := range all {
-		parts = append(parts, fmt.Sprintf("%s %d", e.k, e.v))
+		parts = append(parts, e.k+" "+value(e.v))
 	}
 	return strings.Join(parts, ", ")
 }
