@@ -13,6 +13,7 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/random"
+	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/buildsmith/buildsmith/pkg/failure"
 	"github.com/buildsmith/buildsmith/test/registrytest"
@@ -765,32 +766,38 @@ func TestNoResendIntoAnOpenCircuit(t *testing.T) {
 }
 
 // TestRegistryCheckTimeout: the /v2/ check a repository's failure starts is
-// bounded by CheckTimeout, not by the longer ProbeTimeout of the probes that
-// re-send a failed read: calls to the registry's other repositories wait on
-// it, holding their workers.
+// cut after CheckTimeout, not after the longer ProbeTimeout of the probes
+// that re-send a failed read: calls to the registry's other repositories
+// wait on it, holding their workers.
 func TestRegistryCheckTimeout(t *testing.T) {
-	deadlines := make(chan time.Duration, 4)
+	sent := make(chan *http.Request, 4)
 	send := func(req *http.Request) (*http.Response, error) {
-		if deadline, ok := req.Context().Deadline(); ok {
-			deadlines <- time.Until(deadline)
-		}
-		return &http.Response{StatusCode: http.StatusOK, Body: http.NoBody, Request: req}, nil
+		sent <- req
+		<-req.Context().Done() // a hang
+		return nil, req.Context().Err()
 	}
 	opts := CircuitOptions{ProbeTimeout: time.Minute, CheckTimeout: 2 * time.Second, FirstProbe: time.Hour}
-	c := newCircuits(t.Context(), opts, newRetryAfterHolds(time.Now, 0), send, newHostNames(0))
+	clock := testingclock.NewFakeClock(time.Now())
+	c := newCircuits(t.Context(), clock, opts, newRetryAfterHolds(clock, 0), send, newHostNames(0))
 	failed, err := http.NewRequest(http.MethodHead, "https://registry.example/v2/team/app/manifests/1", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	c.open(Place{Host: "registry.example", Repository: "team/app"},
 		&failure.Error{Class: failure.Transient, Reason: ReasonRegistryUnavailable, Host: "registry.example", Err: errors.New("no answer")}, failed)
+	check := <-sent
+	if check.URL.Path != "/v2/" {
+		t.Fatalf("check %s, want /v2/", check.URL.Path)
+	}
+	clock.Step(opts.CheckTimeout - time.Millisecond)
+	if check.Context().Err() != nil {
+		t.Fatal("the check was cut before the check timeout")
+	}
+	clock.Step(time.Millisecond)
 	select {
-	case left := <-deadlines:
-		if left <= 0 || left > opts.CheckTimeout {
-			t.Errorf("the /v2/ check may take %v, want at most the check timeout %v", left, opts.CheckTimeout)
-		}
+	case <-check.Context().Done():
 	case <-time.After(10 * time.Second):
-		t.Fatal("no /v2/ check was sent")
+		t.Fatalf("the check still waits at the check timeout %v", opts.CheckTimeout)
 	}
 }
 

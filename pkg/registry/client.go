@@ -13,6 +13,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"golang.org/x/sync/singleflight"
+	"k8s.io/utils/clock"
 	"k8s.io/utils/lru"
 )
 
@@ -84,6 +85,10 @@ type Options struct {
 	// pushes (see blobMemory): each about 200 bytes. Default 65,536;
 	// negative: remember none.
 	RememberedBlobs int
+	// Clock is the time of the circuits, their probes, the Retry-After
+	// holds and the caches of answers. Default: the real clock; tests step
+	// a fake one.
+	Clock clock.WithDelayedExecution
 	// NamedHosts bounds the registries whose requests, bytes and probes are
 	// counted under their own name (Stats, ProbeResults, HostLabel: the
 	// metrics' host label); the rest are counted as OtherHosts. Hosts are tenants' choice (a builder's
@@ -119,6 +124,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.Transport == nil {
 		o.Transport = defaultTransport(o.CACertificates, o.LoopbackRegistries)
+	}
+	if o.Clock == nil {
+		o.Clock = clock.RealClock{}
 	}
 	if o.UserAgent == "" {
 		o.UserAgent = "buildsmith"
@@ -211,27 +219,27 @@ func New(lifetime context.Context, opts Options) *Client {
 	// From ggcr down: the ping cache, the circuits' gate, the accounting
 	// (and Retry-After holds), the manifest size limit, the stall timeouts,
 	// the wire.
-	waits := newRetryAfterHolds(time.Now, max(opts.MaxRetryAfterWait, 0))
+	waits := newRetryAfterHolds(opts.Clock, max(opts.MaxRetryAfterWait, 0))
 	stalls := &stallTransport{next: opts.Transport, answer: opts.AnswerTimeout,
 		writeAnswer: opts.WriteAnswerTimeout, idle: opts.StallTimeout}
 	names := newHostNames(opts.NamedHosts)
 	hosts := hostPolicy{insecure: opts.InsecureRegistries, loopback: opts.LoopbackRegistries}
 	accounting := newAccountingTransport(&limitTransport{next: stalls}, waits, names)
-	circuits := newCircuits(lifetime, opts.Circuits, waits, accounting.sendOnce, names)
+	circuits := newCircuits(lifetime, opts.Clock, opts.Circuits, waits, accounting.sendOnce, names)
 	accounting.failing = circuits.isOpen
 	return &Client{
 		opts:      opts,
 		lifetime:  lifetime,
 		transport: accounting,
 		pings: &hostPolicyTransport{policy: hosts,
-			next: newPingCache(&gateTransport{next: accounting, circuits: circuits}, time.Now)},
+			next: newPingCache(&gateTransport{next: accounting, circuits: circuits}, opts.Clock)},
 		hosts:    hosts,
 		circuits: circuits,
 		sessions: lru.New(opts.Sessions),
 		images:   newBoundedCache(opts.CachedImageBytes),
 		waits:    waits,
 		blobs:    newBlobMemory(opts.RememberedBlobs),
-		traits:   newRegistryTraits(),
+		traits:   newRegistryTraits(opts.Clock),
 	}
 }
 

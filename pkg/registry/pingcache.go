@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"k8s.io/utils/clock"
+
 	"github.com/buildsmith/buildsmith/pkg/worker"
 )
 
@@ -35,8 +37,8 @@ const pingTTL = 5 * time.Minute
 // registry itself. Hosts are tenants' choice, so at most maxPingAnswers
 // answers are kept (an answer dropped costs one ping).
 type pingCache struct {
-	next http.RoundTripper
-	now  func() time.Time
+	next  http.RoundTripper
+	clock clock.PassiveClock
 
 	mu       sync.Mutex
 	answers  map[pingKey]pingAnswer
@@ -64,8 +66,8 @@ type pingAnswer struct {
 	at     time.Time
 }
 
-func newPingCache(next http.RoundTripper, now func() time.Time) *pingCache {
-	return &pingCache{next: next, now: now, answers: map[pingKey]pingAnswer{}, inFlight: map[pingKey]*pingInFlight{}}
+func newPingCache(next http.RoundTripper, clk clock.PassiveClock) *pingCache {
+	return &pingCache{next: next, clock: clk, answers: map[pingKey]pingAnswer{}, inFlight: map[pingKey]*pingInFlight{}}
 }
 
 func (p *pingCache) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -103,7 +105,7 @@ func (p *pingCache) lookup(key pingKey) (answer pingAnswer, ok bool, wait chan s
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if answer, ok := p.answers[key]; ok {
-		if p.now().Sub(answer.at) < pingTTL {
+		if p.clock.Now().Sub(answer.at) < pingTTL {
 			return answer, true, nil
 		}
 		delete(p.answers, key)
@@ -127,7 +129,7 @@ func (p *pingCache) ping(req *http.Request, key pingKey) (*http.Response, error)
 		p.makeRoom()
 		header := resp.Header.Clone()
 		header.Del("Content-Length") // the replayed answer has no body
-		p.answers[key] = pingAnswer{status: resp.StatusCode, header: header, at: p.now()}
+		p.answers[key] = pingAnswer{status: resp.StatusCode, header: header, at: p.clock.Now()}
 	}
 	close(ping.answered)
 	delete(p.inFlight, key)
@@ -157,7 +159,7 @@ func (p *pingCache) makeRoom() {
 	if len(p.answers) < maxPingAnswers {
 		return
 	}
-	now := p.now()
+	now := p.clock.Now()
 	var oldest pingKey
 	for key, answer := range p.answers {
 		if now.Sub(answer.at) >= pingTTL {

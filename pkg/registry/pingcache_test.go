@@ -11,6 +11,7 @@ import (
 	"github.com/buildsmith/buildsmith/test/registrytest"
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/random"
+	"k8s.io/utils/clock"
 )
 
 func pings(f *registrytest.Registry) int {
@@ -160,7 +161,7 @@ func TestPingAnswersBounded(t *testing.T) {
 		sent++
 		return http.DefaultTransport.RoundTrip(req)
 	})
-	p := newPingCache(answer, time.Now)
+	p := newPingCache(answer, clock.RealClock{})
 	ping := func(key pingKey) {
 		t.Helper()
 		// Every name is answered by the same server.
@@ -201,7 +202,7 @@ func TestPingStaleOnlyForItsHost(t *testing.T) {
 	p := newPingCache(roundTripFunc(func(req *http.Request) (*http.Response, error) {
 		<-release
 		return &http.Response{StatusCode: http.StatusOK, Header: http.Header{}, Body: http.NoBody, Request: req}, nil
-	}), time.Now)
+	}), clock.RealClock{})
 	kept := pingAnswer{status: http.StatusUnauthorized, at: time.Now(),
 		header: http.Header{"Www-Authenticate": {`Bearer realm="https://auth.b.example/token"`}}}
 	p.answers[pingKey{"http", "b.example"}] = kept

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"k8s.io/utils/clock"
+
 	"github.com/buildsmith/buildsmith/pkg/failure"
 	"github.com/buildsmith/buildsmith/pkg/worker"
 )
@@ -27,7 +29,7 @@ import (
 // request at a time instead of failing whole and starting over. A longer
 // hold fails the call at once, for the caller's requeue.
 type retryAfterHolds struct {
-	now     func() time.Time
+	clock   clock.Clock
 	maxWait time.Duration
 
 	mu    sync.Mutex
@@ -42,8 +44,8 @@ type retryAfterHold struct {
 	reason string // of the answer that asked for it
 }
 
-func newRetryAfterHolds(now func() time.Time, maxWait time.Duration) *retryAfterHolds {
-	return &retryAfterHolds{now: now, maxWait: maxWait, holds: map[holdKey]retryAfterHold{}}
+func newRetryAfterHolds(clk clock.Clock, maxWait time.Duration) *retryAfterHolds {
+	return &retryAfterHolds{clock: clk, maxWait: maxWait, holds: map[holdKey]retryAfterHold{}}
 }
 
 // note records that repo (or the host, when "") answered with status and
@@ -56,7 +58,7 @@ func (h *retryAfterHolds) note(host, repo string, status int, d time.Duration) {
 	if status == http.StatusTooManyRequests {
 		reason = ReasonRateLimited
 	}
-	until := h.now().Add(d)
+	until := h.clock.Now().Add(d)
 	key := holdKey{host, repo}
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -66,7 +68,7 @@ func (h *retryAfterHolds) note(host, repo string, status int, d time.Duration) {
 	if len(h.holds) > maxHoldsBeforePrune {
 		// Holds are dropped when looked up after they end; those of places
 		// nobody asks for again (a tenant's thousand repositories) go here.
-		now := h.now()
+		now := h.clock.Now()
 		for k, hold := range h.holds {
 			if !hold.until.After(now) {
 				delete(h.holds, k)
@@ -91,7 +93,7 @@ func (h *retryAfterHolds) left(host, repo string) (time.Duration, string) {
 		if !ok {
 			continue
 		}
-		if left := hold.until.Sub(h.now()); left <= 0 {
+		if left := hold.until.Sub(h.clock.Now()); left <= 0 {
 			delete(h.holds, key)
 		} else if left > longest {
 			longest, reason = left, hold.reason
@@ -138,17 +140,17 @@ func (h *retryAfterHolds) wait(ctx context.Context, host, repo string) error {
 		if left == 0 {
 			return nil
 		}
-		if deadline, ok := ctx.Deadline(); left > h.maxWaitOf(ctx) || (ok && h.now().Add(left).After(deadline)) {
+		if deadline, ok := ctx.Deadline(); left > h.maxWaitOf(ctx) || (ok && h.clock.Now().Add(left).After(deadline)) {
 			return h.heldError(host, left, reason)
 		}
-		timer := time.NewTimer(left)
+		timer := h.clock.NewTimer(left)
 		waited := worker.Wait(ctx)
 		select {
 		case <-ctx.Done():
 			timer.Stop()
 			waited()
 			return ctx.Err()
-		case <-timer.C:
+		case <-timer.C():
 			waited()
 		}
 	}

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	testingclock "k8s.io/utils/clock/testing"
+
 	"github.com/buildsmith/buildsmith/pkg/failure"
 	"github.com/buildsmith/buildsmith/test/registrytest"
 )
@@ -22,19 +24,16 @@ func TestNoCallBeforeRetryAfter(t *testing.T) {
 	f.Push("team/other:1")
 	f.Inject("", "/team/app/manifests/", 1, registrytest.Answer(429, map[string]string{"Retry-After": "30"},
 		registrytest.OCIError("TOOMANYREQUESTS", "slow down")))
-	c := newTestClient(t, Options{})
-	clock := &fakeClock{now: time.Now()}
-	c.waits.now = clock.Now
-	c.circuits.now = clock.Now // nobody waits on the circuit: it lapses
+	clock := testingclock.NewFakeClock(time.Now())
+	c := newTestClient(t, Options{Clock: clock}) // nobody waits on the circuit: it lapses
 	ctx := context.Background()
 
 	if _, err := c.As(nil).Resolve(ctx, f.Ref("team/app:1")); Classify(err).Reason != ReasonRateLimited || Classify(err).RetryAfter != 30*time.Second {
 		t.Fatalf("first call: %s, Retry-After %v: %v", Classify(err).Reason, Classify(err).RetryAfter, err)
 	}
-	time.Sleep(100 * time.Millisecond) // the circuit's check of /v2/
 	f.ForgetRequests()
 
-	clock.Add(10 * time.Second)
+	clock.Step(10 * time.Second)
 	for name, call := range map[string]func() error{
 		"resolve of the same tag": func() error { _, err := c.As(nil).Resolve(ctx, f.Ref("team/app:1")); return err },
 		"read of another tag of the repository": func() error {
@@ -54,28 +53,10 @@ func TestNoCallBeforeRetryAfter(t *testing.T) {
 		t.Errorf("another repository is held too: %v", err)
 	}
 
-	clock.Add(20 * time.Second)
+	clock.Step(20 * time.Second)
 	if _, err := c.As(nil).Resolve(ctx, f.Ref("team/app:1")); err != nil {
 		t.Fatalf("after Retry-After: %v", err)
 	}
-}
-
-// fakeClock is a clock tests move by hand.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Add(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
 }
 
 // TestShortRetryAfterIsWaitedOut: a 429 with a Retry-After within

@@ -14,6 +14,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/static"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 	"golang.org/x/sync/singleflight"
+	"k8s.io/utils/clock"
 	"k8s.io/utils/lru"
 )
 
@@ -43,7 +44,7 @@ import (
 // and the bytes are sent again in the PUT; such a registry is remembered and
 // sent no more bodies in a POST. Only small blobs are sent so (smallBlob).
 type registryTraits struct {
-	now         func() time.Time
+	clock       clock.PassiveClock
 	mu          sync.Mutex
 	checks      *lru.Cache // checkKey → checkVerdict
 	postIgnored *lru.Cache // host → true: ignores a blob sent in the POST
@@ -71,8 +72,8 @@ const (
 // traitHosts bounds the hosts remembered: a tenant names hosts.
 const traitHosts = 1024
 
-func newRegistryTraits() *registryTraits {
-	return &registryTraits{now: time.Now, checks: lru.New(traitHosts), postIgnored: lru.New(traitHosts)}
+func newRegistryTraits(clk clock.PassiveClock) *registryTraits {
+	return &registryTraits{clock: clk, checks: lru.New(traitHosts), postIgnored: lru.New(traitHosts)}
 }
 
 // sendsInPost says whether to send a small blob whole in the POST to host.
@@ -100,16 +101,16 @@ func (m *registryTraits) trusted(ctx context.Context, p *push, mediaType types.M
 	m.mu.Lock()
 	v, ok := m.checks.Get(key)
 	m.mu.Unlock()
-	if ok && m.now().Before(v.(checkVerdict).until) {
+	if ok && m.clock.Now().Before(v.(checkVerdict).until) {
 		return v.(checkVerdict).checks
 	}
 	probeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), probeWaitTimeout)
 	done := m.probing.DoChan(fmt.Sprint(key), func() (any, error) {
 		defer cancel()
 		checks, known := p.probeChecks(probeCtx, key.docker)
-		verdict := checkVerdict{checks: checks, until: m.now().Add(checkVerdictFor)}
+		verdict := checkVerdict{checks: checks, until: m.clock.Now().Add(checkVerdictFor)}
 		if !known {
-			verdict.until = m.now().Add(inconclusiveFor)
+			verdict.until = m.clock.Now().Add(inconclusiveFor)
 		}
 		m.mu.Lock()
 		m.checks.Add(key, verdict)

@@ -1,7 +1,5 @@
 package registry
 
-import "time"
-
 // The waiters of circuits: who waits on which, indexed by key and counted
 // per tenant (CircuitOptions.HostsPerTenant), and when their waits end.
 
@@ -25,10 +23,10 @@ const (
 	TenantLimit
 )
 
+// wait is where a waiter waits, for its index.
 type wait struct {
 	tenant, host string
 	cb           *circuit
-	at           time.Time
 }
 
 // Wait arranges for wake to be called once, when the circuit of the place
@@ -40,18 +38,11 @@ func (c *Circuits) Wait(host, repository string, w Waiter, wake func()) WaitOutc
 	defer c.mu.Unlock()
 	c.forgetLocked(w.Key)
 	hc := c.hosts[host]
-	if hc == nil {
-		return NotFailing
-	}
-	cb := hc.open[repository]
-	if cb == nil {
-		cb = hc.open[""]
-	}
-	if cb == nil {
+	if hc == nil || (hc.open[repository] == nil && hc.open[""] == nil) {
 		return NotFailing
 	}
 	hosts := c.tenantHosts[w.Tenant]
-	if w.Tenant != "" && hosts[host] == 0 && len(hosts) >= c.opts.HostsPerTenant {
+	if w.Tenant != "" && hosts[host] == 0 && len(hosts) >= c.rules.opts.HostsPerTenant {
 		return TenantLimit
 	}
 	if hosts == nil {
@@ -59,14 +50,14 @@ func (c *Circuits) Wait(host, repository string, w Waiter, wake func()) WaitOutc
 		c.tenantHosts[w.Tenant] = hosts
 	}
 	hosts[host]++
-	c.waits[w.Key] = wait{tenant: w.Tenant, host: host, cb: cb, at: c.now()}
-	cb.waiters[w.Key] = wake
-	c.startProber(host, hc)
+	cb := hc.addWaiter(repository, w.Key, wake, c.clock.Now())
+	c.waits[w.Key] = wait{tenant: w.Tenant, host: host, cb: cb}
+	c.startProber(hc)
 	return Waiting
 }
 
 // HostsPerTenant is the bound on the registries a tenant waits on.
-func (c *Circuits) HostsPerTenant() int { return c.opts.HostsPerTenant }
+func (c *Circuits) HostsPerTenant() int { return c.rules.opts.HostsPerTenant }
 
 // unindex drops key's wait from the index and its tenant's count; c.mu
 // must be held. The circuit's own waiters are the caller's to change.
@@ -95,26 +86,7 @@ func (c *Circuits) Forget(key string) {
 }
 
 func (c *Circuits) forgetLocked(key string) {
-	w, ok := c.unindex(key)
-	if !ok {
-		return
-	}
-	if _, ok := w.cb.waiters[key]; ok {
-		delete(w.cb.waiters, key)
-		if len(w.cb.waiters) == 0 {
-			w.cb.idleSince = c.now()
-		}
-	}
-}
-
-// expireWaits forgets the waits on hc's circuits that nobody renewed for
-// WaitExpiry; c.mu must be held.
-func (c *Circuits) expireWaits(hc *hostCircuits, now time.Time) {
-	for _, cb := range hc.open {
-		for key := range cb.waiters {
-			if now.Sub(c.waits[key].at) >= c.opts.WaitExpiry {
-				c.forgetLocked(key) // nobody came back for it
-			}
-		}
+	if w, ok := c.unindex(key); ok {
+		w.cb.removeWaiter(key, c.clock.Now())
 	}
 }
