@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/utils/clock"
@@ -112,10 +113,13 @@ type Circuits struct {
 	// it bypasses the circuits, the ping cache and the holds.
 	send  func(*http.Request) (*http.Response, error)
 	names *hostNames // what ProbeResults counts hosts under
+	// Work started and not done, which tests on a fake clock wait for:
+	// ticks a prober was nudged for, and probes (their waiters woken).
+	ticksPending, probesRunning atomic.Int64
 
 	mu      sync.Mutex
 	hosts   map[string]*hostCircuits
-	probers map[string]chan struct{} // a registry's running prober, to nudge
+	probers map[string]*prober // by registry, while it runs
 	probes  map[ProbeResult]int64
 	// waits indexes the waiters by key; tenantHosts counts, per tenant
 	// and host, the tenant's waiters on the host's circuits.
@@ -137,7 +141,7 @@ func newCircuits(lifetime context.Context, clk clock.WithDelayedExecution, opts 
 	}
 	return &Circuits{rules: circuitRules{opts: opts.withDefaults(), jitter: rand.Float64, holdLeft: holdLeft},
 		lifetime: lifetime, clock: clk, send: send, names: names,
-		hosts: map[string]*hostCircuits{}, probers: map[string]chan struct{}{}, probes: map[ProbeResult]int64{},
+		hosts: map[string]*hostCircuits{}, probers: map[string]*prober{}, probes: map[ProbeResult]int64{},
 		waits: map[string]wait{}, tenantHosts: map[string]map[string]int{}}
 }
 
@@ -243,6 +247,13 @@ func (c *Circuits) answered(place Place) {
 // prober when anything closed, and returns the wake-ups to call once c.mu
 // is released; c.mu must be held.
 func (c *Circuits) takeWaiters(hc *hostCircuits, taken []woken) []func() {
+	c.nudge(hc.host)
+	return c.unindexTaken(taken)
+}
+
+// unindexTaken unindexes the waiters taken off circuits and returns the
+// wake-ups of those to wake; c.mu must be held.
+func (c *Circuits) unindexTaken(taken []woken) []func() {
 	var wake []func()
 	for _, w := range taken {
 		c.unindex(w.key)
@@ -250,7 +261,6 @@ func (c *Circuits) takeWaiters(hc *hostCircuits, taken []woken) []func() {
 			wake = append(wake, w.wake)
 		}
 	}
-	c.nudge(hc.host)
 	return wake
 }
 

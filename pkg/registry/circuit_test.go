@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -71,7 +72,7 @@ func TestOutagesOpenTheRightCircuit(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			f := registrytest.New(t)
 			f.Push("team/app:1")
-			c := newTestClient(t, Options{Circuits: noProbes, AnswerTimeout: 300 * time.Millisecond})
+			c, ft := newFakeTimeClient(t, Options{Circuits: noProbes, AnswerTimeout: 300 * time.Millisecond})
 			if tc.down {
 				f.Down()
 			} else {
@@ -85,8 +86,8 @@ func TestOutagesOpenTheRightCircuit(t *testing.T) {
 			for _, repo := range tc.open {
 				want = append(want, Place{Host: f.Addr, Repository: repo}.String())
 			}
-			// The registry's /v2/ is checked in the background.
-			got := eventuallyOpen(c, want, 2*time.Second)
+			ft.settle(false) // the registry's /v2/ is checked in the background
+			got := openPlaces(c)
 			if !slices.Equal(got, want) {
 				t.Errorf("open circuits %q, want %q", got, want)
 			}
@@ -97,22 +98,13 @@ func TestOutagesOpenTheRightCircuit(t *testing.T) {
 	}
 }
 
-// eventuallyOpen returns the open places once they are want, or after
-// timeout; then it waits a little more for extras.
-func eventuallyOpen(c *Client, want []string, timeout time.Duration) []string {
-	places := func() []string {
-		var out []string
-		for _, o := range c.Circuits().Open() {
-			out = append(out, o.Place.String())
-		}
-		return out
+// openPlaces lists the places whose circuit is open.
+func openPlaces(c *Client) []string {
+	var out []string
+	for _, o := range c.Circuits().Open() {
+		out = append(out, o.Place.String())
 	}
-	deadline := time.Now().Add(timeout)
-	for !slices.Equal(places(), want) && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
-	}
-	time.Sleep(400 * time.Millisecond) // a check still running would open one more
-	return places()
+	return out
 }
 
 // TestOpenCircuitSendsNothing: while a repository's circuit is open, calls
@@ -123,12 +115,15 @@ func TestOpenCircuitSendsNothing(t *testing.T) {
 	f.Push("team/app:1")
 	f.Push("team/other:1")
 	f.Inject("", "/team/app/", -1, registrytest.Answer(503, nil, ""))
-	c := newTestClient(t, Options{Circuits: noProbes})
+	c, ft := newFakeTimeClient(t, Options{Circuits: noProbes})
 	ctx := context.Background()
 	if _, err := c.As(nil).Resolve(ctx, f.Ref("team/app:1")); Classify(err).Reason != ReasonRegistryUnavailable {
 		t.Fatalf("Resolve: %v", err)
 	}
-	eventuallyOpen(c, []string{f.Addr + "/team/app"}, time.Second)
+	ft.settle(false)
+	if got, want := openPlaces(c), []string{f.Addr + "/team/app"}; !slices.Equal(got, want) {
+		t.Fatalf("open circuits %q, want %q", got, want)
+	}
 	before := f.Count("", "/team/app/")
 	for range 20 {
 		_, err := c.As(nil).ReadImage(ctx, f.Ref("team/app:1"), nil)
@@ -145,28 +140,28 @@ func TestOpenCircuitSendsNothing(t *testing.T) {
 }
 
 // TestProbeResendsTheFailingRead: the probe of a repository is the read
-// that failed, sent about once a second and not before the first probe
-// delay; /v2/ answering does not close the repository's circuit; when the
-// read answers, the waiter is woken.
+// that failed, sent first after the first probe delay, then once a probe
+// interval; /v2/ answering does not close the repository's circuit; when
+// the read answers, the waiter is woken by the next probe.
 func TestProbeResendsTheFailingRead(t *testing.T) {
 	f := registrytest.New(t)
 	f.Push("team/app:1")
 	f.Inject("", "/team/app/", -1, registrytest.Answer(503, nil, ""))
-	c := newTestClient(t, Options{})
+	c, ft := newFakeTimeClient(t, Options{})
 	ctx := context.Background()
 	if _, err := c.As(nil).Resolve(ctx, f.Ref("team/app:1")); Classify(err).Reason != ReasonRegistryUnavailable {
 		t.Fatalf("Resolve: %v", err)
 	}
 	woken := make(chan time.Time, 1)
-	if c.Circuits().Wait(f.Addr, "team/app", Waiter{Key: "ns/a"}, func() { woken <- time.Now() }) != Waiting {
+	if c.Circuits().Wait(f.Addr, "team/app", Waiter{Key: "ns/a"}, func() { woken <- ft.clock.Now() }) != Waiting {
 		t.Fatal("no open circuit to wait on")
 	}
-	time.Sleep(100 * time.Millisecond) // the check of /v2/ (it answers)
+	ft.settle(false) // the check of /v2/ (it answers)
 	f.ForgetRequests()
-	time.Sleep(2500 * time.Millisecond)
+	ft.advance(2500 * time.Millisecond)
 	probes := f.Requests()
-	// First probe after ~200ms, then every 0.8–1.2s: 2 or 3 in 2.5s.
-	if len(probes) < 2 || len(probes) > 3 {
+	// After 200ms, 1.2s and 2.2s.
+	if len(probes) != 3 {
 		t.Errorf("%d probes in 2.5s: %q", len(probes), probes)
 	}
 	for _, p := range probes {
@@ -179,19 +174,20 @@ func TestProbeResendsTheFailingRead(t *testing.T) {
 		t.Fatal("woken while the repository still fails")
 	default:
 	}
-	if got := eventuallyOpen(c, []string{f.Addr + "/team/app"}, 0); len(got) != 1 {
+	if got := openPlaces(c); len(got) != 1 {
 		t.Fatalf("open circuits %q: /v2/ answering closed the repository's", got)
 	}
 
 	f.ClearFaults()
-	recovered := time.Now()
+	recovered := ft.clock.Now()
+	ft.advance(time.Second)
 	select {
 	case at := <-woken:
-		if d := at.Sub(recovered); d > 1500*time.Millisecond {
-			t.Errorf("woken %v after the repository answered", d)
+		if d := at.Sub(recovered); d != 700*time.Millisecond {
+			t.Errorf("woken %v after the repository answered, want at the next probe (700ms)", d)
 		}
-	case <-time.After(3 * time.Second):
-		t.Fatal("not woken 3s after the repository answered")
+	default:
+		t.Fatal("not woken a probe interval after the repository answered")
 	}
 	if open := c.Circuits().Open(); len(open) != 0 {
 		t.Errorf("still open: %v", open)
@@ -203,11 +199,12 @@ func TestProbeResendsTheFailingRead(t *testing.T) {
 func TestProbeWaitsForRetryAfter(t *testing.T) {
 	f := registrytest.New(t)
 	f.Push("team/app:1")
+	c, ft := newFakeTimeClient(t, Options{MaxRetryAfterWait: -1})
 	var mu sync.Mutex
 	var at []time.Time
 	f.Inject("", "/team/app/", -1, func(w http.ResponseWriter, r *http.Request) {
 		mu.Lock()
-		at = append(at, time.Now())
+		at = append(at, ft.clock.Now())
 		limited := len(at) == 1
 		mu.Unlock()
 		if limited {
@@ -216,27 +213,23 @@ func TestProbeWaitsForRetryAfter(t *testing.T) {
 		}
 		f.Handler.ServeHTTP(w, r)
 	})
-	c := newTestClient(t, Options{MaxRetryAfterWait: -1})
 	if _, err := c.As(nil).Resolve(context.Background(), f.Ref("team/app:1")); Classify(err).Reason != ReasonRateLimited || Classify(err).RetryAfter < time.Second {
 		t.Fatalf("Resolve: %v (Retry-After %v)", err, Classify(err).RetryAfter)
 	}
 	f.ForgetRequests()
-	defer func() {
-		// Nothing else either: no registry check during the hold.
-		for _, r := range f.Requests() {
-			if !strings.Contains(r, "/team/app/") {
-				t.Errorf("request %q after a 429 with Retry-After", r)
-			}
-		}
-	}()
 	woken := make(chan struct{})
 	if c.Circuits().Wait(f.Addr, "team/app", Waiter{Key: "ns/a"}, func() { close(woken) }) != Waiting {
 		t.Fatal("no open circuit to wait on")
 	}
+	ft.advance(1990 * time.Millisecond)
+	if reqs := f.Requests(); len(reqs) != 0 {
+		t.Fatalf("requests before the Retry-After ended: %q", reqs)
+	}
+	ft.advance(20 * time.Millisecond)
 	select {
 	case <-woken:
-	case <-time.After(4 * time.Second):
-		t.Fatal("not woken 4s after a Retry-After of 2s")
+	default:
+		t.Fatal("not woken when the Retry-After of 2s ended")
 	}
 	mu.Lock()
 	defer mu.Unlock()
@@ -244,7 +237,13 @@ func TestProbeWaitsForRetryAfter(t *testing.T) {
 		t.Fatalf("%d requests to the repository, want the 429 and one probe", len(at))
 	}
 	if gap := at[1].Sub(at[0]); gap < 2*time.Second {
-		t.Errorf("probe %v after a 429 with Retry-After: 2", gap.Round(time.Millisecond))
+		t.Errorf("probe %v after a 429 with Retry-After: 2", gap)
+	}
+	// Nothing else either: no registry check during the hold.
+	for _, r := range f.Requests() {
+		if !strings.Contains(r, "/team/app/") {
+			t.Errorf("request %q after a 429 with Retry-After", r)
+		}
 	}
 }
 
@@ -254,13 +253,13 @@ func TestProberStopsWhenNobodyWaits(t *testing.T) {
 	f := registrytest.New(t)
 	f.Push("team/app:1")
 	f.Inject("", "/team/app/", -1, registrytest.Answer(503, nil, ""))
-	c := newTestClient(t, Options{})
+	c, ft := newFakeTimeClient(t, Options{})
 	if _, err := c.As(nil).Resolve(context.Background(), f.Ref("team/app:1")); err == nil {
 		t.Fatal("no error")
 	}
-	time.Sleep(100 * time.Millisecond) // the check of /v2/ (it answers)
+	ft.settle(false) // the check of /v2/ (it answers)
 	f.ForgetRequests()
-	time.Sleep(1500 * time.Millisecond)
+	ft.advance(1500 * time.Millisecond)
 	if reqs := f.Requests(); len(reqs) != 0 {
 		t.Errorf("requests with nobody waiting: %q", reqs)
 	}
@@ -274,13 +273,18 @@ func TestProberStopsWhenNobodyWaits(t *testing.T) {
 	if c.Circuits().Wait(f.Addr, "team/app", Waiter{Key: "ns/a"}, func() { t.Error("woken while failing") }) != Waiting {
 		t.Fatal("no circuit to wait on")
 	}
-	time.Sleep(1500 * time.Millisecond)
+	ft.advance(1500 * time.Millisecond)
+	if f.Count("", "/team/app/") == 0 {
+		t.Fatal("not probed while waited on")
+	}
 	c.Circuits().Forget("ns/a")
-	time.Sleep(1500 * time.Millisecond) // a probe in flight, the drop
 	f.ForgetRequests()
-	time.Sleep(1500 * time.Millisecond)
+	ft.advance(3 * time.Second)
 	if reqs := f.Requests(); len(reqs) != 0 {
 		t.Errorf("probes after the last waiter left: %q", reqs)
+	}
+	if open := c.Circuits().Open(); len(open) != 0 {
+		t.Errorf("a circuit whose last waiter left is still open: %v", open)
 	}
 }
 
@@ -301,7 +305,7 @@ func TestManyPlacesBoundedProbes(t *testing.T) {
 	}
 	f.Inject("", "/team/app-", -1, registrytest.Answer(503, nil, ""))
 	f.ForgetRequests()
-	c := newTestClient(t, Options{})
+	c, ft := newFakeTimeClient(t, Options{})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 
@@ -309,6 +313,8 @@ func TestManyPlacesBoundedProbes(t *testing.T) {
 	// on the circuit that refused it and is queued again when woken.
 	type object struct{ key, repo string }
 	queue := make(chan object, repos*perRepo)
+	var queued atomic.Int64 // queued or being reconciled
+	enqueue := func(o object) { queued.Add(1); queue <- o }
 	var mu sync.Mutex
 	succeeded := map[string]int{}
 	go func() {
@@ -320,25 +326,34 @@ func TestManyPlacesBoundedProbes(t *testing.T) {
 				return
 			}
 			_, err := c.As(nil).Resolve(ctx, f.Ref(o.repo+":1"))
-			if err == nil {
+			switch {
+			case err == nil:
 				mu.Lock()
 				succeeded[o.key]++
 				mu.Unlock()
-				continue
-			}
-			if Classify(err).Reason != ReasonRegistryUnavailable {
+			case Classify(err).Reason != ReasonRegistryUnavailable:
 				t.Errorf("%s: %v", o.key, err)
-				continue
-			}
-			if c.Circuits().Wait(f.Addr, o.repo, Waiter{Key: o.key}, func() { queue <- o }) != Waiting {
+			case c.Circuits().Wait(f.Addr, o.repo, Waiter{Key: o.key}, func() { enqueue(o) }) != Waiting:
 				t.Errorf("%s: failed with no circuit to wait on: %v", o.key, err)
 			}
+			queued.Add(-1)
 		}
 	}()
+	// settle waits for the circuits and the worker to be done with what is
+	// due at this time.
+	settle := func() {
+		for {
+			eventually(t, "every queued object reconciled", func() bool { return queued.Load() == 0 })
+			ft.settle(false)
+			if queued.Load() == 0 {
+				return
+			}
+		}
+	}
 	for i := range repos {
 		for j := range perRepo {
 			repo := fmt.Sprintf("team/app-%d", i)
-			queue <- object{key: fmt.Sprintf("%s/%d", repo, j), repo: repo}
+			enqueue(object{key: fmt.Sprintf("%s/%d", repo, j), repo: repo})
 		}
 	}
 	want := []string{f.Addr}
@@ -346,7 +361,8 @@ func TestManyPlacesBoundedProbes(t *testing.T) {
 		want = append(want, fmt.Sprintf("%s/team/app-%d", f.Addr, i))
 	}
 	slices.Sort(want)
-	if open := eventuallyOpen(c, want, 5*time.Second); !slices.Equal(open, want) {
+	settle()
+	if open := openPlaces(c); !slices.Equal(open, want) {
 		t.Fatalf("open circuits: %q, want the registry's and its first %d repositories'", open, widespreadAfter)
 	}
 	// The first failure was retried in-call; the others were not (the
@@ -357,10 +373,13 @@ func TestManyPlacesBoundedProbes(t *testing.T) {
 	}
 	f.ForgetRequests()
 	const watch = 3 * time.Second
-	time.Sleep(watch)
+	for range watch / (10 * time.Millisecond) {
+		ft.clock.Step(10 * time.Millisecond)
+		settle()
+	}
 	probes := f.Requests()
-	// A probe a second, jittered, and an object let through to try its
-	// repository a second: 2 to 8 in 3s.
+	// A probe a second and an object let through to try its repository a
+	// second: 6 in 3s, and never more than 8.
 	if len(probes) < 2 || len(probes) > 8 {
 		t.Errorf("%d probes in %v for %d failing repositories: %q", len(probes), watch, repos, probes)
 	}
@@ -369,7 +388,7 @@ func TestManyPlacesBoundedProbes(t *testing.T) {
 	}
 
 	f.ClearFaults()
-	recovered := time.Now()
+	recovered := ft.clock.Now()
 	for {
 		mu.Lock()
 		n := len(succeeded)
@@ -377,13 +396,13 @@ func TestManyPlacesBoundedProbes(t *testing.T) {
 		if n == repos*perRepo {
 			break
 		}
-		if time.Since(recovered) > 5*time.Second {
-			t.Fatalf("%d of %d objects succeeded 5s after recovery", n, repos*perRepo)
+		if ft.clock.Since(recovered) > 2*time.Second {
+			t.Fatalf("%d of %d objects succeeded 2s after recovery", n, repos*perRepo)
 		}
-		time.Sleep(10 * time.Millisecond)
+		ft.clock.Step(10 * time.Millisecond)
+		settle()
 	}
-	t.Logf("all %d objects succeeded %v after recovery", repos*perRepo, time.Since(recovered).Round(time.Millisecond))
-	time.Sleep(200 * time.Millisecond)
+	t.Logf("all %d objects succeeded %v after recovery", repos*perRepo, ft.clock.Since(recovered))
 	mu.Lock()
 	defer mu.Unlock()
 	for key, n := range succeeded {
@@ -401,7 +420,7 @@ func TestRegistryCircuitHoldsEveryRepository(t *testing.T) {
 	f := registrytest.New(t)
 	f.Push("team/app:1")
 	f.Push("team/other:1")
-	c := newTestClient(t, Options{})
+	c, ft := newFakeTimeClient(t, Options{})
 	ctx := context.Background()
 	for _, ref := range []string{"team/app:1", "team/other:1"} {
 		if _, err := c.As(nil).Resolve(ctx, f.Ref(ref)); err != nil { // pinged before the fault
@@ -417,13 +436,14 @@ func TestRegistryCircuitHoldsEveryRepository(t *testing.T) {
 		t.Fatal("no circuit to wait on")
 	}
 	want := []string{f.Addr, f.Addr + "/team/app"}
-	if open := eventuallyOpen(c, want, 2*time.Second); !slices.Equal(open, want) {
+	ft.settle(false)
+	if open := openPlaces(c); !slices.Equal(open, want) {
 		t.Fatalf("open circuits %q, want %q", open, want)
 	}
 	// Nobody waits on the registry's own circuit, but app waits on its
 	// repository's, which is not probed while the registry's is open: it
 	// must not lapse.
-	time.Sleep(1500 * time.Millisecond)
+	ft.advance(1500 * time.Millisecond)
 	f.ForgetRequests()
 	_, err := c.As(nil).Resolve(ctx, f.Ref("team/other:1"))
 	if Classify(err).Reason != ReasonRegistryUnavailable || !strings.Contains(err.Error(), f.Addr+" is failing") {
@@ -432,7 +452,7 @@ func TestRegistryCircuitHoldsEveryRepository(t *testing.T) {
 	if c.Circuits().Wait(f.Addr, "team/other", Waiter{Key: "other"}, func() { woken <- "other" }) != Waiting {
 		t.Fatal("could not wait on the registry")
 	}
-	time.Sleep(2 * time.Second)
+	ft.advance(2 * time.Second)
 	probes := f.Requests()
 	for _, r := range probes {
 		if r != "GET /v2/" {
@@ -447,28 +467,31 @@ func TestRegistryCircuitHoldsEveryRepository(t *testing.T) {
 	// woken, app's circuit stays open.
 	f.ClearFaults()
 	f.Inject("", "/team/app/", -1, registrytest.Answer(503, nil, ""))
+	ft.advance(time.Second)
 	select {
 	case w := <-woken:
 		if w != "other" {
 			t.Fatalf("%s woken while its repository fails", w)
 		}
-	case <-time.After(3 * time.Second):
-		t.Fatal("the registry's waiter was not woken when /v2/ answered")
+	default:
+		t.Fatal("the registry's waiter was not woken a probe interval after /v2/ answered")
 	}
 	want = []string{f.Addr + "/team/app"}
-	if open := eventuallyOpen(c, want, 2*time.Second); !slices.Equal(open, want) {
+	if open := openPlaces(c); !slices.Equal(open, want) {
 		t.Fatalf("open circuits with /v2/ answering: %q, want %q", open, want)
 	}
+	ft.advance(1500 * time.Millisecond)
 	select {
 	case w := <-woken:
 		t.Fatalf("%s woken while its repository fails", w)
-	case <-time.After(1500 * time.Millisecond):
+	default:
 	}
 	f.ClearFaults()
+	ft.advance(time.Second)
 	select {
 	case <-woken:
-	case <-time.After(3 * time.Second):
-		t.Fatal("app not woken when its repository answered")
+	default:
+		t.Fatal("app not woken a probe interval after its repository answered")
 	}
 }
 
@@ -500,16 +523,16 @@ func TestHangIsNoticedInSeconds(t *testing.T) {
 func TestFlappingCircuitIsDamped(t *testing.T) {
 	f := registrytest.New(t)
 	f.Inject("PUT", "/team/app/manifests/", -1, registrytest.Answer(503, nil, ""))
-	c := newTestClient(t, Options{})
+	c, ft := newFakeTimeClient(t, Options{})
 	img, err := random.Image(64, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
 	tag := f.Ref("team/app:1").(name.Tag)
 	woken := make(chan struct{}, 1)
-	start := time.Now()
+	start := ft.clock.Now()
 	pushes := 0
-	for time.Since(start) < 4*time.Second {
+	for ft.clock.Since(start) < 4*time.Second {
 		pushes++
 		if _, err := c.As(nil).Write(context.Background(), tag, img); Classify(err).Reason != ReasonRegistryUnavailable {
 			t.Fatalf("push %d: %v", pushes, err)
@@ -517,14 +540,16 @@ func TestFlappingCircuitIsDamped(t *testing.T) {
 		if c.Circuits().Wait(f.Addr, "team/app", Waiter{Key: "ns/a"}, func() { woken <- struct{}{} }) != Waiting {
 			t.Fatalf("push %d: no circuit to wait on", pushes)
 		}
-		select {
-		case <-woken:
-		case <-time.After(5 * time.Second):
-			t.Fatalf("not woken after push %d", pushes)
+		for waited := time.Duration(0); len(woken) == 0; waited += 10 * time.Millisecond {
+			if waited > 5*time.Second {
+				t.Fatalf("not woken 5s after push %d", pushes)
+			}
+			ft.advance(10 * time.Millisecond)
 		}
+		<-woken
 	}
-	// Undamped: a push every ~0.2-0.3 s, 15 or more in 4 s. Damped: first
-	// probes after 0.2, 0.4, 0.8, 1.6, 3.2 s: at most 6.
+	// Undamped: a push every 0.2 s, 20 in 4 s. Damped: first probes after
+	// 0.2, 0.4, 0.8, 1.6, 3.2 s: at most 6.
 	if pushes > 6 {
 		t.Errorf("%d pushes in 4s into the same failure", pushes)
 	}
@@ -543,7 +568,8 @@ func TestHungProbeKeepsTheCircuitOpen(t *testing.T) {
 	f := registrytest.New(t)
 	f.Push("team/app:1")
 	f.Inject("", "/team/app/", -1, f.Hang)
-	c := newTestClient(t, Options{AnswerTimeout: 300 * time.Millisecond})
+	// The wire's answer timeout cuts each probe (real time).
+	c, ft := newFakeTimeClient(t, Options{AnswerTimeout: 300 * time.Millisecond})
 	if _, err := c.As(nil).Resolve(context.Background(), f.Ref("team/app:1")); Classify(err).Reason != ReasonRegistryUnavailable {
 		t.Fatalf("Resolve: %v", err)
 	}
@@ -551,20 +577,22 @@ func TestHungProbeKeepsTheCircuitOpen(t *testing.T) {
 	if c.Circuits().Wait(f.Addr, "team/app", Waiter{Key: "ns/a"}, func() { close(woken) }) != Waiting {
 		t.Fatal("no circuit to wait on")
 	}
+	ft.advance(3 * time.Second)
 	select {
 	case <-woken:
 		t.Fatal("woken while every probe hangs")
-	case <-time.After(3 * time.Second):
+	default:
 	}
 	results := c.Circuits().ProbeResults()
 	if failed := results[ProbeResult{Host: f.Addr}]; failed < 2 {
 		t.Errorf("probe results %v, want hung probes counted as failed", results)
 	}
 	f.ClearFaults()
+	ft.advance(time.Second)
 	select {
 	case <-woken:
-	case <-time.After(4 * time.Second):
-		t.Fatal("not woken after the hang ended")
+	default:
+		t.Fatal("not woken a probe interval after the hang ended")
 	}
 }
 
@@ -577,8 +605,9 @@ func TestHangEndNoticedInASecond(t *testing.T) {
 	f.Push("team/app:1")
 	f.ForgetRequests()
 	f.Inject("", "/team/app/", -1, f.Hang)
-	// The default answer timeout (5 s), which a hung probe waits out too.
-	c := newTestClient(t, Options{})
+	// The default answer timeout (5 s of real time) cuts the read, and
+	// the probes later than this test looks.
+	c, ft := newFakeTimeClient(t, Options{})
 	if _, err := c.As(nil).Resolve(context.Background(), f.Ref("team/app:1")); Classify(err).Reason != ReasonRegistryUnavailable {
 		t.Fatalf("Resolve: %v", err)
 	}
@@ -586,25 +615,29 @@ func TestHangEndNoticedInASecond(t *testing.T) {
 	if c.Circuits().Wait(f.Addr, "team/app", Waiter{Key: "ns/a"}, func() { close(woken) }) != Waiting {
 		t.Fatal("no circuit to wait on")
 	}
-	time.Sleep(2500 * time.Millisecond) // a probe hangs, with seconds of its timeout left
-	sent := 0
-	for _, r := range f.Requests() {
-		if strings.Contains(r, "/team/app/") {
-			sent++
-		}
+	hung := func() int { return f.Count("", "/team/app/") }
+	before := hung() // the read that opened the circuit
+	// Probes hang, each with most of its timeout left: at 0.2, 1.2, 2.2 s.
+	for range 250 {
+		ft.clock.Step(10 * time.Millisecond)
+		ft.settle(true)
 	}
+	eventually(t, "three probes sent into the hang", func() bool { return hung()-before >= 3 })
 	f.ClearFaults()
-	ended := time.Now()
-	select {
-	case <-woken:
-		t.Logf("woken %v after the hang ended", time.Since(ended).Round(10*time.Millisecond))
-	case <-time.After(2 * time.Second):
-		t.Fatal("not woken within 2s of the hang's end: the next probe waited for the hung one")
+	for range 100 {
+		ft.clock.Step(10 * time.Millisecond)
+		ft.settle(true)
 	}
-	// The read that opened the circuit, and probes about a second apart
-	// from 0.2 s on: 3 or 4 in 2.5 s, never a burst.
-	if sent < 3 || sent > 5 {
-		t.Errorf("%d requests to the hung repository in 2.5s, want the failed read and a probe about every second: %q", sent, f.Requests())
+	eventually(t, "woken at the next probe after the hang ended, not when a hung one gave up", func() bool {
+		select {
+		case <-woken:
+			return true
+		default:
+			return false
+		}
+	})
+	if n := hung() - before; n != 4 {
+		t.Errorf("%d probes of the hung repository in 3.5s, want one a second from 0.2s: %q", n, f.Requests())
 	}
 }
 
@@ -628,7 +661,7 @@ func TestRegistryCheckHoldsCallsWhileAsked(t *testing.T) {
 			f.Push("team/app:1")
 			f.Push("team/other:1")
 			const answerTimeout = 300 * time.Millisecond
-			c := newTestClient(t, Options{AnswerTimeout: answerTimeout})
+			c, ft := newFakeTimeClient(t, Options{AnswerTimeout: answerTimeout})
 			ctx := context.Background()
 			for _, ref := range []string{"team/app:1", "team/other:1"} {
 				if _, err := c.As(nil).Resolve(ctx, f.Ref(ref)); err != nil { // before the fault: pinged, authorized
@@ -658,7 +691,8 @@ func TestRegistryCheckHoldsCallsWhileAsked(t *testing.T) {
 				c.Circuits().Wait(f.Addr, "team/other", Waiter{Key: "ns/other"}, func() {})
 				want = []string{f.Addr, f.Addr + "/team/app"}
 			}
-			if open := eventuallyOpen(c, want, time.Second); !slices.Equal(open, want) {
+			ft.settle(false)
+			if open := openPlaces(c); !slices.Equal(open, want) {
 				t.Errorf("open circuits %q, want %q", open, want)
 			}
 		})
@@ -675,7 +709,7 @@ func TestSweepOutlivesOneBrokenPlace(t *testing.T) {
 	for i := range repos {
 		f.Push(fmt.Sprintf("team/app-%d:1", i))
 	}
-	c := newTestClient(t, Options{})
+	c, ft := newFakeTimeClient(t, Options{})
 	ctx := context.Background()
 	if _, err := c.As(nil).Resolve(ctx, f.Ref("team/app-0:1")); err != nil { // pinged before the fault
 		t.Fatal(err)
@@ -691,10 +725,10 @@ func TestSweepOutlivesOneBrokenPlace(t *testing.T) {
 			t.Fatalf("%s: no circuit", repo)
 		}
 	}
-	time.Sleep(2 * time.Second) // the circuits are probed, in turn, and fail
+	ft.advance(2 * time.Second) // the circuits are probed, in turn, and fail
 	f.ClearFaults()
 	f.Inject("", "/team/app-0/", -1, registrytest.Answer(503, nil, ""))
-	recovered := time.Now()
+	recovered := ft.clock.Now()
 	got := map[int]bool{}
 	for len(got) < repos-1 {
 		select {
@@ -703,15 +737,17 @@ func TestSweepOutlivesOneBrokenPlace(t *testing.T) {
 				t.Fatal("team/app-0 woken while it fails")
 			}
 			got[i] = true
-		case <-time.After(6 * time.Second):
-			t.Fatalf("%d of %d answering repositories' waiters woken %v after they answered",
-				len(got), repos-1, time.Since(recovered).Round(time.Millisecond))
+			continue
+		default:
 		}
+		// One probe a second in turn would take about 19 s.
+		if ft.clock.Since(recovered) > 3*time.Second {
+			t.Fatalf("%d of %d answering repositories' waiters woken %v after they answered",
+				len(got), repos-1, ft.clock.Since(recovered))
+		}
+		ft.advance(10 * time.Millisecond)
 	}
-	// One probe a second in turn would take about 19 s.
-	if took := time.Since(recovered); took > 5*time.Second {
-		t.Errorf("the answering repositories' waiters were woken %v after they answered", took.Round(time.Millisecond))
-	}
+	t.Logf("every answering repository's waiter woken %v after they answered", ft.clock.Since(recovered))
 }
 
 // TestNoResendIntoAnOpenCircuit: a call waiting out a short Retry-After
@@ -720,7 +756,7 @@ func TestSweepOutlivesOneBrokenPlace(t *testing.T) {
 func TestNoResendIntoAnOpenCircuit(t *testing.T) {
 	f := registrytest.New(t)
 	f.Push("team/app:1")
-	c := newTestClient(t, Options{})
+	c, ft := newFakeTimeClient(t, Options{})
 	if _, err := c.As(nil).Resolve(context.Background(), f.Ref("team/app:1")); err != nil { // pinged before the fault
 		t.Fatal(err)
 	}
@@ -733,7 +769,9 @@ func TestNoResendIntoAnOpenCircuit(t *testing.T) {
 	}()
 	// While the patient call waits out its Retry-After, another call (played
 	// here) finds the place failing: its circuit opens, and it waits on it.
-	time.Sleep(300 * time.Millisecond)
+	eventually(t, "the patient call waits out its Retry-After", func() bool {
+		return f.Count("", "/team/app/") == 1 && ft.clock.HasWaiters()
+	})
 	probe, err := http.NewRequest(http.MethodHead, "http://"+f.Addr+"/v2/team/app/manifests/1", nil)
 	if err != nil {
 		t.Fatal(err)
@@ -744,18 +782,21 @@ func TestNoResendIntoAnOpenCircuit(t *testing.T) {
 	if c.Circuits().Wait(f.Addr, "team/app", Waiter{Key: "ns/other"}, func() {}) != Waiting {
 		t.Fatal("no circuit")
 	}
-	select {
-	case err := <-patient:
-		if Classify(err).Reason != ReasonRegistryUnavailable {
-			t.Errorf("the patient call: %v", err)
+	ft.advance(time.Second)
+	eventually(t, "the patient call returns once its Retry-After ended", func() bool {
+		select {
+		case err = <-patient:
+			return true
+		default:
+			return false
 		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("the patient call still resending 5 s later")
+	})
+	if Classify(err).Reason != ReasonRegistryUnavailable {
+		t.Errorf("the patient call: %v", err)
 	}
 	// The patient call's one request; the rest are the circuit's probes
-	// (resending, the patient call would send one a second). A probe sent
-	// as the patient call returned is counted once it is answered.
-	time.Sleep(300 * time.Millisecond)
+	// (resending, the patient call would send one a second).
+	ft.settle(false)
 	var probes int64
 	for _, n := range c.Circuits().ProbeResults() {
 		probes += n
@@ -816,7 +857,7 @@ func TestWidespreadFailureLetsCallsThroughInTurn(t *testing.T) {
 	}
 	f.Inject("", "/team/bad-", -1, registrytest.Answer(503, nil, ""))
 	f.ForgetRequests()
-	c := newTestClient(t, Options{})
+	c, ft := newFakeTimeClient(t, Options{})
 	ctx := context.Background()
 	for i := range widespreadAfter {
 		if _, err := c.As(nil).Resolve(ctx, f.Ref(fmt.Sprintf("team/bad-%d:1", i))); Classify(err).Reason != ReasonRegistryUnavailable {
@@ -847,10 +888,11 @@ func TestWidespreadFailureLetsCallsThroughInTurn(t *testing.T) {
 	if c.Circuits().Wait(f.Addr, "team/good", Waiter{Key: "good"}, func() { woken <- struct{}{} }) != Waiting {
 		t.Fatal("nothing to wait on")
 	}
+	ft.advance(time.Second)
 	select {
 	case <-woken:
-	case <-time.After(3 * time.Second):
-		t.Fatal("the waiting object was not woken to try its repository")
+	default:
+		t.Fatal("the waiting object was not woken a probe interval later to try its repository")
 	}
 	if _, err := c.As(nil).Resolve(ctx, f.Ref("team/good:1")); err != nil {
 		t.Fatalf("woken, team/good was not let through: %v", err)
@@ -871,7 +913,7 @@ func TestWidespreadFailureLetsCallsThroughInTurn(t *testing.T) {
 func TestWidespreadFailureBecomesWhole(t *testing.T) {
 	f := registrytest.New(t)
 	f.Inject("", "/team/bad-", -1, registrytest.Answer(503, nil, ""))
-	c := newTestClient(t, Options{})
+	c, ft := newFakeTimeClient(t, Options{})
 	ctx := context.Background()
 	for i := range widespreadAfter {
 		repo := fmt.Sprintf("team/bad-%d", i)
@@ -881,11 +923,11 @@ func TestWidespreadFailureBecomesWhole(t *testing.T) {
 		c.Circuits().Wait(f.Addr, repo, Waiter{Key: repo}, func() {}) // its object waits, as a controller's would
 	}
 	f.Down()
-	time.Sleep(1100 * time.Millisecond) // a call's turn to be let through
+	ft.advance(time.Second) // a call's turn to be let through
 	if _, err := c.As(nil).Resolve(ctx, f.Ref("team/other:1")); Classify(err).Untried {
 		t.Fatalf("not let through: %v", err)
 	}
-	time.Sleep(1100 * time.Millisecond)
+	ft.advance(time.Second)
 	_, err := c.As(nil).Resolve(ctx, f.Ref("team/third:1"))
 	if e := Classify(err); e == nil || e.Untried || e.Repository != "" || !strings.Contains(err.Error(), "nothing is sent there") {
 		t.Fatalf("after a call let through could not connect: %v, want a refusal by the registry's own circuit", err)
@@ -895,9 +937,10 @@ func TestWidespreadFailureBecomesWhole(t *testing.T) {
 		t.Fatal("nothing to wait on")
 	}
 	f.Up()
+	ft.advance(time.Second)
 	select {
 	case <-woken:
-	case <-time.After(4 * time.Second):
-		t.Fatalf("not woken after the registry took connections again: %v", c.Circuits().Open())
+	default:
+		t.Fatalf("not woken a probe interval after the registry took connections again: %v", c.Circuits().Open())
 	}
 }

@@ -191,7 +191,12 @@ func (hc *hostCircuits) dueCircuits(now time.Time) ([]*circuit, time.Time) {
 		}
 		due = append(due, cb)
 	}
-	sort.Slice(due, func(i, j int) bool { return due[i].due.Before(due[j].due) })
+	sort.Slice(due, func(i, j int) bool {
+		if !due[i].due.Equal(due[j].due) {
+			return due[i].due.Before(due[j].due)
+		}
+		return due[i].place.Repository < due[j].place.Repository
+	})
 	return due, next
 }
 

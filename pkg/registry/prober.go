@@ -15,6 +15,12 @@ import (
 // through. It ends, and the registry is forgotten, once nothing of it is
 // left to remember.
 
+// prober is a running prober: its nudge, and when it ticks next.
+type prober struct {
+	nudge chan struct{}
+	next  time.Time
+}
+
 // startProber starts hc's prober unless it runs, else nudges it; c.mu must
 // be held.
 func (c *Circuits) startProber(hc *hostCircuits) {
@@ -22,16 +28,21 @@ func (c *Circuits) startProber(hc *hostCircuits) {
 		c.nudge(hc.host)
 		return
 	}
-	nudge := make(chan struct{}, 1)
-	c.probers[hc.host] = nudge
-	go c.runProber(hc, nudge)
+	p := &prober{nudge: make(chan struct{}, 1)}
+	c.probers[hc.host] = p
+	go c.runProber(hc, p.nudge)
 }
 
 // nudge makes host's prober tick now (a circuit opened or closed); c.mu
 // must be held.
 func (c *Circuits) nudge(host string) {
+	p := c.probers[host]
+	if p == nil {
+		return
+	}
 	select {
-	case c.probers[host] <- struct{}{}:
+	case p.nudge <- struct{}{}:
+		c.ticksPending.Add(1) // done once the prober ticked
 	default:
 	}
 }
@@ -40,15 +51,26 @@ func (c *Circuits) nudge(host string) {
 func (c *Circuits) runProber(hc *hostCircuits, nudge <-chan struct{}) {
 	timer := c.clock.NewTimer(0)
 	defer timer.Stop()
+	nudged := false
 	for {
 		next, wake, ok := c.tick(hc)
 		for _, w := range wake {
 			w()
 		}
+		if nudged {
+			c.ticksPending.Add(-1)
+		}
 		if !ok {
+			// Forgotten under the lock: no nudge comes after this one.
+			select {
+			case <-nudge:
+				c.ticksPending.Add(-1)
+			default:
+			}
 			return
 		}
-		timer.Reset(max(next.Sub(c.clock.Now()), time.Millisecond))
+		timer.Reset(next.Sub(c.clock.Now()))
+		nudged = false
 		select {
 		case <-c.lifetime.Done():
 			c.mu.Lock()
@@ -57,6 +79,7 @@ func (c *Circuits) runProber(hc *hostCircuits, nudge <-chan struct{}) {
 			return
 		case <-timer.C():
 		case <-nudge:
+			nudged = true
 			if !timer.Stop() {
 				select {
 				case <-timer.C():
@@ -73,29 +96,28 @@ func (c *Circuits) runProber(hc *hostCircuits, nudge <-chan struct{}) {
 func (c *Circuits) tick(hc *hostCircuits) (time.Time, []func(), bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	probes, taken, next, idle := hc.tick(c.clock.Now())
+	now := c.clock.Now()
+	probes, taken, next, idle := hc.tick(now)
 	if idle {
 		delete(c.probers, hc.host)
 		delete(c.hosts, hc.host)
 		return time.Time{}, nil, false
 	}
-	var wake []func()
-	for _, w := range taken {
-		c.unindex(w.key)
-		if w.wake != nil {
-			wake = append(wake, w.wake)
-		}
-	}
+	wake := c.unindexTaken(taken)
 	for _, job := range probes {
 		c.sendProbe(hc, job)
 	}
+	next = later(next, now.Add(time.Millisecond))
+	c.probers[hc.host].next = next
 	return next, wake, true
 }
 
 // sendProbe sends job in the background and records its outcome; c.mu
 // must be held.
 func (c *Circuits) sendProbe(hc *hostCircuits, job probeJob) {
+	c.probesRunning.Add(1)
 	go func() {
+		defer c.probesRunning.Add(-1)
 		// The probe's own timeout runs on the circuits' clock, like the
 		// rest of their timing.
 		ctx, cancel := context.WithCancel(c.lifetime)
