@@ -16,9 +16,8 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"knative.dev/pkg/apis"
 
 	"github.com/buildsmith/buildsmith/pkg/apis/build/v1alpha1"
@@ -138,41 +137,6 @@ func objectArg(args []string) (k kind, name string, ok bool) {
 	return k, name, found && known && name != ""
 }
 
-// clusterFlags are the flags of the commands that talk to a cluster, as
-// kubectl spells them.
-type clusterFlags struct {
-	kubeconfig, context, namespace string
-}
-
-func (f *clusterFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "the kubeconfig file (default: $KUBECONFIG, then ~/.kube/config)")
-	fs.StringVar(&f.context, "context", "", "the kubeconfig context to use")
-	fs.StringVar(&f.namespace, "n", "", "the namespace (default: the context's)")
-	fs.StringVar(&f.namespace, "namespace", "", "same as -n")
-}
-
-// client returns the client and the namespace to use.
-func (f *clusterFlags) client() (dynamic.Interface, string, error) {
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = f.kubeconfig
-	config := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules,
-		&clientcmd.ConfigOverrides{CurrentContext: f.context, Context: clientcmdapi.Context{Namespace: f.namespace}})
-	rest, err := config.ClientConfig()
-	if err != nil {
-		return nil, "", err
-	}
-	rest.Timeout = 30 * time.Second // one request; a hung API server must not hang the command
-	namespace, _, err := config.Namespace()
-	if err != nil {
-		return nil, "", err
-	}
-	c, err := dynamic.NewForConfig(rest)
-	if err != nil {
-		return nil, "", err
-	}
-	return c, namespace, nil
-}
-
 const reconcileUsage = `Usage: kubectl buildsmith reconcile KIND/NAME [--wait] [flags]
 
 Asks the controller to reconcile the object now: sets the
@@ -232,33 +196,35 @@ func runReconcile(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 // change (Stalled), or timeout passes; the error then says why it is not
 // Ready. Failed reads (the API server restarting, busy) are asked again.
 func waitHandled(ctx context.Context, c dynamic.Interface, k kind, namespace, name, requested string, timeout time.Duration) (object, error) {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
 	var last object
 	var lastErr error
-	for {
+	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
 		o, err := k.get(ctx, c, namespace, name)
 		if apierrors.IsNotFound(err) {
-			return o, err
+			return false, err
 		}
-		if err == nil {
-			last, lastErr = o, nil
-			handled := o.status.LastHandledReconcileAt == requested && o.status.ObservedGeneration > 0
-			ready := o.status.GetCondition(v1alpha1.ConditionReady)
-			switch {
-			case handled && ready != nil && ready.IsTrue():
-				return o, nil
-			case handled && isTrue(o.status.GetCondition(v1alpha1.ConditionStalled)):
-				return o, fmt.Errorf("not Ready, and will not be without a change: %s", describe(ready))
+		if err != nil {
+			if ctx.Err() == nil {
+				lastErr = err
 			}
-		} else if ctx.Err() == nil {
-			lastErr = err
+			return false, nil
 		}
-		if !sleep(ctx, 500*time.Millisecond) {
-			break
+		last, lastErr = o, nil
+		handled := o.status.LastHandledReconcileAt == requested && o.status.ObservedGeneration > 0
+		ready := o.status.GetCondition(v1alpha1.ConditionReady)
+		switch {
+		case handled && ready != nil && ready.IsTrue():
+			return true, nil
+		case handled && isTrue(o.status.GetCondition(v1alpha1.ConditionStalled)):
+			return false, fmt.Errorf("not Ready, and will not be without a change: %s", describe(ready))
 		}
-	}
+		return false, nil
+	})
 	switch {
+	case err == nil:
+		return last, nil
+	case !wait.Interrupted(err): // not found, or Stalled
+		return last, err
 	case last.status == nil:
 		return last, fmt.Errorf("not read within %v: %v", timeout, lastErr)
 	case last.status.LastHandledReconcileAt != requested:
@@ -266,16 +232,6 @@ func waitHandled(ctx context.Context, c dynamic.Interface, k kind, namespace, na
 			timeout, describe(last.status.GetCondition(v1alpha1.ConditionReady)))
 	}
 	return last, fmt.Errorf("not Ready after %v: %s", timeout, describe(last.status.GetCondition(v1alpha1.ConditionReady)))
-}
-
-// sleep waits d, or until ctx is done (false).
-func sleep(ctx context.Context, d time.Duration) bool {
-	select {
-	case <-ctx.Done():
-		return false
-	case <-time.After(d):
-		return true
-	}
 }
 
 func isTrue(c *apis.Condition) bool { return c != nil && c.IsTrue() }

@@ -9,6 +9,9 @@
 //	reconcile KIND/NAME [--wait]  reconcile an object now, and wait until it is Ready
 //	status [-A]                   every buildsmith object, one line each
 //	version                       the version of this binary
+//
+// reconcile and status take kubectl's connection flags (--kubeconfig,
+// --context, -n/--namespace, -s/--server, --token, --as, …).
 package main
 
 import (
