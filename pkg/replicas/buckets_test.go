@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	goruntime "runtime"
 	"strings"
 	"testing"
 	"time"
@@ -14,51 +15,27 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	coordinationclient "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	k8stesting "k8s.io/client-go/testing"
+	testingclock "k8s.io/utils/clock/testing"
 )
 
-func TestFairShares(t *testing.T) {
-	for _, tc := range []struct {
-		buckets int
-		alive   []string
-		counts  map[string]int
-		want    map[string]int
-	}{
-		{2, []string{"a"}, nil, map[string]int{"a": 2}},
-		{2, []string{"a", "b"}, map[string]int{"a": 2}, map[string]int{"a": 1, "b": 1}},
-		// The remainder stays with those leading already: a third replica
-		// (a rolling update's surge) moves nothing.
-		{2, []string{"c", "a", "b"}, map[string]int{"a": 1, "b": 1}, map[string]int{"a": 1, "b": 1, "c": 0}},
-		{3, []string{"a", "b"}, map[string]int{"b": 2, "a": 1}, map[string]int{"a": 1, "b": 2}},
-		{4, []string{"a", "b", "c"}, nil, map[string]int{"a": 2, "b": 1, "c": 1}},
-	} {
-		got := fairShares(tc.buckets, tc.alive, tc.counts, map[string]bool{"a": true, "b": true, "c": true})
-		if fmt.Sprint(got) != fmt.Sprint(tc.want) {
-			t.Errorf("fairShares(%d, %v, %v) = %v, want %v", tc.buckets, tc.alive, tc.counts, got, tc.want)
-		}
-	}
-	// A replica not seen renewing (perhaps dead) comes after the others.
-	if got := fairShares(2, []string{"a", "b", "c"}, map[string]int{"c": 1}, map[string]bool{"b": true, "c": true}); got["a"] != 0 {
-		t.Errorf("the remainder went to a replica not seen renewing: %v", got)
-	}
-}
-
 // sharesWorld is one replica's bucketShares against a fake API server, with
-// a clock of its own, and a peer whose Leases the test writes.
+// a fake clock, and a peer whose Leases the test writes.
 type sharesWorld struct {
 	t      *testing.T
 	kube   *fake.Clientset
 	shares *bucketShares
 	leases gatedLeases
-	clock  time.Time
+	clock  *testingclock.FakeClock
 }
 
-const testLease = 15 * time.Second
+const (
+	testLease = 15 * time.Second
+	testRetry = 2 * time.Second
+)
 
 func newSharesWorld(t *testing.T) *sharesWorld {
-	w := &sharesWorld{t: t, kube: fake.NewClientset(), clock: time.Unix(1000, 0)}
-	w.shares = newBucketShares(w.kube.CoordinationV1().Leases("ns"), "ctl", "me", "1", 2, testLease, 2*time.Second)
-	w.shares.now = func() time.Time { return w.clock }
-	w.shares.started = w.clock
+	w := &sharesWorld{t: t, kube: fake.NewClientset(), clock: testingclock.NewFakeClock(time.Unix(1000, 0))}
+	w.shares = newBucketShares(w.kube.CoordinationV1().Leases("ns"), "ctl", "me", "1", 2, testLease, testRetry, w.clock)
 	w.leases = gatedLeases{w.kube.CoordinationV1().Leases("ns"), w.shares}
 	return w
 }
@@ -97,7 +74,7 @@ func (w *sharesWorld) peerWith(name, holder string, annotations map[string]strin
 	} else {
 		l.Spec.HolderIdentity = &holder
 		l.Annotations = annotations
-		l.ResourceVersion = version(w.clock)
+		l.ResourceVersion = version(w.clock.Now())
 		_, err = leases.Update(ctx, l, metav1.UpdateOptions{})
 	}
 	if err != nil {
@@ -125,13 +102,14 @@ func (w *sharesWorld) takeWith(ctx context.Context, gated gatedLeases, i int) er
 	}
 	me := "me"
 	l.Spec.HolderIdentity = &me
-	l.ResourceVersion = version(w.clock)
+	l.ResourceVersion = version(w.clock.Now())
 	_, err = gated.Update(ctx, l, metav1.UpdateOptions{})
 	return err
 }
 
+// pass steps the clock and refreshes as run would.
 func (w *sharesWorld) pass(d time.Duration) {
-	w.clock = w.clock.Add(d)
+	w.clock.Step(d)
 	w.shares.refresh(context.Background())
 }
 
@@ -214,7 +192,11 @@ func TestTakesOverFromAReplicaGone(t *testing.T) {
 		t.Errorf("the share of a replica gone: %v", err)
 	}
 	// Its own Lease is deleted once gone for another lease duration.
-	w.pass(testLease)
+	w.pass(testLease - time.Second)
+	if _, err := w.kube.CoordinationV1().Leases("ns").Get(context.Background(), "ctl.replica.2", metav1.GetOptions{}); err != nil {
+		t.Errorf("the Lease of a replica gone for less than two lease durations: %v", err)
+	}
+	w.pass(time.Second)
 	if _, err := w.kube.CoordinationV1().Leases("ns").Get(context.Background(), "ctl.replica.2", metav1.GetOptions{}); err == nil {
 		t.Error("the Lease of a replica gone for two lease durations is still there")
 	}
@@ -439,24 +421,65 @@ func TestMarksItsLeaseElecting(t *testing.T) {
 	}
 }
 
-func TestBucketOf(t *testing.T) {
+// run refreshes every retry period of its clock, and at once when kicked;
+// once its context ends it deletes this replica's Lease.
+func TestRunRefreshes(t *testing.T) {
 	w := newSharesWorld(t)
-	for _, tc := range []struct {
-		name  string
-		group string
-		index int
-		ok    bool
-	}{
-		{"ctl.queue.01-of-02", "ctl.queue", 1, true},
-		{"ctl.queue.01-of-03", "", 0, false},    // another bucket count
-		{"other.queue.01-of-02", "", 0, false},  // another component's
-		{"ctlx.queue.01-of-02", "", 0, false},   // another component's, ours a prefix of its name
-		{"ctl.replica.01-of-02x", "", 0, false}, // not a bucket
-	} {
-		group, index, ok := w.shares.bucketOf(tc.name)
-		if group != tc.group || index != tc.index || ok != tc.ok {
-			t.Errorf("bucketOf(%q) = %q, %d, %v, want %q, %d, %v", tc.name, group, index, ok, tc.group, tc.index, tc.ok)
+	start := w.clock.Now()
+	listed := make(chan struct{}, 10)
+	w.kube.PrependReactor("list", "leases", func(k8stesting.Action) (bool, runtime.Object, error) {
+		listed <- struct{}{}
+		return false, nil, nil
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		w.shares.run(ctx)
+	}()
+	// The real clock bounds the waits below only when a refresh is missed.
+	guard := time.After(10 * time.Second)
+	for !w.clock.HasWaiters() { // run's ticker
+		select {
+		case <-guard:
+			t.Fatal("run started no ticker")
+		default:
+			goruntime.Gosched()
 		}
+	}
+	refreshed := func(why string) *coordinationv1.Lease {
+		t.Helper()
+		select {
+		case <-listed:
+		case <-guard:
+			t.Fatalf("no refresh %s", why)
+		}
+		own, err := w.kube.CoordinationV1().Leases("ns").Get(context.Background(), "ctl.replica.1", metav1.GetOptions{})
+		if err != nil {
+			t.Fatalf("this replica's Lease, refreshed %s: %v", why, err)
+		}
+		return own
+	}
+
+	w.clock.Step(testRetry)
+	if own := refreshed("on the first tick"); !own.Spec.RenewTime.Time.Equal(start.Add(testRetry)) {
+		t.Errorf("renewed at %s, want %s", own.Spec.RenewTime.Sub(start), testRetry)
+	}
+	w.shares.mu.Lock()
+	w.shares.markElecting(bucket(0))
+	w.shares.mu.Unlock()
+	if own := refreshed("when kicked"); own.Annotations[electingAnnotation] != "ctl.queue/2" {
+		t.Errorf("%s = %q once kicked, want ctl.queue/2", electingAnnotation, own.Annotations[electingAnnotation])
+	}
+	w.clock.Step(testRetry)
+	if own := refreshed("on the second tick"); !own.Spec.RenewTime.Time.Equal(start.Add(2 * testRetry)) {
+		t.Errorf("renewed at %s, want %s", own.Spec.RenewTime.Sub(start), 2*testRetry)
+	}
+
+	cancel()
+	<-done
+	if _, err := w.kube.CoordinationV1().Leases("ns").Get(context.Background(), "ctl.replica.1", metav1.GetOptions{}); err == nil {
+		t.Error("this replica's Lease is still there once run has ended")
 	}
 }
 
