@@ -615,6 +615,7 @@ func TestHangEndNoticedInASecond(t *testing.T) {
 	if c.Circuits().Wait(f.Addr, "team/app", Waiter{Key: "ns/a"}, func() { close(woken) }) != Waiting {
 		t.Fatal("no circuit to wait on")
 	}
+	ft.settle(false) // the check of /v2/ (it answers)
 	hung := func() int { return f.Count("", "/team/app/") }
 	before := hung() // the read that opened the circuit
 	// Probes hang, each with most of its timeout left: at 0.2, 1.2, 2.2 s.

@@ -197,12 +197,13 @@ type Client struct {
 	opts Options
 	// lifetime is the context of lazy layers, which are read long after the
 	// call that made them returned (when a builder image is written).
-	lifetime  context.Context
-	transport *accountingTransport
-	pings     http.RoundTripper // the ping cache in front of the circuits' gate and transport, for everything but probes
+	lifetime context.Context
+	// transport is what ggcr sends every request through (see layers).
+	transport http.RoundTripper
+	counts    *countingTransport
 	hosts     hostPolicy
 	circuits  *Circuits
-	waits     *retryAfterHolds
+	holds     *retryAfterHolds
 
 	mu       sync.Mutex
 	sessions *lru.Cache         // keychain cache key → *session
@@ -216,31 +217,51 @@ type Client struct {
 // health probes run, until lifetime is done.
 func New(lifetime context.Context, opts Options) *Client {
 	opts = opts.withDefaults()
-	// From ggcr down: the ping cache, the circuits' gate, the accounting
-	// (and Retry-After holds), the manifest size limit, the stall timeouts,
-	// the wire.
-	waits := newRetryAfterHolds(opts.Clock, max(opts.MaxRetryAfterWait, 0))
-	stalls := &stallTransport{next: opts.Transport, answer: opts.AnswerTimeout,
-		writeAnswer: opts.WriteAnswerTimeout, idle: opts.StallTimeout}
 	names := newHostNames(opts.NamedHosts)
-	hosts := hostPolicy{insecure: opts.InsecureRegistries, loopback: opts.LoopbackRegistries}
-	accounting := newAccountingTransport(&limitTransport{next: stalls}, waits, names)
-	circuits := newCircuits(lifetime, opts.Clock, opts.Circuits, waits, accounting.sendOnce, names)
-	accounting.failing = circuits.isOpen
-	return &Client{
-		opts:      opts,
-		lifetime:  lifetime,
-		transport: accounting,
-		pings: &hostPolicyTransport{policy: hosts,
-			next: newPingCache(&gateTransport{next: accounting, circuits: circuits}, opts.Clock)},
-		hosts:    hosts,
-		circuits: circuits,
+	held := &retryAfterTransport{holds: newRetryAfterHolds(opts.Clock, max(opts.MaxRetryAfterWait, 0))}
+	c := &Client{
+		opts:     opts,
+		lifetime: lifetime,
+		counts:   newCountingTransport(names),
+		hosts:    hostPolicy{insecure: opts.InsecureRegistries, loopback: opts.LoopbackRegistries},
+		// Probes are sent once, below the gate and the holds' waits.
+		circuits: newCircuits(lifetime, opts.Clock, opts.Circuits, held.holds, held.sendOnce, names),
+		holds:    held.holds,
 		sessions: lru.New(opts.Sessions),
 		images:   newBoundedCache(opts.CachedImageBytes),
-		waits:    waits,
 		blobs:    newBlobMemory(opts.RememberedBlobs),
 		traits:   newRegistryTraits(opts.Clock),
 	}
+	held.failing = c.circuits.isOpen
+	c.transport = c.layers(held)
+	return c
+}
+
+// layers builds the transport under ggcr's auth and retry, top-down: a
+// request passes each layer in turn, and every layer from the holds down
+// sees each attempt ggcr makes.
+func (c *Client) layers(held *retryAfterTransport) http.RoundTripper {
+	o := c.opts
+	// Nothing, credentials included, to a host the operator did not allow,
+	// nor in clear text where that is not allowed.
+	policy := &hostPolicyTransport{policy: c.hosts}
+	// /v2/ answered from memory for a while.
+	pings := newPingCache(o.Clock)
+	// Nothing into an open circuit; what answers say told to the circuits
+	// and the call.
+	gate := &gateTransport{circuits: c.circuits}
+	// held (made with the circuits, whose probes go through it once):
+	// nothing before a Retry-After; a short one waited out and the request
+	// sent again.
+	// c.counts: every request on the wire counted, with its bytes.
+	// Manifests and configs over their size limit cut.
+	limit := &limitTransport{}
+	// A registry that stops answering, or taking bytes, cut.
+	stalls := &stallTransport{answer: o.AnswerTimeout, writeAnswer: o.WriteAnswerTimeout, idle: o.StallTimeout}
+
+	policy.next, pings.next, gate.next, held.next, c.counts.next, limit.next, stalls.next =
+		pings, gate, held, c.counts, limit, stalls, o.Transport
+	return policy
 }
 
 // Circuits returns the circuits of failing places, to wait on after a
@@ -248,11 +269,11 @@ func New(lifetime context.Context, opts Options) *Client {
 func (c *Client) Circuits() *Circuits { return c.circuits }
 
 // Stats returns the requests and bytes exchanged so far.
-func (c *Client) Stats() Stats { return c.transport.stats() }
+func (c *Client) Stats() Stats { return c.counts.stats() }
 
 // HostLabel is the name host is counted under (itself, or OtherHosts), for
 // anything per host that outlives a call: metric series above all.
-func (c *Client) HostLabel(host string) string { return c.transport.names.of(host, false) }
+func (c *Client) HostLabel(host string) string { return c.counts.names.of(host, false) }
 
 // Access is the client acting with one set of credentials: every read and
 // write through it authenticates with them (and shares sessions and cached

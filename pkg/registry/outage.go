@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"sync"
 
 	"github.com/buildsmith/buildsmith/pkg/failure"
 )
@@ -154,36 +153,4 @@ func (b *outageBody) Read(p []byte) (int, error) {
 		b.call.noteOutage(failed, probeFor(b.req, failed))
 	}
 	return n, err
-}
-
-// outage is the last failed request of a call that failed on an outage.
-type outage struct {
-	place Place
-	probe *http.Request
-}
-
-// callOutage is the part of a call's state about outages.
-type callOutage struct {
-	mu   sync.Mutex
-	last *outage
-}
-
-func (c *callOutage) noteOutage(place Place, probe *http.Request) {
-	c.mu.Lock()
-	c.last = &outage{place: place, probe: probe}
-	c.mu.Unlock()
-}
-
-func (c *callOutage) answered(place Place) {
-	c.mu.Lock()
-	if c.last != nil && c.last.place == place {
-		c.last = nil
-	}
-	c.mu.Unlock()
-}
-
-func (c *callOutage) outage() *outage {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.last
 }

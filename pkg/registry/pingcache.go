@@ -66,8 +66,8 @@ type pingAnswer struct {
 	at     time.Time
 }
 
-func newPingCache(next http.RoundTripper, clk clock.PassiveClock) *pingCache {
-	return &pingCache{next: next, clock: clk, answers: map[pingKey]pingAnswer{}, inFlight: map[pingKey]*pingInFlight{}}
+func newPingCache(clk clock.PassiveClock) *pingCache {
+	return &pingCache{clock: clk, answers: map[pingKey]pingAnswer{}, inFlight: map[pingKey]*pingInFlight{}}
 }
 
 func (p *pingCache) RoundTrip(req *http.Request) (*http.Response, error) {

@@ -161,7 +161,8 @@ func TestPingAnswersBounded(t *testing.T) {
 		sent++
 		return http.DefaultTransport.RoundTrip(req)
 	})
-	p := newPingCache(answer, clock.RealClock{})
+	p := newPingCache(clock.RealClock{})
+	p.next = answer
 	ping := func(key pingKey) {
 		t.Helper()
 		// Every name is answered by the same server.
@@ -199,10 +200,11 @@ func TestPingAnswersBounded(t *testing.T) {
 // may be the old one), and leaves pings to other registries alone.
 func TestPingStaleOnlyForItsHost(t *testing.T) {
 	release := make(chan struct{})
-	p := newPingCache(roundTripFunc(func(req *http.Request) (*http.Response, error) {
+	p := newPingCache(clock.RealClock{})
+	p.next = roundTripFunc(func(req *http.Request) (*http.Response, error) {
 		<-release
 		return &http.Response{StatusCode: http.StatusOK, Header: http.Header{}, Body: http.NoBody, Request: req}, nil
-	}), clock.RealClock{})
+	})
 	kept := pingAnswer{status: http.StatusUnauthorized, at: time.Now(),
 		header: http.Header{"Www-Authenticate": {`Bearer realm="https://auth.b.example/token"`}}}
 	p.answers[pingKey{"http", "b.example"}] = kept

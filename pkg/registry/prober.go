@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"time"
 
+	"k8s.io/utils/clock"
+
 	"github.com/buildsmith/buildsmith/pkg/failure"
 )
 
@@ -53,7 +55,7 @@ func (c *Circuits) runProber(hc *hostCircuits, nudge <-chan struct{}) {
 	defer timer.Stop()
 	nudged := false
 	for {
-		next, wake, ok := c.tick(hc)
+		wake, ok := c.tick(hc, timer)
 		for _, w := range wake {
 			w()
 		}
@@ -69,7 +71,6 @@ func (c *Circuits) runProber(hc *hostCircuits, nudge <-chan struct{}) {
 			}
 			return
 		}
-		timer.Reset(next.Sub(c.clock.Now()))
 		nudged = false
 		select {
 		case <-c.lifetime.Done():
@@ -90,10 +91,10 @@ func (c *Circuits) runProber(hc *hostCircuits, nudge <-chan struct{}) {
 	}
 }
 
-// tick runs hc's tick under the lock and sends its probes. It returns when
-// to tick again and the waiters to wake; false when the registry was
+// tick runs hc's tick under the lock, sends its probes and sets timer for
+// the next. It returns the waiters to wake; false when the registry was
 // forgotten.
-func (c *Circuits) tick(hc *hostCircuits) (time.Time, []func(), bool) {
+func (c *Circuits) tick(hc *hostCircuits, timer clock.Timer) ([]func(), bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	now := c.clock.Now()
@@ -101,15 +102,18 @@ func (c *Circuits) tick(hc *hostCircuits) (time.Time, []func(), bool) {
 	if idle {
 		delete(c.probers, hc.host)
 		delete(c.hosts, hc.host)
-		return time.Time{}, nil, false
+		return nil, false
 	}
 	wake := c.unindexTaken(taken)
 	for _, job := range probes {
 		c.sendProbe(hc, job)
 	}
+	// Set under the lock, with the time it is set for: a test that saw
+	// next after now knows the timer is armed.
 	next = later(next, now.Add(time.Millisecond))
 	c.probers[hc.host].next = next
-	return next, wake, true
+	timer.Reset(next.Sub(now))
+	return wake, true
 }
 
 // sendProbe sends job in the background and records its outcome; c.mu

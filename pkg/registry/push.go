@@ -64,7 +64,7 @@ func (c *Client) newPush(ctx context.Context, kc authn.Keychain, repo name.Repos
 	for _, from := range sources {
 		scopes = append(scopes, from.Scope(transport.PullScope))
 	}
-	rt, err := transport.NewWithContext(ctx, repo.Registry, auth, transport.NewUserAgent(c.pings, c.opts.UserAgent), scopes)
+	rt, err := transport.NewWithContext(ctx, repo.Registry, auth, transport.NewUserAgent(c.transport, c.opts.UserAgent), scopes)
 	if err != nil {
 		return nil, err
 	}

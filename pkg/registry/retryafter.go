@@ -3,7 +3,9 @@ package registry
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -175,4 +177,103 @@ func repositoryOf(path string) string {
 		}
 	}
 	return ""
+}
+
+// retryAfterTransport keeps requests from a place until the Retry-After it
+// asked for (retryAfterHolds), waits out a short one and sends the request
+// again, and notes on the call the Retry-After it gave up on, for the
+// call's error.
+type retryAfterTransport struct {
+	next  http.RoundTripper
+	holds *retryAfterHolds
+	// failing reports whether a circuit covering place is open: a request
+	// waiting out a Retry-After is not sent again into a place that
+	// another call has found failing meanwhile.
+	failing func(Place) bool
+}
+
+// maxRetryAfterResends bounds how often one request is sent again after
+// waiting out a Retry-After.
+const maxRetryAfterResends = 10
+
+func (t *retryAfterTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	host, repo := req.URL.Host, repositoryOf(req.URL.Path)
+	for resends := 0; ; resends++ {
+		if err := t.holds.wait(req.Context(), host, repo); err != nil {
+			return nil, err
+		}
+		resp, err := t.sendOnce(req)
+		if err != nil {
+			return nil, err
+		}
+		d := parseRetryAfter(resp, t.holds.clock.Now())
+		if d <= 0 {
+			return resp, nil
+		}
+		replay, ok := rewound(req)
+		// (wait waits out the hold when it is short enough.)
+		if !ok || resends == maxRetryAfterResends || t.holds.wait(req.Context(), host, repo) != nil ||
+			t.failing(Place{Host: host, Repository: repo}) {
+			// Given up: the caller's error carries the Retry-After.
+			if call := callFrom(req.Context()); call != nil {
+				call.noteRetryAfter(d)
+			}
+			return resp, nil
+		}
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+		_ = resp.Body.Close()
+		req = replay
+	}
+}
+
+// sendOnce sends req once, as the circuits' probes do, noting its
+// Retry-After: it is neither held nor sent again.
+func (t *retryAfterTransport) sendOnce(req *http.Request) (*http.Response, error) {
+	resp, err := t.next.RoundTrip(req)
+	if err == nil {
+		t.holds.note(req.URL.Host, repositoryOf(req.URL.Path), resp.StatusCode, parseRetryAfter(resp, t.holds.clock.Now()))
+	}
+	return resp, err
+}
+
+// rewound returns req ready to be sent again: as it is when it has no body,
+// with a fresh body when it can make one, and false when it cannot (a
+// streamed upload).
+func rewound(req *http.Request) (*http.Request, bool) {
+	if req.Body == nil || req.Body == http.NoBody {
+		return req, true
+	}
+	if req.GetBody == nil {
+		return nil, false
+	}
+	body, err := req.GetBody()
+	if err != nil {
+		return nil, false
+	}
+	again := req.Clone(req.Context())
+	again.Body = body
+	return again, true
+}
+
+// parseRetryAfter reads Retry-After (seconds or an HTTP date) from a 429 or
+// 503 answer, the two statuses for which RFC 9110 gives it this meaning.
+func parseRetryAfter(resp *http.Response, now time.Time) time.Duration {
+	if resp.StatusCode != http.StatusTooManyRequests && resp.StatusCode != http.StatusServiceUnavailable {
+		return 0
+	}
+	v := resp.Header.Get("Retry-After")
+	if v == "" {
+		return 0
+	}
+	if secs, err := strconv.ParseInt(v, 10, 64); err == nil {
+		if secs <= 0 {
+			return 0
+		}
+		// Clamp absurd values: a day is long enough to mean "much later".
+		return min(time.Duration(secs)*time.Second, 24*time.Hour)
+	}
+	if at, err := http.ParseTime(v); err == nil && at.After(now) {
+		return min(at.Sub(now), 24*time.Hour)
+	}
+	return 0
 }

@@ -96,7 +96,7 @@ func TestShortRetryAfterIsWaitedOut(t *testing.T) {
 	}()
 	limited := <-limitedAt
 	// Requests sent before the 429 came back cannot have known of it.
-	for left, _ := c.waits.left(f.Addr, "team/app"); left == 0; left, _ = c.waits.left(f.Addr, "team/app") {
+	for left, _ := c.holds.left(f.Addr, "team/app"); left == 0; left, _ = c.holds.left(f.Addr, "team/app") {
 		if time.Since(limited) > 900*time.Millisecond {
 			t.Fatal("the client never held the repository after its 429")
 		}

@@ -43,7 +43,7 @@ func (c *Client) do(ctx context.Context, ref name.Reference, timeout time.Durati
 	// Begun (or let through): a widespread failure of the registry found
 	// meanwhile does not cut the call's requests short.
 	state.admit(target.Host)
-	if wait := c.waits.check(ctx, target.Host, target.Repository); wait != nil {
+	if wait := c.holds.check(ctx, target.Host, target.Repository); wait != nil {
 		return wait
 	}
 	s, err := c.session(kc)
@@ -82,7 +82,7 @@ func (c *Client) session(kc authn.Keychain) (*session, error) {
 	}
 	opts := []remote.Option{
 		remote.WithAuthFromKeychain(kc),
-		remote.WithTransport(c.pings),
+		remote.WithTransport(c.transport),
 		remote.WithRetryBackoff(c.opts.Retry),
 		remote.WithRetryStatusCodes(c.opts.RetryStatusCodes...),
 		remote.WithRetryPredicate(c.retryInCall),

@@ -1,7 +1,6 @@
 package registry
 
 import (
-	"context"
 	"io"
 	"maps"
 	"net/http"
@@ -9,7 +8,6 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
-	"time"
 )
 
 // RequestKey groups counted requests.
@@ -68,19 +66,11 @@ func (s Stats) Sub(before Stats) Stats {
 	return out
 }
 
-// accountingTransport is the innermost RoundTripper under ggcr's retry and
-// auth layers, so it sees every attempt. It counts requests and bytes, holds
-// requests to a registry until the Retry-After it asked for, waits out short
-// ones and sends again, and records the Retry-After it gives up on on the
-// call state of the request's context.
-type accountingTransport struct {
-	inner http.RoundTripper
-	waits *retryAfterHolds
-	// failing reports whether a circuit covering place is open: a request
-	// waiting out a Retry-After is not sent again into a place that
-	// another call has found failing meanwhile (set once, before use).
-	failing func(Place) bool
-
+// countingTransport counts the requests on the wire and their bytes, by
+// host (through hostNames' bounded set). It sits below everything that
+// resends, so that each attempt is counted.
+type countingTransport struct {
+	next  http.RoundTripper
 	names *hostNames
 
 	mu        sync.Mutex
@@ -122,72 +112,20 @@ func (n *hostNames) of(host string, answered bool) string {
 	return OtherHosts
 }
 
-func newAccountingTransport(inner http.RoundTripper, waits *retryAfterHolds, names *hostNames) *accountingTransport {
-	return &accountingTransport{
-		inner:     inner,
-		waits:     waits,
-		names:     names,
-		requests:  map[RequestKey]int64{},
-		bytesUp:   map[string]int64{},
-		bytesDown: map[string]int64{},
-	}
+func newCountingTransport(names *hostNames) *countingTransport {
+	return &countingTransport{names: names,
+		requests: map[RequestKey]int64{}, bytesUp: map[string]int64{}, bytesDown: map[string]int64{}}
 }
 
-// maxRetryAfterResends bounds how often one request is sent again after
-// waiting out a Retry-After.
-const maxRetryAfterResends = 10
-
-func (t *accountingTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	host, repo := req.URL.Host, repositoryOf(req.URL.Path)
-	for resends := 0; ; resends++ {
-		if err := t.waits.wait(req.Context(), host, repo); err != nil {
-			return nil, err
-		}
-		resp, err := t.send(host, req)
-		if err != nil {
-			return nil, err
-		}
-		d := parseRetryAfter(resp, time.Now())
-		if d <= 0 {
-			return resp, nil
-		}
-		t.waits.note(host, repo, resp.StatusCode, d)
-		replay, ok := rewound(req)
-		// (wait waits out the hold when it is short enough.)
-		if !ok || resends == maxRetryAfterResends || t.waits.wait(req.Context(), host, repo) != nil ||
-			(t.failing != nil && t.failing(Place{Host: host, Repository: repo})) {
-			// Given up: the caller's error carries the Retry-After.
-			if call := callFrom(req.Context()); call != nil {
-				call.noteRetryAfter(d)
-			}
-			return resp, nil
-		}
-		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
-		_ = resp.Body.Close()
-		req = replay
-	}
-}
-
-// sendOnce sends req once, as the circuits' probes do: counted, its
-// Retry-After noted, and neither held nor sent again.
-func (t *accountingTransport) sendOnce(req *http.Request) (*http.Response, error) {
+func (t *countingTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	host := req.URL.Host
-	resp, err := t.send(host, req)
-	if err == nil {
-		t.waits.note(host, repositoryOf(req.URL.Path), resp.StatusCode, parseRetryAfter(resp, time.Now()))
-	}
-	return resp, err
-}
-
-// send sends req once, counting it and its bytes.
-func (t *accountingTransport) send(host string, req *http.Request) (*http.Response, error) {
 	if req.Body != nil && req.Body != http.NoBody {
 		body := &countingReader{r: req.Body}
 		req = req.Clone(req.Context())
 		req.Body = body
 		defer func() { t.add(host, &t.bytesUp, body.n.Load()) }()
 	}
-	resp, err := t.inner.RoundTrip(req)
+	resp, err := t.next.RoundTrip(req)
 	status := "error"
 	if err == nil {
 		status = strconv.Itoa(resp.StatusCode/100) + "xx"
@@ -200,26 +138,7 @@ func (t *accountingTransport) send(host string, req *http.Request) (*http.Respon
 	return resp, err
 }
 
-// rewound returns req ready to be sent again: as it is when it has no body,
-// with a fresh body when it can make one, and false when it cannot (a
-// streamed upload).
-func rewound(req *http.Request) (*http.Request, bool) {
-	if req.Body == nil || req.Body == http.NoBody {
-		return req, true
-	}
-	if req.GetBody == nil {
-		return nil, false
-	}
-	body, err := req.GetBody()
-	if err != nil {
-		return nil, false
-	}
-	again := req.Clone(req.Context())
-	again.Body = body
-	return again, true
-}
-
-func (t *accountingTransport) add(host string, m *map[string]int64, n int64) {
+func (t *countingTransport) add(host string, m *map[string]int64, n int64) {
 	if n == 0 {
 		return
 	}
@@ -229,69 +148,10 @@ func (t *accountingTransport) add(host string, m *map[string]int64, n int64) {
 	t.mu.Unlock()
 }
 
-func (t *accountingTransport) stats() Stats {
+func (t *countingTransport) stats() Stats {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return Stats{Requests: maps.Clone(t.requests), BytesUp: maps.Clone(t.bytesUp), BytesDown: maps.Clone(t.bytesDown)}
-}
-
-// parseRetryAfter reads Retry-After (seconds or an HTTP date) from a 429 or
-// 503 answer, the two statuses for which RFC 9110 gives it this meaning.
-func parseRetryAfter(resp *http.Response, now time.Time) time.Duration {
-	if resp.StatusCode != http.StatusTooManyRequests && resp.StatusCode != http.StatusServiceUnavailable {
-		return 0
-	}
-	v := resp.Header.Get("Retry-After")
-	if v == "" {
-		return 0
-	}
-	if secs, err := strconv.ParseInt(v, 10, 64); err == nil {
-		if secs <= 0 {
-			return 0
-		}
-		// Clamp absurd values: a day is long enough to mean "much later".
-		return min(time.Duration(secs)*time.Second, 24*time.Hour)
-	}
-	if at, err := http.ParseTime(v); err == nil && at.After(now) {
-		return min(at.Sub(now), 24*time.Hour)
-	}
-	return 0
-}
-
-// call is the state of one Client operation, carried in the context of the
-// requests it makes.
-type call struct {
-	retryAfter atomic.Int64 // the longest Retry-After seen, in ns
-	callOutage
-	// admitted: the registries whose widespread failure let this call
-	// through (Circuits.admit).
-	admitted sync.Map // host → true
-}
-
-func (c *call) admit(host string)           { c.admitted.Store(host, true) }
-func (c *call) admittedTo(host string) bool { _, ok := c.admitted.Load(host); return ok }
-
-func (c *call) noteRetryAfter(d time.Duration) {
-	for {
-		old := c.retryAfter.Load()
-		if int64(d) <= old || c.retryAfter.CompareAndSwap(old, int64(d)) {
-			return
-		}
-	}
-}
-
-func (c *call) RetryAfter() time.Duration { return time.Duration(c.retryAfter.Load()) }
-
-type callKey struct{}
-
-func withCall(ctx context.Context) (context.Context, *call) {
-	c := &call{}
-	return context.WithValue(ctx, callKey{}, c), c
-}
-
-func callFrom(ctx context.Context) *call {
-	c, _ := ctx.Value(callKey{}).(*call)
-	return c
 }
 
 type countingReader struct {
