@@ -49,12 +49,12 @@ fmt-check:
 # Packages with goroutines of their own run under the race detector; the
 # generated client and the envtest suites do not need it and build faster
 # without.
-RACE_PKGS = ./pkg/registry/... ./pkg/reconciler/...
+RACE_PKGS = ./pkg/registry/... ./pkg/reconciler/... ./pkg/turns/... ./pkg/replicas/...
 
 .PHONY: test
 test: tools verify-codegen vet fmt-check ## everything CI runs
 	$(GO) test -count=1 -race $(RACE_PKGS)
-	$(GO) test -count=1 -timeout 30m $$($(GO) list ./... | grep -v -e /pkg/registry -e /pkg/reconciler)
+	$(GO) test -count=1 -timeout 30m $$($(GO) list ./... | grep -v -e /pkg/registry -e /pkg/reconciler -e /pkg/turns -e /pkg/replicas)
 
 # What the demo runs: the control plane, kubectl, the registry and the
 # lifecycle (both platforms); not controller-gen, helm, ko, cosign, promtool or krew,

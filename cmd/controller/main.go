@@ -8,16 +8,14 @@
 package main
 
 import (
-	"cmp"
 	"context"
-	"errors"
 	"flag"
-	"fmt"
 	"log"
 	"os"
 	"strconv"
 
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"knative.dev/pkg/controller"
 	"knative.dev/pkg/injection"
 	"knative.dev/pkg/injection/sharedmain"
@@ -33,6 +31,7 @@ import (
 	"github.com/buildsmith/buildsmith/pkg/reconciler/clusterstore"
 	"github.com/buildsmith/buildsmith/pkg/registry"
 	"github.com/buildsmith/buildsmith/pkg/replicas"
+	"github.com/buildsmith/buildsmith/pkg/turns"
 )
 
 const component = "buildsmith-controller"
@@ -45,64 +44,9 @@ func main() {
 	opts := reconciler.DefaultOptions()
 	opts.AddFlags(flag.CommandLine)
 	var regOpts registry.Options
-	flag.DurationVar(&regOpts.Timeout, "registry-timeout", 0, "deadline of one registry read, retries included (default 30s)")
-	flag.DurationVar(&regOpts.WriteTimeout, "registry-write-timeout", 0, "deadline of one image push (default none: a push that moves is never cut)")
-	flag.DurationVar(&regOpts.AnswerTimeout, "registry-answer-timeout", 0, "how long a registry read waits for an answer before the registry counts as hanging (default 5s; writes wait 60s after their upload)")
-	flag.DurationVar(&regOpts.StallTimeout, "registry-stall-timeout", 0, "an upload the registry takes no byte of for this long is cut (default 30s; a download is cut after the answer timeout without a byte)")
-	flag.Func("insecure-registry", "a registry (HOST[:PORT], as in image references) that may be spoken to over plain HTTP; repeatable. Allowed loopback registries may too, no other may", func(v string) error {
-		regOpts.InsecureRegistries = append(regOpts.InsecureRegistries, v)
-		return nil
-	})
-	flag.BoolVar(&regOpts.LoopbackRegistries, "allow-loopback-registries", false,
-		"allow registries and token services on loopback addresses (localhost, 127.0.0.0/8, ::1: the controller's own pod), over plain HTTP too; for development and tests. Off, an object naming one is refused (RegistryNotAllowed)")
-	flag.Func("registry-ca-file", "a PEM file of CA certificates to trust beside the system's, for registries a private CA signed; repeatable", func(path string) error {
-		pem, err := os.ReadFile(path)
-		if err != nil {
-			return err
-		}
-		if err := registry.CheckCACertificates(pem); err != nil {
-			return fmt.Errorf("%s: %w", path, err)
-		}
-		regOpts.CACertificates = append(append(regOpts.CACertificates, pem...), '\n')
-		return nil
-	})
-	var signing builder.SigningLimits
-	flag.Int64Var(&signing.MaxScryptMemory, "max-signing-key-memory", cosign.DefaultMaxScryptMemory,
-		"most memory (bytes) scrypt may take to decrypt one cosign key (128·N·r); a key needing more is refused (SigningKeyTooCostly)")
-	flag.IntVar(&signing.MaxKeys, "max-signing-keys", builder.DefaultMaxSigningKeys, "most decrypted signing keys kept, the least recently used dropped first")
-	flag.DurationVar(&signing.KeyIdle, "signing-key-idle", builder.DefaultSigningKeyIdle,
-		"how long a decrypted signing key nobody uses is kept; keep it above --resync-interval")
-	regOpts.Circuits.HostsPerTenant = 16
-	flag.Func("max-failing-registries-per-namespace",
-		"most failing registries the objects of one namespace (or the cluster kinds, together) wait on to answer again, each probed about every second; beyond, they retry on their own backoff (default 16)",
-		func(v string) error {
-			n, err := strconv.Atoi(v)
-			if err == nil && n < 1 {
-				err = errors.New("must be at least 1")
-			}
-			regOpts.Circuits.HostsPerTenant = n
-			return err
-		})
-	flag.IntVar(&regOpts.NamedHosts, "registry-metric-hosts", 256,
-		"most registries counted under their own name in the metrics (host label), given as they first answer; the others count as host=\"other\"")
-	flag.Func("registry-remembered-blobs", "most (repository, blob) pairs remembered as held, so that pushes skip asking about them, each about 250 bytes; 0: none, every push asks (default 65536)",
-		func(v string) error {
-			n, err := strconv.Atoi(v)
-			if err == nil && n < 0 {
-				err = errors.New("must not be negative")
-			}
-			regOpts.RememberedBlobs = cmp.Or(n, -1) // the option's 0 is its default
-			return err
-		})
-	maxLayers := flag.Int("max-builder-layers", cnb.DefaultMaxLayers,
-		"most layers a builder image may have, its build image's included; more stalls the builder with TooManyLayers (container runtimes refuse much deeper images)")
-	disableHA := flag.Bool("disable-ha", false, "run without leader election (for local runs)")
-	healthProbes := flag.Bool("health-probes", true, "serve readiness and liveness probes on :8080")
-	profilingPort := flag.Int("profiling-port", 8008, "port of the profiling server when profiling is enabled in config-observability; 0 picks a free one")
-	metricsPort := flag.Int("metrics-port", 9090, "port of the Prometheus endpoint when enabled in config-observability (1024-65535)")
-	workers := flag.Int("workers", 4, "reconciles run at once per kind; they mostly wait on registries")
-	flag.DurationVar(&regOpts.MaxRetryAfterWait, "registry-max-retry-after-wait", 0,
-		"longest Retry-After a registry call waits out before sending again, holding every call to that repository (or registry, for answers about none) meanwhile; longer ones requeue (default 10s, negative: never wait)")
+	regOpts.AddFlags(flag.CommandLine)
+	var own flags
+	own.add(flag.CommandLine)
 
 	// Parses every flag, sharedmain's (--kubeconfig, --server,
 	// --kube-api-qps, --kube-api-burst) included.
@@ -117,40 +61,17 @@ func main() {
 	if cfg.QPS == 0 {
 		cfg.QPS = -1
 	}
-	controller.DefaultThreadsPerController = *workers
-
-	if os.Getenv("SYSTEM_NAMESPACE") == "" {
-		mustSetenv("SYSTEM_NAMESPACE", "buildsmith")
-	}
-	// knative reads these ports from the environment only; a flag given
-	// explicitly wins over the environment, the environment over defaults.
-	set := map[string]bool{}
-	flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	for env, f := range map[string]struct {
-		name  string
-		value int
-	}{"PROFILING_PORT": {"profiling-port", *profilingPort}, "METRICS_PROMETHEUS_PORT": {"metrics-port", *metricsPort}} {
-		if set[f.name] || os.Getenv(env) == "" {
-			mustSetenv(env, strconv.Itoa(f.value))
-		}
-	}
+	controller.DefaultThreadsPerController = own.workers
+	own.setEnv()
 
 	ctx := signals.NewContext()
-	if !*disableHA {
-		// knative's bucket election, with replicas taking their share of
-		// the buckets (pkg/replicas). sharedmain would set up its own elector
-		// builder: it is told HA is off, and finds ours in ctx.
-		var (
-			stop func()
-			err  error
-		)
-		if ctx, stop, err = replicas.WithSharedBuckets(ctx, kubernetes.NewForConfigOrDie(cfg), system.Namespace(), component); err != nil {
-			log.Fatalf("leader election: %v", err)
-		}
+	if !own.disableHA {
+		var stop func()
+		ctx, stop = withLeaderElection(ctx, cfg)
 		defer stop() // deletes this replica's Lease once sharedmain has returned
 	}
 	ctx = sharedmain.WithHADisabled(ctx)
-	if !*healthProbes {
+	if !own.healthProbes {
 		ctx = sharedmain.WithHealthProbesDisabled(ctx)
 	}
 	// The registry client (its circuits' probers, lazily read layers) lives
@@ -166,8 +87,10 @@ func main() {
 		log.Fatalf("registering metrics: %v", err)
 	}
 	builders := builder.Config{Registry: client, Options: opts, Version: version,
-		Lifecycle: builder.NewLifecycleSource(opts.ResyncInterval), Signing: signing, MaxLayers: *maxLayers}
-	ctx, drain := reconciler.WithDrain(ctx)
+		Lifecycle: builder.NewLifecycleSource(opts.ResyncInterval), Signing: own.signing, MaxLayers: own.maxLayers}
+	// One set of Secret watches for the five controllers.
+	ctx = reconciler.WithSecretWatches(ctx)
+	ctx, drain := turns.WithDrain(ctx)
 	sharedmain.MainWithConfig(ctx, component, cfg,
 		clusterstore.NewController(client, opts),
 		clusterstack.NewController(client, opts),
@@ -178,6 +101,66 @@ func main() {
 	// The reconciles in flight (a push under way) end before the process
 	// does; the pod's termination grace period bounds the wait.
 	drain.Wait()
+}
+
+// withLeaderElection returns ctx with knative's bucket election, replicas
+// taking their share of the buckets (pkg/replicas), and what stops it.
+// sharedmain would set up its own elector builder: it is told HA is off,
+// and finds ours in ctx.
+func withLeaderElection(ctx context.Context, cfg *rest.Config) (context.Context, func()) {
+	ctx, stop, err := replicas.WithSharedBuckets(ctx, kubernetes.NewForConfigOrDie(cfg), system.Namespace(), component)
+	if err != nil {
+		log.Fatalf("leader election: %v", err)
+	}
+	return ctx, stop
+}
+
+// flags are the controller's own flags: those of the reconcilers
+// (reconciler.Options) and of the registry client (registry.Options) are
+// theirs.
+type flags struct {
+	signing       builder.SigningLimits
+	maxLayers     int
+	disableHA     bool
+	healthProbes  bool
+	profilingPort int
+	metricsPort   int
+	workers       int
+}
+
+func (f *flags) add(fs *flag.FlagSet) {
+	fs.Int64Var(&f.signing.MaxScryptMemory, "max-signing-key-memory", cosign.DefaultMaxScryptMemory,
+		"most memory (bytes) scrypt may take to decrypt one cosign key (128·N·r); a key needing more is refused (SigningKeyTooCostly)")
+	fs.IntVar(&f.signing.MaxKeys, "max-signing-keys", builder.DefaultMaxSigningKeys, "most decrypted signing keys kept, the least recently used dropped first")
+	fs.DurationVar(&f.signing.KeyIdle, "signing-key-idle", builder.DefaultSigningKeyIdle,
+		"how long a decrypted signing key nobody uses is kept; keep it above --resync-interval")
+	fs.IntVar(&f.maxLayers, "max-builder-layers", cnb.DefaultMaxLayers,
+		"most layers a builder image may have, its build image's included; more stalls the builder with TooManyLayers (container runtimes refuse much deeper images)")
+	fs.BoolVar(&f.disableHA, "disable-ha", false, "run without leader election (for local runs)")
+	fs.BoolVar(&f.healthProbes, "health-probes", true, "serve readiness and liveness probes on :8080")
+	fs.IntVar(&f.profilingPort, "profiling-port", 8008, "port of the profiling server when profiling is enabled in config-observability; 0 picks a free one")
+	fs.IntVar(&f.metricsPort, "metrics-port", 9090, "port of the Prometheus endpoint when enabled in config-observability (1024-65535)")
+	fs.IntVar(&f.workers, "workers", 4, "reconciles run at once per kind; they mostly wait on registries")
+}
+
+// setEnv sets what knative reads from the environment only, once the flags
+// are parsed: the system namespace (default "buildsmith") and the ports. A
+// port flag given explicitly wins over the environment, the environment
+// over the flag's default.
+func (f *flags) setEnv() {
+	if os.Getenv("SYSTEM_NAMESPACE") == "" {
+		mustSetenv("SYSTEM_NAMESPACE", "buildsmith")
+	}
+	set := map[string]bool{}
+	flag.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
+	for env, port := range map[string]struct {
+		name  string
+		value int
+	}{"PROFILING_PORT": {"profiling-port", f.profilingPort}, "METRICS_PROMETHEUS_PORT": {"metrics-port", f.metricsPort}} {
+		if set[port.name] || os.Getenv(env) == "" {
+			mustSetenv(env, strconv.Itoa(port.value))
+		}
+	}
 }
 
 func mustSetenv(key, value string) {

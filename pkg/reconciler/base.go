@@ -10,6 +10,7 @@ import (
 
 	"github.com/buildsmith/buildsmith/pkg/failure"
 	"github.com/buildsmith/buildsmith/pkg/registry"
+	"github.com/buildsmith/buildsmith/pkg/turns"
 )
 
 // Base is what every buildsmith reconciler embeds: the registry client, the
@@ -45,10 +46,10 @@ func ClusterWiring[T Object](kind string, client *registry.Client, opts Options,
 // it is called after NewImpl, as knative's sample controller assigns
 // impl.Tracker): the Policy wakes objects through impl's queue, impl's
 // status writes are retried on the Policy's terms (StatusWrites), and its
-// reconciles run in turns by namespace on impl's workers (Turns).
+// reconciles run in turns by namespace on impl's workers (turns.Turns).
 func NewBase[T Object](ctx context.Context, impl *controller.Impl, w Wiring[T]) Base {
 	policy := NewPolicy(w.Kind, w.Options, w.Registry.Circuits(), impl.EnqueueKey, RefreshStatus(w.Get, w.CopyStatus))
-	impl.Reconciler = NewTurns(ctx, w.Kind, policy.StatusWrites(impl.Reconciler), impl.Concurrency, impl.EnqueueKeyAfter)
+	impl.Reconciler = turns.New(ctx, w.Kind, policy.StatusWrites(impl.Reconciler), impl.Concurrency, impl.EnqueueKeyAfter)
 	return Base{
 		Registry:    w.Registry,
 		Credentials: NewCredentials(ctx, impl.EnqueueKey, w.Options),

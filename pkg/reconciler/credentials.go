@@ -12,7 +12,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
 	corev1listers "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	kubeclient "knative.dev/pkg/client/injection/kube/client"
@@ -42,39 +41,53 @@ type Credentials struct {
 const ReasonServiceAccountNotAllowed = "ServiceAccountNotAllowed"
 
 // NewCredentials wires Credentials to the ServiceAccount informer and the
-// process's SecretWatches; enqueue is the controller's EnqueueKey.
+// process's SecretWatches (WithSecretWatches); enqueue is the controller's
+// EnqueueKey.
 func NewCredentials(ctx context.Context, enqueue func(types.NamespacedName), opts Options) Credentials {
 	saInformer := serviceaccountinformer.Get(ctx)
 	t := tracker.New(enqueue, controller.GetTrackerLease(ctx))
 	saInformer.Informer().AddEventHandler(controller.HandleAll(
 		controller.EnsureTypeMeta(t.OnChanged, corev1.SchemeGroupVersion.WithKind("ServiceAccount"))))
-	secrets := secretWatchesOf(ctx, opts.Secrets)
+	secrets := secretWatchesFrom(ctx).get(ctx, opts.Secrets)
 	secrets.Subscribe(controller.EnsureTypeMeta(t.OnChanged, corev1.SchemeGroupVersion.WithKind("Secret")))
 	return NewCredentialsFrom(saInformer.Lister(), secrets, t, opts)
 }
 
-// The SecretWatches of each kube client: one per process, shared by its
-// controllers, like an informer.
-var (
-	secretWatchesMu sync.Mutex
-	secretWatches   = map[kubernetes.Interface]*SecretWatches{}
-)
+// sharedSecretWatches is the process's SecretWatches, shared by its
+// controllers like an informer: made by the first controller that reads
+// credentials, of its context's kube client and tracker lease and its
+// options' limits (every controller is given the same).
+type sharedSecretWatches struct {
+	mu      sync.Mutex
+	watches *SecretWatches
+}
 
-func secretWatchesOf(ctx context.Context, limits SecretLimits) *SecretWatches {
-	client := kubeclient.Get(ctx)
-	secretWatchesMu.Lock()
-	defer secretWatchesMu.Unlock()
-	s := secretWatches[client]
-	if s == nil {
-		s = NewSecretWatches(ctx, client, controller.GetTrackerLease(ctx), limits)
-		secretWatches[client] = s
-		context.AfterFunc(ctx, func() {
-			secretWatchesMu.Lock()
-			delete(secretWatches, client)
-			secretWatchesMu.Unlock()
-		})
+type secretWatchesKey struct{}
+
+// WithSecretWatches returns ctx carrying the Secret watches that the
+// controllers made from it share: one per process (see SecretWatches).
+func WithSecretWatches(ctx context.Context) context.Context {
+	return context.WithValue(ctx, secretWatchesKey{}, &sharedSecretWatches{})
+}
+
+func secretWatchesFrom(ctx context.Context) *sharedSecretWatches {
+	shared, ok := ctx.Value(secretWatchesKey{}).(*sharedSecretWatches)
+	if !ok {
+		panic("reconciler: the context carries no Secret watches; make it with WithSecretWatches")
 	}
-	return s
+	return shared
+}
+
+// get returns the shared SecretWatches, made on the first call with the
+// kube client of ctx, living until ctx ends (and made anew by a call after
+// that).
+func (s *sharedSecretWatches) get(ctx context.Context, limits SecretLimits) *SecretWatches {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.watches == nil || s.watches.lifetime.Err() != nil {
+		s.watches = NewSecretWatches(ctx, kubeclient.Get(ctx), controller.GetTrackerLease(ctx), limits)
+	}
+	return s.watches
 }
 
 // NewCredentialsFrom is Credentials over the given ServiceAccounts, Secrets

@@ -25,16 +25,6 @@ var (
 		metric.WithDescription("The delay before an object is reconciled again, by kind and outcome."),
 		metric.WithUnit("s"),
 		metric.WithExplicitBucketBoundaries(0.5, 1, 2, 4, 8, 16, 32, 64, 128, 300, 600, 1200))
-
-	// Turns: knative's workqueue metrics see only the hand-over to them.
-	turnsQueued, _ = meter.Int64UpDownCounter("buildsmith.turns.queued",
-		metric.WithDescription("Keys waiting for a worker in the turns, by kind."))
-	turnsWait, _ = meter.Float64Histogram("buildsmith.turns.wait",
-		metric.WithDescription("How long a key waited for a worker, by kind."),
-		metric.WithUnit("s"),
-		metric.WithExplicitBucketBoundaries(0.01, 0.05, 0.1, 0.5, 1, 2, 5, 10, 30, 60, 300))
-	turnsLent, _ = meter.Int64Counter("buildsmith.turns.lent",
-		metric.WithDescription("Reconciles that lent their worker while waiting on a registry, by kind."))
 )
 
 func recordOutcome(ctx context.Context, kind, outcome string, delay time.Duration) {

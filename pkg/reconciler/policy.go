@@ -6,11 +6,8 @@ package reconciler
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"math/rand/v2"
-	"slices"
-	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -18,7 +15,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/util/workqueue"
 	"knative.dev/pkg/apis"
 	duckv1 "knative.dev/pkg/apis/duck/v1"
@@ -37,71 +33,6 @@ type Object interface {
 	duckv1.KRShaped
 	GetGroupVersionKind() schema.GroupVersionKind
 	Conditions() *v1alpha1.ConditionedStatus
-}
-
-// Options are the retry knobs, shared by all reconcilers.
-type Options struct {
-	// RetryBaseDelay and RetryMaxDelay bound the per-object exponential
-	// backoff after transient errors.
-	RetryBaseDelay time.Duration
-	RetryMaxDelay  time.Duration
-	// PollInterval is how often an object waiting for something (an image,
-	// credentials, a dependency) looks again by itself.
-	PollInterval time.Duration
-	// ResyncInterval is how often a Ready object is reconciled again, to
-	// notice tags that moved. 0 disables it.
-	ResyncInterval time.Duration
-	// CredentialNamespaces, when set, are the only namespaces whose
-	// ServiceAccounts the cluster kinds may name: whoever may create a
-	// ClusterStore must not get to push with kube-system's credentials.
-	// Empty: any namespace (kpack's behaviour).
-	CredentialNamespaces []string
-	// Secrets bounds what tenants' ServiceAccounts make the controller read
-	// and watch (see SecretLimits).
-	Secrets SecretLimits
-}
-
-// DefaultOptions are the defaults of the flags.
-func DefaultOptions() Options {
-	return Options{RetryBaseDelay: time.Second, RetryMaxDelay: 5 * time.Minute,
-		PollInterval: time.Minute, ResyncInterval: 10 * time.Minute, Secrets: DefaultSecretLimits()}
-}
-
-// AddFlags registers the options as flags, with o's values as defaults.
-func (o *Options) AddFlags(fs *flag.FlagSet) {
-	fs.DurationVar(&o.RetryBaseDelay, "retry-base-delay", o.RetryBaseDelay, "first retry delay after a transient error; doubles per failure")
-	fs.DurationVar(&o.RetryMaxDelay, "retry-max-delay", o.RetryMaxDelay, "cap of the retry delay after transient errors")
-	fs.DurationVar(&o.PollInterval, "poll-interval", o.PollInterval, "how often an object waiting for an image, credentials or a dependency looks again")
-	fs.DurationVar(&o.ResyncInterval, "resync-interval", o.ResyncInterval, "how often Ready stores and stacks are checked for moved tags (0: never)")
-	o.Secrets.AddFlags(fs)
-	fs.Func("cluster-credential-namespaces", "comma-separated namespaces whose ServiceAccounts (registry credentials and signing keys) "+
-		"ClusterStores, ClusterStacks, ClusterLifecycles and ClusterBuilders may use; repeatable (default: any)",
-		namespaceList(&o.CredentialNamespaces))
-}
-
-// namespaceList is the parser of a flag listing namespaces, comma-separated
-// and repeatable, into dst. A blank value is refused rather than meaning
-// "any namespace", and so is a name no namespace can have.
-func namespaceList(dst *[]string) func(string) error {
-	return func(v string) error {
-		added := 0
-		for _, ns := range strings.Split(v, ",") {
-			if ns = strings.TrimSpace(ns); ns == "" {
-				continue
-			}
-			if errs := validation.IsDNS1123Label(ns); len(errs) > 0 {
-				return fmt.Errorf("%q is not a namespace: %s", ns, strings.Join(errs, "; "))
-			}
-			if !slices.Contains(*dst, ns) {
-				*dst = append(*dst, ns)
-			}
-			added++
-		}
-		if added == 0 {
-			return fmt.Errorf("no namespace in %q", v)
-		}
-		return nil
-	}
 }
 
 // Policy turns the outcome of a reconcile into conditions, an event on a
@@ -244,18 +175,31 @@ func (p *Policy) Finish(ctx context.Context, obj Object, err error) pkgreconcile
 	}
 
 	if err == nil {
-		conditions.MarkReady()
-		p.Forget(key)
-		p.recordTransition(ctx, obj, before, "")
-		if p.opts.ResyncInterval > 0 {
-			delay := p.jittered(p.opts.ResyncInterval)
-			recordOutcome(ctx, p.kind, "ready", delay)
-			return controller.NewRequeueAfter(delay)
-		}
-		recordOutcome(ctx, p.kind, "ready", 0)
-		return nil
+		return p.succeeded(ctx, obj, key, before)
 	}
+	return p.failed(ctx, obj, key, before, usable, err)
+}
 
+// succeeded records on obj's status that reconciling it succeeded; before
+// is how its conditions stood.
+func (p *Policy) succeeded(ctx context.Context, obj Object, key types.NamespacedName, before transition) pkgreconciler.Event {
+	obj.Conditions().MarkReady()
+	p.Forget(key)
+	p.recordTransition(ctx, obj, before, "")
+	if p.opts.ResyncInterval > 0 {
+		delay := p.jittered(p.opts.ResyncInterval)
+		recordOutcome(ctx, p.kind, "ready", delay)
+		return controller.NewRequeueAfter(delay)
+	}
+	recordOutcome(ctx, p.kind, "ready", 0)
+	return nil
+}
+
+// failed records on obj's status that reconciling it failed with err;
+// before is how its conditions stood, usable whether its resolved status
+// was good for its generation.
+func (p *Policy) failed(ctx context.Context, obj Object, key types.NamespacedName, before transition, usable bool, err error) pkgreconciler.Event {
+	conditions := obj.Conditions()
 	f := Classify(err)
 	// The whole chain: what wrapped the classified error says where it
 	// happened ("system pre buildpacks: …", "in meta-buildpack …: …").
@@ -270,20 +214,7 @@ func (p *Policy) Finish(ctx context.Context, obj Object, err error) pkgreconcile
 	}
 	switch f.Class {
 	case failure.Permanent:
-		conditions.MarkStalled(f.Reason, message)
-		p.Forget(key)
-		recordOutcome(ctx, p.kind, "permanent", 0)
-		if !conditionChanged(before.ready, conditions.GetCondition(v1alpha1.ConditionReady)) {
-			// Same failure as last time (a tracked Secret changed, the
-			// controller restarted): no event again. A skip key is
-			// forgotten by the queue without the generated reconciler's
-			// "InternalError" event.
-			return controller.NewPermanentError(controller.NewSkipKey(key.String()))
-		}
-		// The event travels inside the permanent error: the generated
-		// reconciler records it (instead of an "InternalError") and the
-		// queue forgets the key.
-		return controller.NewPermanentError(pkgreconciler.NewEvent(corev1.EventTypeWarning, f.Reason, "%s", message))
+		return p.stalled(ctx, obj, key, before, f, message)
 	case failure.Waiting:
 		p.backoff.Forget(key.String())
 		p.forgetWaits(key) // it moved on from any failing place
@@ -307,6 +238,26 @@ func (p *Policy) Finish(ctx context.Context, obj Object, err error) pkgreconcile
 		recordOutcome(ctx, p.kind, outcome, delay)
 		return controller.NewRequeueAfter(delay)
 	}
+}
+
+// stalled records on obj's status the permanent failure f, said by
+// message; before is how its conditions stood.
+func (p *Policy) stalled(ctx context.Context, obj Object, key types.NamespacedName, before transition, f *failure.Error, message string) pkgreconciler.Event {
+	conditions := obj.Conditions()
+	conditions.MarkStalled(f.Reason, message)
+	p.Forget(key)
+	recordOutcome(ctx, p.kind, "permanent", 0)
+	if !conditionChanged(before.ready, conditions.GetCondition(v1alpha1.ConditionReady)) {
+		// Same failure as last time (a tracked Secret changed, the
+		// controller restarted): no event again. A skip key is
+		// forgotten by the queue without the generated reconciler's
+		// "InternalError" event.
+		return controller.NewPermanentError(controller.NewSkipKey(key.String()))
+	}
+	// The event travels inside the permanent error: the generated
+	// reconciler records it (instead of an "InternalError") and the
+	// queue forgets the key.
+	return controller.NewPermanentError(pkgreconciler.NewEvent(corev1.EventTypeWarning, f.Reason, "%s", message))
 }
 
 // transient returns when to try again after a transient failure f, and

@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/clock"
 
 	"github.com/buildsmith/buildsmith/pkg/worker"
 )
@@ -42,7 +43,7 @@ type SecretWatches struct {
 	// syncTimeout bounds the wait for a new watch's first answer.
 	syncTimeout time.Duration
 	limits      SecretLimits
-	now         func() time.Time
+	clock       clock.WithTicker
 
 	mu          sync.Mutex
 	watches     map[types.NamespacedName]*secretWatch
@@ -54,6 +55,7 @@ type SecretWatches struct {
 type secretWatch struct {
 	informer cache.SharedIndexInformer
 	stop     context.CancelFunc
+	stopped  chan struct{} // closed once the informer has returned
 
 	mu       sync.Mutex
 	lastRead time.Time
@@ -65,7 +67,7 @@ type secretWatch struct {
 // are unbounded).
 func NewSecretWatches(lifetime context.Context, client kubernetes.Interface, idle time.Duration, limits SecretLimits) *SecretWatches {
 	return &SecretWatches{client: client, lifetime: lifetime, idle: idle, syncTimeout: 10 * time.Second, limits: limits,
-		now: time.Now, watches: map[types.NamespacedName]*secretWatch{}, inNamespace: map[string]int{}}
+		clock: clock.RealClock{}, watches: map[types.NamespacedName]*secretWatch{}, inNamespace: map[string]int{}}
 }
 
 // Subscribe calls f with each Secret watched that is created, changed or
@@ -99,25 +101,8 @@ func (s *SecretWatches) Get(ctx context.Context, namespace, name string) (*corev
 	if err != nil {
 		return nil, err
 	}
-	if !w.informer.HasSynced() {
-		ctx, cancel := context.WithTimeout(ctx, s.syncTimeout)
-		defer cancel()
-		defer worker.Wait(ctx)()
-		tick := time.NewTicker(10 * time.Millisecond)
-		defer tick.Stop()
-		for !w.informer.HasSynced() {
-			select {
-			case <-ctx.Done():
-				if err := w.err(); err != nil {
-					return nil, s.failed(key, w, err)
-				}
-				return nil, apierrors.NewTimeoutError(fmt.Sprintf("secret %s: the API server has not answered its read", key), 1)
-			case <-tick.C:
-				if err := w.err(); err != nil {
-					return nil, s.failed(key, w, err)
-				}
-			}
-		}
+	if err := s.awaitSync(ctx, key, w); err != nil {
+		return nil, err
 	}
 	obj, exists, err := w.informer.GetStore().GetByKey(key.String())
 	if err != nil {
@@ -131,6 +116,38 @@ func (s *SecretWatches) Get(ctx context.Context, namespace, name string) (*corev
 		return nil, s.limits.tooLargeError(secret)
 	}
 	return secret, nil
+}
+
+// awaitSync returns once w, key's watch, has its first answer: at once
+// when it has, else a wait on the API server, during which the reconcile
+// lends its worker, at most until ctx ends or syncTimeout passes.
+func (s *SecretWatches) awaitSync(ctx context.Context, key types.NamespacedName, w *secretWatch) error {
+	if w.informer.HasSynced() {
+		return nil
+	}
+	defer worker.Wait(ctx)()
+	timeout := s.clock.NewTimer(s.syncTimeout)
+	defer timeout.Stop()
+	// Polled on the wall clock: this waits for the informer's goroutines,
+	// which say nothing when they are done, not for time to pass.
+	poll := time.NewTicker(10 * time.Millisecond)
+	defer poll.Stop()
+	for !w.informer.HasSynced() {
+		select {
+		case <-ctx.Done():
+		case <-timeout.C():
+		case <-poll.C:
+			if err := w.err(); err != nil {
+				return s.failed(key, w, err)
+			}
+			continue
+		}
+		if err := w.err(); err != nil {
+			return s.failed(key, w, err)
+		}
+		return apierrors.NewTimeoutError(fmt.Sprintf("secret %s: the API server has not answered its read", key), 1)
+	}
+	return nil
 }
 
 // failed is the error of a first read that failed with err. A read the
@@ -166,12 +183,18 @@ func (w *secretWatch) err() error {
 	return w.lastErr
 }
 
+func (w *secretWatch) setErr(err error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.lastErr = err
+}
+
 // watch returns key's watch, started if new and within the limits, and
 // notes the read.
 func (s *SecretWatches) watch(key types.NamespacedName) (*secretWatch, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	now := s.now()
+	now := s.clock.Now()
 	if w := s.watches[key]; w != nil {
 		w.mu.Lock()
 		w.lastRead = now
@@ -182,7 +205,26 @@ func (s *SecretWatches) watch(key types.NamespacedName) (*secretWatch, error) {
 		(s.limits.Watches > 0 && len(s.watches) >= s.limits.Watches) {
 		return nil, s.limits.watchLimitError(key, inNamespace, len(s.watches))
 	}
-	w := &secretWatch{lastRead: now}
+	w := s.newWatch(key, now)
+	ctx, stop := context.WithCancel(s.lifetime)
+	w.stop = stop
+	go func() {
+		defer close(w.stopped)
+		w.informer.RunWithContext(ctx)
+	}()
+	s.watches[key] = w
+	s.inNamespace[key.Namespace]++
+	if !s.sweeping {
+		s.sweeping = true
+		go s.sweep()
+	}
+	return w, nil
+}
+
+// newWatch returns key's watch, not started, read at now: an informer of
+// that one Secret, handing its changes to the subscribers.
+func (s *SecretWatches) newWatch(key types.NamespacedName, now time.Time) *secretWatch {
+	w := &secretWatch{lastRead: now, stopped: make(chan struct{})}
 	w.informer = cache.NewSharedIndexInformer(s.listWatch(key), &corev1.Secret{}, 0, cache.Indexers{})
 	// A Secret over the size limit is kept without its data: its watch
 	// still says when it changes (or shrinks), and Get refuses it.
@@ -200,17 +242,13 @@ func (s *SecretWatches) watch(key types.NamespacedName) (*secretWatch, error) {
 		return obj, nil
 	})
 	_ = w.informer.SetWatchErrorHandlerWithContext(func(_ context.Context, _ *cache.Reflector, err error) {
-		w.mu.Lock()
-		w.lastErr = err
-		w.mu.Unlock()
+		w.setErr(err)
 	})
 	forward := func(obj any) {
 		if !isSecret(obj, key) {
 			return
 		}
-		w.mu.Lock()
-		w.lastErr = nil
-		w.mu.Unlock()
+		w.setErr(nil)
 		s.mu.Lock()
 		subscribers := append([]func(any){}, s.subscribers...)
 		s.mu.Unlock()
@@ -221,10 +259,7 @@ func (s *SecretWatches) watch(key types.NamespacedName) (*secretWatch, error) {
 	_, _ = w.informer.AddEventHandler(cache.ResourceEventHandlerDetailedFuncs{
 		AddFunc: func(obj any, initial bool) {
 			if initial {
-				// The reader that started the watch reads it now.
-				w.mu.Lock()
-				w.lastErr = nil
-				w.mu.Unlock()
+				w.setErr(nil) // the reader that started the watch reads it now
 				return
 			}
 			forward(obj)
@@ -232,16 +267,7 @@ func (s *SecretWatches) watch(key types.NamespacedName) (*secretWatch, error) {
 		UpdateFunc: func(_, obj any) { forward(obj) },
 		DeleteFunc: forward,
 	})
-	ctx, stop := context.WithCancel(s.lifetime)
-	w.stop = stop
-	go w.informer.RunWithContext(ctx)
-	s.watches[key] = w
-	s.inNamespace[key.Namespace]++
-	if !s.sweeping {
-		s.sweeping = true
-		go s.sweep()
-	}
-	return w, nil
+	return w
 }
 
 // isSecret reports whether obj (or the tombstone of it) is key's Secret: an
@@ -256,13 +282,13 @@ func isSecret(obj any, key types.NamespacedName) bool {
 
 // sweep closes the watches of Secrets not read in idle, until none is left.
 func (s *SecretWatches) sweep() {
-	tick := time.NewTicker(max(s.idle/4, time.Second))
+	tick := s.clock.NewTicker(max(s.idle/4, time.Second))
 	defer tick.Stop()
 	for {
 		select {
 		case <-s.lifetime.Done():
 			return
-		case <-tick.C:
+		case <-tick.C():
 		}
 		if !s.forgetIdle() {
 			return
@@ -275,7 +301,7 @@ func (s *SecretWatches) sweep() {
 func (s *SecretWatches) forgetIdle() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	now := s.now()
+	now := s.clock.Now()
 	for key, w := range s.watches {
 		w.mu.Lock()
 		idle := now.Sub(w.lastRead) >= s.idle

@@ -3,6 +3,7 @@ package reconciler
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -12,8 +13,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/buildsmith/buildsmith/pkg/failure"
 )
@@ -23,17 +26,24 @@ func secret(namespace, name, value string) *corev1.Secret {
 		Type: corev1.SecretTypeDockerConfigJson, Data: map[string][]byte{corev1.DockerConfigJsonKey: []byte(value)}}
 }
 
-// changes records the Secrets SecretWatches hands to subscribers.
+// changes records the Secrets SecretWatches hands to subscribers. A
+// change reaches them once the watch's store holds it: a read after it
+// reads it.
 type changes struct {
-	mu    sync.Mutex
-	names []string
+	mu      sync.Mutex
+	names   []string
+	changed chan struct{} // closed, and replaced, at each change
 }
+
+func newChanges() *changes { return &changes{changed: make(chan struct{})} }
 
 func (c *changes) add(obj any) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if s, ok := obj.(*corev1.Secret); ok {
 		c.names = append(c.names, s.Namespace+"/"+s.Name)
+		close(c.changed)
+		c.changed = make(chan struct{})
 	}
 }
 
@@ -43,13 +53,26 @@ func (c *changes) seen() []string {
 	return append([]string(nil), c.names...)
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
+// await returns once cond holds of the changes seen, woken by each.
+func (c *changes) await(t *testing.T, what string, cond func(seen []string) bool) {
 	t.Helper()
-	for start := time.Now(); !cond(); time.Sleep(5 * time.Millisecond) {
-		if time.Since(start) > 5*time.Second {
+	for {
+		c.mu.Lock()
+		ok, changed := cond(c.names), c.changed
+		c.mu.Unlock()
+		if ok {
+			return
+		}
+		select {
+		case <-changed:
+		case <-time.After(5 * time.Second): // reached only when the test fails
 			t.Fatalf("timed out waiting for %s", what)
 		}
 	}
+}
+
+func contains(name string) func([]string) bool {
+	return func(seen []string) bool { return slices.Contains(seen, name) }
 }
 
 // TestSecretWatchesReadOnlyWhatIsAsked: a Secret is read (and watched) only
@@ -59,7 +82,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 func TestSecretWatchesReadOnlyWhatIsAsked(t *testing.T) {
 	client := fake.NewClientset(secret("team", "registry", "v1"), secret("team", "helm-release", "big"))
 	s := NewSecretWatches(t.Context(), client, time.Hour, DefaultSecretLimits())
-	var got changes
+	got := newChanges()
 	s.Subscribe(got.add)
 
 	if s.Watched() != 0 {
@@ -97,16 +120,17 @@ func TestSecretWatchesReadOnlyWhatIsAsked(t *testing.T) {
 	if _, err := client.CoreV1().Secrets("team").Update(ctx, secret("team", "helm-release", "bigger"), metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "both changes", func() bool { return len(got.seen()) >= 2 })
+	got.await(t, "both changes", func(seen []string) bool {
+		return slices.Contains(seen, "team/registry") && slices.Contains(seen, "team/missing")
+	})
 	for _, name := range got.seen() {
 		if name != "team/registry" && name != "team/missing" {
 			t.Errorf("passed on a change of %s, which nobody asked for", name)
 		}
 	}
-	waitFor(t, "the update to be read", func() bool {
-		read, err := s.Get(t.Context(), "team", "registry")
-		return err == nil && string(read.Data[corev1.DockerConfigJsonKey]) == "v2"
-	})
+	if read, err := s.Get(t.Context(), "team", "registry"); err != nil || string(read.Data[corev1.DockerConfigJsonKey]) != "v2" {
+		t.Errorf("the updated Secret: %v, %v", read, err)
+	}
 	if read, err := s.Get(t.Context(), "team", "missing"); err != nil || string(read.Data[corev1.DockerConfigJsonKey]) != "now here" {
 		t.Errorf("the created Secret: %v, %v", read, err)
 	}
@@ -117,22 +141,22 @@ func TestSecretWatchesReadOnlyWhatIsAsked(t *testing.T) {
 func TestSecretWatchesForgetIdle(t *testing.T) {
 	client := fake.NewClientset(secret("team", "a", "1"), secret("team", "b", "2"))
 	s := NewSecretWatches(t.Context(), client, time.Minute, DefaultSecretLimits())
-	now := time.Now()
-	s.now = func() time.Time { return now }
+	clock := clocktesting.NewFakeClock(time.Now())
+	s.clock = clock
 	for _, name := range []string{"a", "b"} {
 		if _, err := s.Get(t.Context(), "team", name); err != nil {
 			t.Fatal(err)
 		}
 	}
-	now = now.Add(40 * time.Second)
+	clock.Step(40 * time.Second)
 	if _, err := s.Get(t.Context(), "team", "a"); err != nil {
 		t.Fatal(err)
 	}
-	now = now.Add(30 * time.Second)
+	clock.Step(30 * time.Second)
 	if !s.forgetIdle() || s.Watched() != 1 {
 		t.Fatalf("after b's idle minute: %d watched, want a only", s.Watched())
 	}
-	now = now.Add(time.Minute)
+	clock.Step(time.Minute)
 	if s.forgetIdle() || s.Watched() != 0 {
 		t.Fatalf("after a's idle minute: %d watched, want none", s.Watched())
 	}
@@ -166,7 +190,11 @@ func TestSecretWatchesReportRefusal(t *testing.T) {
 	s := NewSecretWatches(t.Context(), client, time.Hour, DefaultSecretLimits())
 	s.syncTimeout = time.Minute
 	start := time.Now()
-	_, err := s.Get(t.Context(), "team", "registry")
+	w, err := s.watch(types.NamespacedName{Namespace: "team", Name: "registry"}) // the watch Get starts
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.Get(t.Context(), "team", "registry")
 	if !apierrors.IsForbidden(err) {
 		t.Fatalf("Get: %v, want Forbidden", err)
 	}
@@ -180,12 +208,14 @@ func TestSecretWatchesReportRefusal(t *testing.T) {
 	if s.Watched() != 0 {
 		t.Errorf("%d Secrets still watched after a forbidden read", s.Watched())
 	}
-	// The reflector would have asked again within 1.6 s.
-	before := asked()
-	time.Sleep(2 * time.Second)
-	if after := asked(); after != before {
-		t.Errorf("%d GETs in the background after the refusal, want none", after-before)
+	// Its reflector would have asked again within 1.6 s: it has returned,
+	// and asks no more.
+	select {
+	case <-w.stopped:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the refused Secret's watch still runs")
 	}
+	before := asked()
 	if _, err := s.Get(t.Context(), "team", "registry"); !apierrors.IsForbidden(err) {
 		t.Fatalf("Get again: %v, want Forbidden", err)
 	}
@@ -263,11 +293,13 @@ func TestSecretWatchLimits(t *testing.T) {
 		!strings.Contains(err.Error(), "--max-secret-size") {
 		t.Errorf("a 1 KB Secret with a 64 B limit: %v, want a permanent %s naming the flag", err, ReasonSecretTooLarge)
 	}
+	got := newChanges()
+	s.Subscribe(got.add)
 	if _, err := client.CoreV1().Secrets("calm").Update(context.Background(), secret("calm", "big", "small"), metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the shrunk Secret to be read", func() bool {
-		read, err := s.Get(t.Context(), "calm", "big")
-		return err == nil && string(read.Data[corev1.DockerConfigJsonKey]) == "small"
-	})
+	got.await(t, "the shrunk Secret", contains("calm/big"))
+	if read, err := s.Get(t.Context(), "calm", "big"); err != nil || string(read.Data[corev1.DockerConfigJsonKey]) != "small" {
+		t.Errorf("the shrunk Secret: %v, %v", read, err)
+	}
 }

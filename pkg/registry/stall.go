@@ -58,7 +58,7 @@ func (t *stallTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		w.expect("no answer", answer)
 	}
 	// Sending, waiting for the answer and reading it: the worker may serve
-	// another reconcile meanwhile (reconciler.Turns).
+	// another reconcile meanwhile (turns.Turns).
 	waited := worker.Wait(req.Context())
 	resp, err := t.next.RoundTrip(req)
 	if err != nil {

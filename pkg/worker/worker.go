@@ -1,6 +1,6 @@
 // Package worker lets code that waits on something outside the process (a
 // registry's answer, an upload, a Retry-After) say so, without knowing who
-// runs it: the worker pool that runs a reconcile (reconciler.Turns) then
+// runs it: the worker pool that runs a reconcile (turns.Turns) then
 // lends the reconcile's worker to another one while it waits, so that a
 // registry that hangs holds goroutines, not the workers every tenant shares.
 package worker

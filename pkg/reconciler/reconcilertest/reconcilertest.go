@@ -29,6 +29,7 @@ import (
 	fakeclusterstackinformer "github.com/buildsmith/buildsmith/pkg/client/injection/informers/build/v1alpha1/clusterstack/fake"
 	fakeclusterstoreinformer "github.com/buildsmith/buildsmith/pkg/client/injection/informers/build/v1alpha1/clusterstore/fake"
 	"github.com/buildsmith/buildsmith/pkg/reconciler"
+	"github.com/buildsmith/buildsmith/pkg/turns"
 )
 
 // Clients are the fakes a reconciler under test talks to.
@@ -37,7 +38,8 @@ type Clients struct {
 	Recorder   *record.FakeRecorder
 }
 
-// Setup returns a context with fake clients and informers that hold objects.
+// Setup returns a context with fake clients and informers that hold objects,
+// and the Secret watches its controllers share.
 func Setup(t *testing.T, objects ...runtime.Object) (context.Context, *Clients) {
 	t.Helper()
 	ctx, _ := pkgtesting.SetupFakeContext(t)
@@ -74,6 +76,9 @@ func Setup(t *testing.T, objects ...runtime.Object) (context.Context, *Clients) 
 	}
 	ctx, client := fakebuildsmithclient.With(ctx, ours...)
 	ctx, _ = fakekubeclient.With(ctx, kube...)
+	// The controllers made of ctx share their Secret watches, as in the
+	// process.
+	ctx = reconciler.WithSecretWatches(ctx)
 	recorder := controller.GetEventRecorder(ctx).(*record.FakeRecorder)
 	return ctx, &Clients{Buildsmith: client, Recorder: recorder}
 }
@@ -229,16 +234,16 @@ func Controller(ctx context.Context, newController func(context.Context, configm
 }
 
 // Sync is impl's reconciler run on the caller's goroutine: what runs in the
-// controller, without the turns (reconciler.Turns), so that a test sees how
+// controller, without the turns (turns.Turns), so that a test sees how
 // each reconcile ended.
 func Sync(impl *controller.Impl) controller.Reconciler {
-	return syncReconciler{impl.Reconciler.(*reconciler.Turns)}
+	return syncReconciler{impl.Reconciler.(*turns.Turns)}
 }
 
-type syncReconciler struct{ turns *reconciler.Turns }
+type syncReconciler struct{ t *turns.Turns }
 
 func (s syncReconciler) Reconcile(ctx context.Context, key string) error {
-	return s.turns.Now(ctx, key)
+	return s.t.ReconcileInline(ctx, key)
 }
 
 // Woken returns the next key put on impl's queue within d (a wake-up by a

@@ -1,4 +1,8 @@
-package reconciler
+// Package turns runs a controller's reconciles in turns by tenant, on the
+// controller's workers, and lends a reconcile's worker while it waits on
+// something outside the process (docs/design.md, § Turns). Drain lets the
+// process wait for the reconciles in flight when it stops.
+package turns
 
 import (
 	"context"
@@ -10,8 +14,10 @@ import (
 	"go.uber.org/zap"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/clock"
 	"knative.dev/pkg/controller"
 	"knative.dev/pkg/logging"
+	pkgreconciler "knative.dev/pkg/reconciler"
 
 	"github.com/buildsmith/buildsmith/pkg/worker"
 )
@@ -24,36 +30,20 @@ import (
 const lendAfter = time.Second
 
 // Turns runs a controller's reconciles in turns by tenant (an object's
-// namespace; cluster kinds are one tenant), on the controller's workers.
-//
-// knative's workqueue is one FIFO per controller: a namespace that enqueues
-// 500 builders puts every other namespace's builders behind them, and a
-// reconcile waiting on a registry that hangs holds its worker for the answer
-// timeout. Turns sits where the workqueue hands keys to the reconciler (it
-// is the impl's Reconciler): knative's workers only move keys into it, and
-// it runs them itself, at most workers at once, choosing each time the
-// tenant that has had the least worker time (a tenant that comes back from
-// idle starts level with the last tenant chosen, not with credit), oldest
-// key first within a tenant. A reconcile whose waits on something outside
-// the process add up to lendAfter gives its worker up and finishes without
-// one; each
-// tenant has at most workers reconciles in flight, lent or not. So a slow
-// or hostile tenant delays another's next reconcile by about one reconcile
-// of its own, and a hanging registry costs its tenant's queue, not the
-// others'.
-//
-// knative's queue still does what it does well: delays (requeue-after),
-// deduplication of keys waiting, and leader election. A key enqueued while
-// it runs here runs once more after; requeues go back through knative's
-// queue. Reconcile returns at once: the reconciler wrapped ends every
-// reconcile with nil, a skip, a permanent error or a requeue (StatusWrites),
-// which Turns applies as knative would.
+// namespace; cluster kinds are one tenant), on the controller's workers. It
+// is the impl's Reconciler: knative's workers only hand keys over, and Turns
+// runs them itself, at most workers at once, the tenant with the least
+// worker time first; a reconcile that waits lendAfter in all lends its
+// worker. Reconcile returns at once; how the wrapped reconcile ended is
+// applied as knative's queue would. Why, and the rules: docs/design.md
+// § Turns.
 type Turns struct {
 	leaderAwareReconciler // runs one reconcile, on the caller's goroutine
 	kind                  metric.MeasurementOption
 	requeue               func(types.NamespacedName, time.Duration)
 	workers               int
 	lendAfter             time.Duration
+	clock                 clock.WithDelayedExecution
 	drain                 *Drain // may be nil
 	stopped               func() error
 
@@ -67,6 +57,12 @@ type Turns struct {
 	// again starts no lower, so time spent idle, or with only a lent
 	// reconcile in flight, earns no credit against the tenants that waited.
 	floor time.Duration
+}
+
+// leaderAwareReconciler is what the generated reconcilers are.
+type leaderAwareReconciler interface {
+	controller.Reconciler
+	pkgreconciler.LeaderAware
 }
 
 // turnKey is a key queued or in flight.
@@ -86,13 +82,14 @@ type tenant struct {
 	lastTurn uint64        // when it last had a turn (or came)
 }
 
-// NewTurns returns r, the reconciler of kind, run in turns on workers
-// workers until ctx ends; requeue puts a key back on the controller's queue
-// after a delay.
-func NewTurns(ctx context.Context, kind string, r controller.Reconciler, workers int, requeue func(types.NamespacedName, time.Duration)) *Turns {
+// New returns r, the reconciler of kind (a generated reconciler, or one
+// wrapping it), run in turns on workers workers until ctx ends; requeue
+// puts a key back on the controller's queue after a delay. The reconciles
+// are counted in the Drain of ctx, if it carries one (WithDrain).
+func New(ctx context.Context, kind string, r controller.Reconciler, workers int, requeue func(types.NamespacedName, time.Duration)) *Turns {
 	return &Turns{leaderAwareReconciler: r.(leaderAwareReconciler), requeue: requeue, workers: max(workers, 1),
 		kind:      metric.WithAttributes(attribute.String("kind", kind)),
-		lendAfter: lendAfter, drain: drainFrom(ctx), stopped: ctx.Err,
+		lendAfter: lendAfter, clock: clock.RealClock{}, drain: drainFrom(ctx), stopped: ctx.Err,
 		keys: map[string]*turnKey{}, tenants: map[string]*tenant{}}
 }
 
@@ -124,16 +121,16 @@ func (t *Turns) Reconcile(ctx context.Context, key string) error {
 		tn = &tenant{holding: map[*turn]bool{}, lastTurn: t.turnSeq}
 		t.tenants[namespace] = tn
 	}
-	now := time.Now()
+	now := t.clock.Now()
 	t.keys[key] = &turnKey{ctx: ctx, tenant: tn, queued: true, since: now}
 	t.enqueue(ctx, tn, key, now)
 	t.dispatch()
 	return nil
 }
 
-// Now runs one reconcile of key on the caller's goroutine, outside the
-// turns (for tests).
-func (t *Turns) Now(ctx context.Context, key string) error {
+// ReconcileInline runs one reconcile of key on the caller's goroutine,
+// outside the turns, and returns how it ended (for tests).
+func (t *Turns) ReconcileInline(ctx context.Context, key string) error {
 	return t.leaderAwareReconciler.Reconcile(ctx, key)
 }
 
@@ -141,18 +138,9 @@ func (t *Turns) Now(ctx context.Context, key string) error {
 // Once the controller's context ends, none starts: those in flight end,
 // those queued are left (whoever leads next reconciles every object).
 func (t *Turns) dispatch() {
-	now := time.Now()
+	now := t.clock.Now()
 	for t.stopped() == nil && t.working < t.workers {
-		var next *tenant
-		for _, tn := range t.tenants {
-			if len(tn.queue) == 0 || tn.inFlight >= t.workers {
-				continue
-			}
-			if next == nil || tn.servedAt(now) < next.servedAt(now) ||
-				(tn.servedAt(now) == next.servedAt(now) && tn.lastTurn < next.lastTurn) {
-				next = tn
-			}
-		}
+		next := t.nextTenant(now)
 		if next == nil {
 			return
 		}
@@ -166,7 +154,7 @@ func (t *Turns) dispatch() {
 		turnsWait.Record(k.ctx, now.Sub(k.since).Seconds(), t.kind)
 		t.turnSeq++
 		next.lastTurn = t.turnSeq
-		tr := &turn{turns: t, key: key, tenant: next, since: now}
+		tr := &turn{turns: t, key: key, tenant: next, heldSince: now}
 		next.holding[tr] = true
 		next.inFlight++
 		t.working++
@@ -175,12 +163,28 @@ func (t *Turns) dispatch() {
 	}
 }
 
+// nextTenant is the tenant whose turn it is, nil when none may run a
+// reconcile; t.mu must be held.
+func (t *Turns) nextTenant(now time.Time) *tenant {
+	var next *tenant
+	for _, tn := range t.tenants {
+		if len(tn.queue) == 0 || tn.inFlight >= t.workers {
+			continue
+		}
+		if next == nil || tn.servedAt(now) < next.servedAt(now) ||
+			(tn.servedAt(now) == next.servedAt(now) && tn.lastTurn < next.lastTurn) {
+			next = tn
+		}
+	}
+	return next
+}
+
 // servedAt is the tenant's worker time, its reconciles holding workers now
 // included.
 func (tn *tenant) servedAt(now time.Time) time.Duration {
 	s := tn.served
 	for tr := range tn.holding {
-		s += now.Sub(tr.since)
+		s += now.Sub(tr.heldSince)
 	}
 	return s
 }
@@ -214,12 +218,12 @@ func (t *Turns) finish(tr *turn) {
 	defer t.drain.add(-1)
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	now := t.clock.Now()
 	tr.done = true
-	tr.release(time.Now())
+	tr.release(now)
 	tn := tr.tenant
 	tn.inFlight--
 	if k := t.keys[tr.key]; k.again {
-		now := time.Now()
 		k.again, k.queued, k.since = false, true, now
 		t.enqueue(k.ctx, tn, tr.key, now)
 	} else {
@@ -230,136 +234,4 @@ func (t *Turns) finish(tr *turn) {
 		delete(t.tenants, namespace)
 	}
 	t.dispatch()
-}
-
-// turn is one reconcile in flight. It is the worker.Waiter of its context.
-type turn struct {
-	turns  *Turns
-	key    string
-	tenant *tenant
-	since  time.Time // when it took its worker
-
-	// Guarded by turns.mu.
-	done     bool
-	released bool          // its worker given up: lent, or at the end
-	waits    int           // waits in progress (they nest)
-	wait     uint64        // waits begun from none: the lend timer's generation
-	waitedAt time.Time     // when the current waits began
-	waited   time.Duration // in waits that ended
-	timer    *time.Timer
-}
-
-// Wait implements worker.Waiter: once the reconcile has waited lendAfter in
-// all (a hang, or a run of slow answers and retries), its worker is lent.
-func (tr *turn) Wait() (done func()) {
-	t := tr.turns
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if tr.done || tr.released {
-		return func() {} // lent already, or a wait outliving the reconcile
-	}
-	if tr.waits++; tr.waits == 1 {
-		tr.wait++
-		tr.waitedAt = time.Now()
-		if left := t.lendAfter - tr.waited; left <= 0 {
-			tr.lendNow()
-		} else {
-			generation := tr.wait
-			tr.timer = time.AfterFunc(left, func() { tr.lend(generation) })
-		}
-	}
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			t.mu.Lock()
-			defer t.mu.Unlock()
-			if tr.waits--; tr.waits == 0 {
-				tr.waited += time.Since(tr.waitedAt)
-				if tr.timer != nil {
-					tr.timer.Stop()
-					tr.timer = nil
-				}
-			}
-		})
-	}
-}
-
-// lend gives tr's worker to the next reconcile if the wait of generation
-// goes on.
-func (tr *turn) lend(generation uint64) {
-	t := tr.turns
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if tr.done || tr.released || tr.waits == 0 || tr.wait != generation {
-		return
-	}
-	tr.lendNow()
-}
-
-// lendNow gives tr's worker to the next reconcile; t.mu must be held.
-func (tr *turn) lendNow() {
-	tr.release(time.Now())
-	turnsLent.Add(context.Background(), 1, tr.turns.kind)
-	tr.turns.dispatch()
-}
-
-// release gives up tr's worker, charging its tenant the time held; t.mu
-// must be held.
-func (tr *turn) release(now time.Time) {
-	if tr.timer != nil {
-		tr.timer.Stop()
-		tr.timer = nil
-	}
-	if tr.released {
-		return
-	}
-	tr.released = true
-	tr.turns.working--
-	tr.tenant.served += now.Sub(tr.since)
-	delete(tr.tenant.holding, tr)
-}
-
-// Drain lets the process wait, when it stops, for the reconciles in flight
-// in every Turns made from a context carrying it: a push under way ends
-// rather than being cut by the exit.
-type Drain struct {
-	mu       sync.Mutex
-	inFlight int
-	idle     sync.Cond
-}
-
-type drainKey struct{}
-
-// WithDrain returns ctx carrying a new Drain.
-func WithDrain(ctx context.Context) (context.Context, *Drain) {
-	d := &Drain{}
-	d.idle.L = &d.mu
-	return context.WithValue(ctx, drainKey{}, d), d
-}
-
-// Wait returns when no reconcile is in flight.
-func (d *Drain) Wait() {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	for d.inFlight > 0 {
-		d.idle.Wait()
-	}
-}
-
-// add counts reconciles starting (1) and ending (-1); a nil Drain counts
-// nothing.
-func (d *Drain) add(n int) {
-	if d == nil {
-		return
-	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.inFlight += n; d.inFlight == 0 {
-		d.idle.Broadcast()
-	}
-}
-
-func drainFrom(ctx context.Context) *Drain {
-	d, _ := ctx.Value(drainKey{}).(*Drain)
-	return d
 }
