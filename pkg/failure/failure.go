@@ -48,18 +48,8 @@ type Error struct {
 	Class Class
 	// Reason is a CamelCase word for the condition's reason.
 	Reason string
-	// Host is the registry the error came from, if any.
-	Host string
-	// Repository is the repository of Host the error is about, when it is
-	// about one rather than the registry as a whole.
-	Repository string
 	// RetryAfter is how long the server asked the caller to wait, if it did.
 	RetryAfter time.Duration
-	// Untried: nothing was sent to the failing place's Repository; the
-	// call was held back because others of the registry fail (the
-	// registry's widespread failure). What it says of the object's own
-	// images is nothing yet.
-	Untried bool
 	// Err is the underlying error; its message is the condition's message.
 	Err error
 }

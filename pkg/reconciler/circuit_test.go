@@ -85,7 +85,7 @@ func TestHeldBackDuringWidespreadFailure(t *testing.T) {
 	client := registry.New(ctx, registry.Options{LoopbackRegistries: true})
 	var err error
 	for i := 0; ; i++ {
-		if _, err = client.As(nil).Resolve(ctx, f.Ref(fmt.Sprintf("team/bad-%d:1", i))); registry.Classify(err).Untried {
+		if _, err = client.As(nil).Resolve(ctx, f.Ref(fmt.Sprintf("team/bad-%d:1", i))); untried(err) {
 			break // the registry's failure is widespread now
 		}
 		if i == 20 {
@@ -151,4 +151,10 @@ func TestTenantOverFailingRegistriesLimit(t *testing.T) {
 	if b := finish("calm", "c", second); !strings.Contains(message(b), "retrying when") {
 		t.Errorf("another namespace on the second registry: %q, want a circuit wait", message(b))
 	}
+}
+
+// untried reports whether err is a call held back by a widespread failure.
+func untried(err error) bool {
+	pe, ok := registry.PlaceOf(err)
+	return ok && pe.Untried
 }

@@ -263,13 +263,12 @@ func (p *Policy) stalled(ctx context.Context, obj Object, key types.NamespacedNa
 // transient returns when to try again after a transient failure f, and
 // says so for a condition's message.
 func (p *Policy) transient(key types.NamespacedName, f *failure.Error) (time.Duration, string) {
-	outcome := p.waitOnCircuit(key, f)
+	place, outcome := p.waitOnCircuit(key, f)
 	if outcome == registry.Waiting {
 		// The place failed for everyone: its circuit's probe tries again
 		// for all its waiters, so this object's own backoff would only
 		// add requests and delay.
-		return max(p.jittered(p.opts.RetryMaxDelay), f.RetryAfter),
-			WaitingMessage(registry.Place{Host: f.Host, Repository: f.Repository}, p.opts.RetryMaxDelay)
+		return max(p.jittered(p.opts.RetryMaxDelay), f.RetryAfter), WaitingMessage(place, p.opts.RetryMaxDelay)
 	}
 	// Jitter first, then the cap, then the server's wish: the cap is a
 	// promise to the user, Retry-After a promise to the server.
@@ -326,12 +325,13 @@ func (p *Policy) forgetWaits(key types.NamespacedName) {
 // place f failed on, its namespace being its tenant (a cluster kind's, ""
 // is none: those are the operator's, whose registries are not bounded),
 // and forgets what it waited on before.
-func (p *Policy) waitOnCircuit(key types.NamespacedName, f *failure.Error) registry.WaitOutcome {
-	if f.Host == "" || p.circuits == nil || p.enqueue == nil {
+func (p *Policy) waitOnCircuit(key types.NamespacedName, f *failure.Error) (registry.Place, registry.WaitOutcome) {
+	failed, ok := registry.PlaceOf(f)
+	if !ok || failed.Host == "" || p.circuits == nil || p.enqueue == nil {
 		p.forgetWaits(key) // it moved on from any failing place
-		return registry.NotFailing
+		return registry.Place{}, registry.NotFailing
 	}
-	return p.circuits.Wait(f.Host, f.Repository, registry.Waiter{Tenant: key.Namespace, Key: p.waitKey(key)},
+	return failed.Place, p.circuits.Wait(failed.Host, failed.Repository, registry.Waiter{Tenant: key.Namespace, Key: p.waitKey(key)},
 		func() { p.enqueue(key) })
 }
 

@@ -103,8 +103,9 @@ func (o CircuitOptions) withDefaults() CircuitOptions {
 // re-sends the failing read until it answers, then wakes the waiters. An
 // outage so costs O(failing places) requests per second, capped per
 // registry, and its end is noticed within about a second. The states and
-// their reasons are in docs/design.md § Circuits; the transitions are
-// hostCircuits' (circuitstate.go), the probers' goroutines prober.go's.
+// their reasons are in docs/design.md § Registry client decisions; the
+// transitions are hostCircuits' (circuitstate.go), the probers' goroutines
+// prober.go's.
 type Circuits struct {
 	rules    circuitRules
 	lifetime context.Context
@@ -158,9 +159,9 @@ func (c *Circuits) refuse(ctx context.Context, place Place) *failure.Error {
 		if checkEnded == nil {
 			left := c.rules.holdLeft(open.place)
 			widespread := open.state == circuitWidespread
-			return &failure.Error{Class: failure.Transient, Reason: open.err.Reason, Host: open.place.Host, Repository: open.place.Repository,
-				RetryAfter: left, Untried: widespread && open.place.Repository != place.Repository,
-				Err: &circuitOpenError{place: open.place, cause: open.err, widespread: widespread}}
+			return &failure.Error{Class: failure.Transient, Reason: open.err.Reason, RetryAfter: left,
+				Err: &PlaceError{Place: open.place, Untried: widespread && open.place.Repository != place.Repository,
+					Err: &circuitOpenError{place: open.place, cause: open.err, widespread: widespread}}}
 		}
 		waited := worker.Wait(ctx)
 		select {
@@ -168,8 +169,8 @@ func (c *Circuits) refuse(ctx context.Context, place Place) *failure.Error {
 			waited()
 		case <-ctx.Done():
 			waited()
-			return &failure.Error{Class: failure.Transient, Reason: open.err.Reason, Host: open.place.Host, Repository: open.place.Repository,
-				Err: fmt.Errorf("gave up waiting for %s to answer whether it answers at all: %w", open.place, ctx.Err())}
+			return placed(open.place, failure.Transient, open.err.Reason, 0,
+				fmt.Errorf("gave up waiting for %s to answer whether it answers at all: %w", open.place, ctx.Err()))
 		}
 	}
 }

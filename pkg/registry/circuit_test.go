@@ -91,8 +91,8 @@ func TestOutagesOpenTheRightCircuit(t *testing.T) {
 			if !slices.Equal(got, want) {
 				t.Errorf("open circuits %q, want %q", got, want)
 			}
-			if len(want) > 0 && Classify(err).Host != f.Addr {
-				t.Errorf("error's host %q", Classify(err).Host)
+			if len(want) > 0 && errPlace(err).Host != f.Addr {
+				t.Errorf("error's host %q", errPlace(err).Host)
 			}
 		})
 	}
@@ -127,7 +127,7 @@ func TestOpenCircuitSendsNothing(t *testing.T) {
 	before := f.Count("", "/team/app/")
 	for range 20 {
 		_, err := c.As(nil).ReadImage(ctx, f.Ref("team/app:1"), nil)
-		if Classify(err).Reason != ReasonRegistryUnavailable || Classify(err).Host != f.Addr || !strings.Contains(err.Error(), f.Addr+"/team/app is failing") {
+		if Classify(err).Reason != ReasonRegistryUnavailable || errPlace(err).Host != f.Addr || !strings.Contains(err.Error(), f.Addr+"/team/app is failing") {
 			t.Fatalf("while open: %v", err)
 		}
 	}
@@ -778,8 +778,7 @@ func TestNoResendIntoAnOpenCircuit(t *testing.T) {
 		t.Fatal(err)
 	}
 	place := Place{Host: f.Addr, Repository: "team/app"}
-	c.circuits.open(place, &failure.Error{Class: failure.Transient, Reason: ReasonRegistryUnavailable, Host: f.Addr, Repository: "team/app",
-		Err: errors.New("503")}, probe)
+	c.circuits.open(place, placed(place, failure.Transient, ReasonRegistryUnavailable, 0, errors.New("503")), probe)
 	if c.Circuits().Wait(f.Addr, "team/app", Waiter{Key: "ns/other"}, func() {}) != Waiting {
 		t.Fatal("no circuit")
 	}
@@ -826,7 +825,7 @@ func TestRegistryCheckTimeout(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.open(Place{Host: "registry.example", Repository: "team/app"},
-		&failure.Error{Class: failure.Transient, Reason: ReasonRegistryUnavailable, Host: "registry.example", Err: errors.New("no answer")}, failed)
+		placed(Place{Host: "registry.example"}, failure.Transient, ReasonRegistryUnavailable, 0, errors.New("no answer")), failed)
 	check := <-sent
 	if check.URL.Path != "/v2/" {
 		t.Fatalf("check %s, want /v2/", check.URL.Path)
@@ -878,7 +877,7 @@ func TestWidespreadFailureLetsCallsThroughInTurn(t *testing.T) {
 	}
 
 	_, err := c.As(nil).Resolve(ctx, f.Ref("team/good:1"))
-	if e := Classify(err); e == nil || e.Reason != ReasonRegistryUnavailable || e.Repository != "" ||
+	if e := Classify(err); e == nil || e.Reason != ReasonRegistryUnavailable || errPlace(err).Repository != "" ||
 		!strings.Contains(err.Error(), "let through one a second") {
 		t.Fatalf("a repository without a circuit during a widespread failure: %v", err)
 	}
@@ -901,7 +900,7 @@ func TestWidespreadFailureLetsCallsThroughInTurn(t *testing.T) {
 	if registryOpen() {
 		t.Errorf("a repository answered, and the registry's circuit is still open: %v", c.Circuits().Open())
 	}
-	if _, err := c.As(nil).Resolve(ctx, f.Ref("team/bad-0:1")); Classify(err).Repository != "team/bad-0" {
+	if _, err := c.As(nil).Resolve(ctx, f.Ref("team/bad-0:1")); errPlace(err).Repository != "team/bad-0" {
 		t.Errorf("a failing repository after the widespread failure ended: %v", err)
 	}
 }
@@ -925,12 +924,12 @@ func TestWidespreadFailureBecomesWhole(t *testing.T) {
 	}
 	f.Down()
 	ft.advance(time.Second) // a call's turn to be let through
-	if _, err := c.As(nil).Resolve(ctx, f.Ref("team/other:1")); Classify(err).Untried {
+	if _, err := c.As(nil).Resolve(ctx, f.Ref("team/other:1")); errPlace(err).Untried {
 		t.Fatalf("not let through: %v", err)
 	}
 	ft.advance(time.Second)
 	_, err := c.As(nil).Resolve(ctx, f.Ref("team/third:1"))
-	if e := Classify(err); e == nil || e.Untried || e.Repository != "" || !strings.Contains(err.Error(), "nothing is sent there") {
+	if e := errPlace(err); Classify(err) == nil || e.Untried || e.Repository != "" || !strings.Contains(err.Error(), "nothing is sent there") {
 		t.Fatalf("after a call let through could not connect: %v, want a refusal by the registry's own circuit", err)
 	}
 	woken := make(chan struct{}, 1)

@@ -11,7 +11,7 @@ import (
 // goroutine, no clock; every transition takes the time and returns what is
 // to be done (probes to send, waiters to wake), so that it is tested with
 // tables. Circuits guards it with its mutex and does what it returns. What
-// the states mean, and why, is in docs/design.md § Circuits.
+// the states mean, and why, is in docs/design.md § Registry client decisions.
 
 // circuitState is what an open circuit is doing; a place without a circuit
 // is closed.

@@ -209,8 +209,8 @@ func TestFaults(t *testing.T) {
 			if got.RetryAfter < tc.retryAfter || got.RetryAfter > tc.retryAfter+2*time.Second || (tc.retryAfter == 0 && got.RetryAfter != 0) {
 				t.Errorf("RetryAfter = %v, want %v", got.RetryAfter, tc.retryAfter)
 			}
-			if err != nil && got.Host != f.Addr {
-				t.Errorf("Host = %q, want %q", got.Host, f.Addr)
+			if err != nil && errPlace(err).Host != f.Addr {
+				t.Errorf("Host = %q, want %q", errPlace(err).Host, f.Addr)
 			}
 			if got := f.Count(tc.method, faultPath(tc.op == write)); got != tc.requests {
 				t.Errorf("%d %s requests to manifests, want %d (all: %v)", got, tc.method, tc.requests, f.Requests())

@@ -189,14 +189,49 @@ func redact(err error) error {
 	return &redacted{err: err, msg: clean}
 }
 
+// PlaceError says which place an error is about: a registry, or one of its
+// repositories. It sits inside the classified error (failure.Error's Err);
+// the Policy finds it with errors.As to wait on that place's circuit. The
+// outermost one in a chain is the error's place.
+type PlaceError struct {
+	Place
+	// Untried: nothing was sent to the place's repository; the call was
+	// held back because others of the registry fail (its widespread
+	// failure). It says nothing yet of the object's own images.
+	Untried bool
+	Err     error
+}
+
+func (e *PlaceError) Error() string { return e.Err.Error() }
+func (e *PlaceError) Unwrap() error { return e.Err }
+
+// PlaceOf returns the place err is about, if it names one.
+func PlaceOf(err error) (*PlaceError, bool) {
+	var pe *PlaceError
+	ok := errors.As(err, &pe)
+	return pe, ok
+}
+
+// placed returns a classified error about place, of class and reason.
+func placed(place Place, class failure.Class, reason string, retryAfter time.Duration, err error) *failure.Error {
+	return &failure.Error{Class: class, Reason: reason, RetryAfter: retryAfter, Err: &PlaceError{Place: place, Err: err}}
+}
+
+// at returns e about place instead of the place it names, if any.
+func at(place Place, e *failure.Error) *failure.Error {
+	out := *e
+	out.Err = &PlaceError{Place: place, Err: e.Err}
+	return &out
+}
+
 // newError classifies err as coming from host, keeping an existing
-// classification, and redacts its message.
+// classification and place, and redacts its message.
 func newError(host string, retryAfter time.Duration, err error) *failure.Error {
 	e := Classify(err)
 	out := *e
 	out.Err = redact(out.Err)
-	if out.Host == "" {
-		out.Host = host
+	if _, ok := PlaceOf(out.Err); !ok && host != "" {
+		out.Err = &PlaceError{Place: Place{Host: host}, Err: out.Err}
 	}
 	if out.RetryAfter < retryAfter {
 		out.RetryAfter = retryAfter
@@ -206,7 +241,7 @@ func newError(host string, retryAfter time.Duration, err error) *failure.Error {
 
 // permanentError and waitingError make classified errors of our own.
 func permanentError(reason, host string, err error) *failure.Error {
-	return &failure.Error{Class: failure.Permanent, Reason: reason, Host: host, Err: err}
+	return placed(Place{Host: host}, failure.Permanent, reason, 0, err)
 }
 
 func waitingError(reason string, err error) *failure.Error {

@@ -83,3 +83,11 @@ func eventually(t testing.TB, what string, cond func() bool) {
 		<-poll.C
 	}
 }
+
+// errPlace is the place err is about; zero when it names none.
+func errPlace(err error) PlaceError {
+	if pe, ok := PlaceOf(err); ok {
+		return *pe
+	}
+	return PlaceError{}
+}

@@ -150,7 +150,7 @@ func (c *Circuits) probe(ctx context.Context, req *http.Request) *failure.Error 
 	}
 	if c.lifetime.Err() != nil {
 		// Shutting down: an answer cut short says nothing; wake nobody.
-		return &failure.Error{Class: failure.Transient, Reason: ReasonRegistryUnavailable, Host: req.URL.Host, Err: c.lifetime.Err()}
+		return placed(Place{Host: req.URL.Host}, failure.Transient, ReasonRegistryUnavailable, 0, c.lifetime.Err())
 	}
 	// Judged against the lifetime, not ctx: the probe's own timeout
 	// passing is the place not answering (a hang), not a caller who gave up.

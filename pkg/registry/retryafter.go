@@ -127,9 +127,7 @@ func (h *retryAfterHolds) maxWaitOf(ctx context.Context) time.Duration {
 // check fails a call on ctx that would have to wait longer than it may.
 func (h *retryAfterHolds) check(ctx context.Context, host, repo string) *failure.Error {
 	if left, reason := h.left(host, repo); left > h.maxWaitOf(ctx) {
-		held := h.heldError(host, left, reason)
-		held.Repository = repo
-		return held
+		return at(Place{Host: host, Repository: repo}, h.heldError(host, left, reason))
 	}
 	return nil
 }
@@ -159,9 +157,9 @@ func (h *retryAfterHolds) wait(ctx context.Context, host, repo string) error {
 }
 
 func (h *retryAfterHolds) heldError(host string, left time.Duration, reason string) *failure.Error {
-	return &failure.Error{Class: failure.Transient, Reason: reason, Host: host, RetryAfter: left,
-		Err: fmt.Errorf("%s asked not to be called for another %s (Retry-After); not calling it until then",
-			host, left.Round(100*time.Millisecond))}
+	return placed(Place{Host: host}, failure.Transient, reason, left,
+		fmt.Errorf("%s asked not to be called for another %s (Retry-After); not calling it until then",
+			host, left.Round(100*time.Millisecond)))
 }
 
 // repositoryOf returns the repository a registry API path is about

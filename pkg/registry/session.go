@@ -58,7 +58,7 @@ func (c *Client) do(ctx context.Context, ref name.Reference, timeout time.Durati
 	if err := op(ctx, s); err != nil {
 		e := newError(target.Host, state.RetryAfter(), err)
 		if failed := state.outage(); failed != nil && e.Class == failure.Transient {
-			e.Host, e.Repository = failed.place.Host, failed.place.Repository
+			e = at(failed.place, e)
 			c.circuits.open(failed.place, e, failed.probe)
 		}
 		return e
