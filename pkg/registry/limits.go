@@ -36,16 +36,16 @@ func (t *limitTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		_ = resp.Body.Close()
 		return nil, tooLarge(req, "manifest", resp.ContentLength, maxManifestSize)
 	}
-	resp.Body = &limitedBody{ReadCloser: resp.Body, left: maxManifestSize, tooLarge: func() error {
+	resp.Body = &limitedBody{ReadCloser: resp.Body, limit: maxManifestSize, tooLarge: func() error {
 		return tooLarge(req, "manifest", -1, maxManifestSize)
 	}}
 	return resp, nil
 }
 
-// limitedBody fails a read past left bytes.
+// limitedBody fails a read past limit bytes.
 type limitedBody struct {
 	io.ReadCloser
-	left     int64
+	limit    int64
 	read     int64
 	tooLarge func() error
 }
@@ -53,7 +53,7 @@ type limitedBody struct {
 func (b *limitedBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
 	b.read += int64(n)
-	if b.read > b.left {
+	if b.read > b.limit {
 		return n, b.tooLarge()
 	}
 	return n, err
