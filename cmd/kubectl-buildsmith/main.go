@@ -128,17 +128,62 @@ be converted (the output then lacks it; the warnings say why).
 Flags:
 `
 
+// convertOptions are convert's flags.
+type convertOptions struct {
+	file          string // -f: kpack manifests
+	builderTOML   string // --builder-toml: a pack builder.toml instead
+	maxInputBytes int64
+	pack          packconfig.Options // what --tag, --name, -n, --stack-id and --service-account give
+}
+
+// input is the path of the input: a file, or - for stdin.
+func (o *convertOptions) input() string {
+	if o.builderTOML != "" {
+		return o.builderTOML
+	}
+	return o.file
+}
+
 func runConvert(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	opts, status := parseConvertFlags(args, stdout, stderr)
+	if opts == nil {
+		return status
+	}
+	in, err := openConvertInput(opts.input(), stdin)
+	if err != nil {
+		fmt.Fprintf(stderr, "kubectl-buildsmith convert: %v\n", err)
+		return 1
+	}
+	defer in.Close()
+	limited := &limitedInput{r: in, left: opts.maxInputBytes, max: opts.maxInputBytes}
+	var out []byte
+	var lines []string // the warnings
+	omitted := 0
+	if opts.builderTOML == "" {
+		out, lines, omitted, err = convertManifests(limited)
+	} else {
+		out, lines, omitted, err = convertBuilderTOML(limited, opts.builderTOML, opts.pack)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "kubectl-buildsmith convert: %v\n", err)
+		return 1
+	}
+	return writeConverted(out, lines, omitted, stdout, stderr)
+}
+
+// parseConvertFlags parses convert's arguments. With -h, flags it cannot
+// parse, or flags that do not go together, it prints why (the usage: on
+// stdout for -h, else on stderr) and returns nil and the exit status.
+func parseConvertFlags(args []string, stdout, stderr io.Writer) (*convertOptions, int) {
 	flags := flag.NewFlagSet("convert", flag.ContinueOnError)
 	flags.SetOutput(stderr)
 	flags.Usage = func() {} // printed below: -h on stdout, mistakes on stderr
-	var file string
-	flags.StringVar(&file, "f", "", "the manifests to convert: a file, or - for stdin")
-	flags.StringVar(&file, "filename", "", "same as -f")
-	maxInputBytes := flags.Int64("max-input-bytes", defaultMaxInputBytes, "the largest input to read, in bytes (32 MiB by default); a larger one is an error")
-	var pack packconfig.Options
-	var builderTOML string
-	flags.StringVar(&builderTOML, "builder-toml", "", "a pack builder.toml to convert instead: a file, or - for stdin")
+	opts := &convertOptions{}
+	flags.StringVar(&opts.file, "f", "", "the manifests to convert: a file, or - for stdin")
+	flags.StringVar(&opts.file, "filename", "", "same as -f")
+	flags.Int64Var(&opts.maxInputBytes, "max-input-bytes", defaultMaxInputBytes, "the largest input to read, in bytes (32 MiB by default); a larger one is an error")
+	pack := &opts.pack
+	flags.StringVar(&opts.builderTOML, "builder-toml", "", "a pack builder.toml to convert instead: a file, or - for stdin")
 	flags.StringVar(&pack.Tag, "tag", "", "with --builder-toml: where the builder image is pushed (required)")
 	flags.StringVar(&pack.Name, "name", "", "with --builder-toml: the objects' name (default: the last part of the tag's repository)")
 	flags.StringVar(&pack.Namespace, "n", "", "with --builder-toml: make a Builder in this namespace instead of a ClusterBuilder")
@@ -153,78 +198,95 @@ func runConvert(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if err := flags.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			printUsage(stdout)
-			return 0
+			return nil, 0
 		}
 		printUsage(stderr)
-		return 1
+		return nil, 1
 	}
+	if !checkConvertFlags(opts, flags.NArg(), stderr) {
+		return nil, 1
+	}
+	return opts, 0
+}
+
+// checkConvertFlags reports whether opts go together (and, with nargs
+// arguments after them, give exactly one input), saying on stderr why not.
+func checkConvertFlags(opts *convertOptions, nargs int, stderr io.Writer) bool {
+	file, builderTOML, pack := opts.file, opts.builderTOML, opts.pack
 	packFlags := pack.Tag != "" || pack.Name != "" || pack.Namespace != "" || pack.StackID != "" || pack.ServiceAccount != ""
 	switch {
-	case flags.NArg() > 0 || (file == "") == (builderTOML == ""):
+	case nargs > 0 || (file == "") == (builderTOML == ""):
 		fmt.Fprintln(stderr, "kubectl-buildsmith convert: give exactly one input, with -f FILE (or -f - for stdin) or --builder-toml FILE (or --builder-toml -)")
-		return 1
+		return false
 	case file != "" && packFlags:
 		fmt.Fprintln(stderr, "kubectl-buildsmith convert: --tag, --name, -n, --stack-id and --service-account are for --builder-toml")
-		return 1
+		return false
 	case builderTOML != "" && pack.Tag == "":
 		fmt.Fprintln(stderr, "kubectl-buildsmith convert: --builder-toml needs --tag, the image the builder is pushed to (builder.toml does not say)")
-		return 1
+		return false
 	}
-	if *maxInputBytes <= 0 {
-		fmt.Fprintf(stderr, "kubectl-buildsmith convert: --max-input-bytes must be positive, not %d\n", *maxInputBytes)
-		return 1
+	if opts.maxInputBytes <= 0 {
+		fmt.Fprintf(stderr, "kubectl-buildsmith convert: --max-input-bytes must be positive, not %d\n", opts.maxInputBytes)
+		return false
 	}
+	return true
+}
 
-	path := file
-	if builderTOML != "" {
-		path = builderTOML
+// openConvertInput opens the file at path, or for - returns stdin, which
+// its Close leaves open.
+func openConvertInput(path string, stdin io.Reader) (io.ReadCloser, error) {
+	if path == "-" {
+		return io.NopCloser(stdin), nil
 	}
-	in := stdin
-	if path != "-" {
-		f, err := os.Open(path)
-		if err != nil {
-			fmt.Fprintf(stderr, "kubectl-buildsmith convert: %v\n", err)
-			return 1
-		}
-		defer f.Close()
-		in = f
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
 	}
-	limited := &limitedInput{r: in, left: *maxInputBytes, max: *maxInputBytes}
-	var out []byte
-	var lines []string // the warnings
-	omitted := 0
-	if builderTOML == "" {
-		var warnings []kpack.Warning
-		var err error
-		if out, warnings, err = kpack.Convert(limited); err != nil {
-			fmt.Fprintf(stderr, "kubectl-buildsmith convert: %v\n", err)
-			return 1
-		}
-		for _, w := range warnings {
-			lines = append(lines, w.String())
-			if w.Omitted {
-				omitted++
-			}
-		}
-	} else {
-		// pack reads paths in builder.toml relative to it.
-		pack.Source, pack.IsLocalPath = builderTOML, localPaths(filepath.Dir(builderTOML))
-		if builderTOML == "-" {
-			pack.Source, pack.IsLocalPath = "stdin", localPaths(".")
-		}
-		var warnings []packconfig.Warning
-		var err error
-		if out, warnings, err = packconfig.Convert(limited, pack); err != nil {
-			fmt.Fprintf(stderr, "kubectl-buildsmith convert: %v\n", err)
-			return 1
-		}
-		for _, w := range warnings {
-			lines = append(lines, w.String())
-			if w.Omitted {
-				omitted++
-			}
+	return f, nil
+}
+
+// convertManifests converts kpack manifests, returning the buildsmith
+// manifests, the warnings, and how many objects were not converted.
+func convertManifests(in io.Reader) (out []byte, lines []string, omitted int, err error) {
+	var warnings []kpack.Warning
+	if out, warnings, err = kpack.Convert(in); err != nil {
+		return nil, nil, 0, err
+	}
+	for _, w := range warnings {
+		lines = append(lines, w.String())
+		if w.Omitted {
+			omitted++
 		}
 	}
+	return out, lines, omitted, nil
+}
+
+// convertBuilderTOML converts the pack builder.toml at path (- for stdin),
+// read from in, with the options of pack; it returns what convertManifests
+// does.
+func convertBuilderTOML(in io.Reader, path string, pack packconfig.Options) (out []byte, lines []string, omitted int, err error) {
+	// pack reads paths in builder.toml relative to it.
+	pack.Source, pack.IsLocalPath = path, localPaths(filepath.Dir(path))
+	if path == "-" {
+		pack.Source, pack.IsLocalPath = "stdin", localPaths(".")
+	}
+	var warnings []packconfig.Warning
+	if out, warnings, err = packconfig.Convert(in, pack); err != nil {
+		return nil, nil, 0, err
+	}
+	for _, w := range warnings {
+		lines = append(lines, w.String())
+		if w.Omitted {
+			omitted++
+		}
+	}
+	return out, lines, omitted, nil
+}
+
+// writeConverted writes the warnings (lines) to stderr and the converted
+// manifests to stdout, and returns the exit status: 1 when writing failed
+// or omitted objects were not converted.
+func writeConverted(out []byte, lines []string, omitted int, stdout, stderr io.Writer) int {
 	for _, line := range lines {
 		fmt.Fprintf(stderr, "warning: %s\n", line)
 	}

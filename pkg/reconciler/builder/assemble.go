@@ -1,0 +1,138 @@
+package builder
+
+import (
+	"context"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+
+	"github.com/buildsmith/buildsmith/pkg/apis/build/v1alpha1"
+	"github.com/buildsmith/buildsmith/pkg/cnb"
+	"github.com/buildsmith/buildsmith/pkg/failure"
+	"github.com/buildsmith/buildsmith/pkg/registry"
+)
+
+// assemble reads the build image and the buildpacks' layers for b's
+// platform (lazily, and by digest, so from the registry client's cache
+// after the first builder) and puts the builder image together.
+func (r *Core) assemble(ctx context.Context, reg registry.Access, stack *v1alpha1.ClusterStack, b platformBuild,
+	spec *v1alpha1.BuilderSpec) (v1.Image, error) {
+	platform := b.platform.V1()
+	buildRef, err := name.NewDigest(stack.Status.BuildImage.LatestImage)
+	if err != nil {
+		return nil, failure.Permanentf(ReasonStackNotReady, "ClusterStack %s: build image %q: %v", stack.Name, stack.Status.BuildImage.LatestImage, err)
+	}
+	build, err := reg.ReadImage(ctx, buildRef, &platform)
+	if err != nil {
+		return nil, err
+	}
+	layers := make([]cnb.BuildpackLayer, 0, len(b.order.Buildpacks))
+	for _, bp := range b.order.Buildpacks {
+		layer, err := buildpackLayer(ctx, reg, bp, platform, false)
+		if err != nil {
+			return nil, err
+		}
+		layers = append(layers, cnb.BuildpackLayer{Buildpack: bp, Layer: layer})
+	}
+	var extensions []cnb.BuildpackLayer
+	var orderExtensions []v1alpha1.OrderEntry
+	if b.extensions != nil {
+		for _, ext := range b.extensions.Buildpacks {
+			layer, err := buildpackLayer(ctx, reg, ext, platform, true)
+			if err != nil {
+				return nil, err
+			}
+			extensions = append(extensions, cnb.BuildpackLayer{Buildpack: ext, Layer: layer})
+		}
+		orderExtensions = b.extensions.Order
+	}
+	runImage, mirrors := runImageOf(stack, spec)
+	return cnb.AssembleBuilder(cnb.BuilderSpec{
+		BuildImage:       build.Image,
+		Stack:            b.stack,
+		RunImage:         runImage,
+		RunImageMirrors:  mirrors,
+		Lifecycle:        b.lifecycle.Lifecycle,
+		Buildpacks:       layers,
+		Order:            b.order.Order,
+		System:           b.order.System,
+		Extensions:       extensions,
+		OrderExtensions:  orderExtensions,
+		AdditionalLabels: spec.AdditionalLabels,
+		Env:              buildEnv(spec.Env),
+		CreatedBy:        r.Version,
+		Description:      spec.Description,
+		MaxLayers:        r.MaxLayers,
+	})
+}
+
+// buildpackLayer finds the layer holding bp (an image extension, with
+// extension) in its store image's image for platform, by the layers label
+// of that image: each platform of a buildpackage index has its own layer.
+func buildpackLayer(ctx context.Context, reg registry.Access, bp v1alpha1.StoreBuildpack, platform v1.Platform, extension bool) (v1.Layer, error) {
+	storeRef, err := name.NewDigest(bp.StoreImage.Image)
+	if err != nil {
+		return nil, failure.Permanentf(ReasonStoreNotReady, "buildpack %s@%s: store image %q: %v", bp.ID, bp.Version, bp.StoreImage.Image, err)
+	}
+	img, err := reg.ReadImage(ctx, storeRef, &platform)
+	if err != nil {
+		return nil, err
+	}
+	// A plain image is returned whatever platform was asked for: never put
+	// another platform's layer into a builder.
+	if own := (cnb.Platform{OS: img.Config.OS, Arch: img.Config.Architecture, Variant: img.Config.Variant}); !own.Matches(cnb.PlatformOf(platform)) {
+		return nil, failure.Waitingf(ReasonStoreNotReady, "buildpack %s@%s: %s is for %s, not %s",
+			bp.ID, bp.Version, bp.StoreImage.Image, own, cnb.PlatformOf(platform))
+	}
+	diffID, found, err := cnb.BuildpackDiffID(bp.StoreImage.Image, img.Config, img.Manifest, bp.ID, bp.Version, extension)
+	if err != nil {
+		return nil, err
+	}
+	if found {
+		if layer, err := img.Image.LayerByDiffID(diffID); err == nil {
+			return layer, nil
+		}
+	}
+	// The store's status no longer matches the image: the store will
+	// notice on its next read.
+	return nil, failure.Waitingf(ReasonStoreNotReady, "buildpack %s@%s is not in %s for %s",
+		bp.ID, bp.Version, bp.StoreImage.Image, cnb.PlatformOf(platform))
+}
+
+func buildEnv(env []v1alpha1.BuildEnv) []cnb.EnvVar {
+	out := make([]cnb.EnvVar, len(env))
+	for i, e := range env {
+		out[i] = cnb.EnvVar{Name: e.Name, Value: e.Value, Suffix: e.Suffix, Delim: e.Delim}
+	}
+	return out
+}
+
+// runImageOf is the run image a builder names, and its mirrors: the stack's
+// as its spec gives them, or, with spec.pinRunImage, by the digest the stack
+// resolved its run image to (mirrors hold the same image, so the same
+// digest).
+func runImageOf(stack *v1alpha1.ClusterStack, spec *v1alpha1.BuilderSpec) (string, []string) {
+	run := stack.Status.RunImage
+	if !spec.PinRunImage || run.LatestImage == "" {
+		return run.Image, run.Mirrors
+	}
+	pinned, err := name.NewDigest(run.LatestImage)
+	if err != nil {
+		return run.Image, run.Mirrors
+	}
+	mirrors := make([]string, 0, len(run.Mirrors))
+	for _, m := range run.Mirrors {
+		ref, err := name.ParseReference(m)
+		if err != nil {
+			return run.Image, run.Mirrors // a stack that is Ready has none such
+		}
+		mirrors = append(mirrors, ref.Context().Digest(pinned.DigestStr()).String())
+	}
+	return pinned.String(), mirrors
+}
+
+// runImageName is the run image a builder names (runImageOf), without mirrors.
+func runImageName(stack *v1alpha1.ClusterStack, spec *v1alpha1.BuilderSpec) string {
+	image, _ := runImageOf(stack, spec)
+	return image
+}
