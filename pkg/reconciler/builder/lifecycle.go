@@ -30,14 +30,14 @@ const (
 const ReasonLifecycleNotConfigured = "LifecycleNotConfigured"
 
 // LifecycleSource is the lifecycle image of the builders that name no
-// ClusterLifecycle: named by the lifecycle-image ConfigMap, resolved to a digest at most once per refresh
-// interval, and shared by every builder. Builders then know the lifecycle's
-// digest without asking the registry, which keeps an unchanged builder's
-// reconcile at one request. Only the digest is shared: each builder reads
-// the image with its own credentials (the registry client caches reads by
-// digest per credentials), so no builder ever uses a layer read with
-// another's secrets.
-// What the image says of the lifecycle, cnb.ReadLifecycle reads.
+// ClusterLifecycle: named by the lifecycle-image ConfigMap, resolved to a
+// digest at most once per refresh interval, and shared by every builder.
+// Builders then know the lifecycle's digest without asking the registry,
+// which keeps an unchanged builder's reconcile at one request. Only the
+// digest is shared: each builder reads the image with its own credentials
+// (the registry client caches reads by digest per credentials), so no
+// builder ever uses a layer read with another's secrets. What the image
+// says of the lifecycle, cnb.ReadLifecycle reads.
 type LifecycleSource struct {
 	// Refresh is how long a resolved tag is trusted (the resync interval).
 	Refresh time.Duration
