@@ -248,17 +248,24 @@ func openConvertInput(path string, stdin io.Reader) (io.ReadCloser, error) {
 // convertManifests converts kpack manifests, returning the buildsmith
 // manifests, the warnings, and how many objects were not converted.
 func convertManifests(in io.Reader) (out []byte, lines []string, omitted int, err error) {
-	var warnings []kpack.Warning
-	if out, warnings, err = kpack.Convert(in); err != nil {
+	out, warnings, err := kpack.Convert(in)
+	if err != nil {
 		return nil, nil, 0, err
 	}
+	lines, omitted = warningLines(warnings, func(w kpack.Warning) bool { return w.Omitted })
+	return out, lines, omitted, nil
+}
+
+// warningLines returns the warnings' lines, and how many of them say an
+// object was left out.
+func warningLines[W fmt.Stringer](warnings []W, omits func(W) bool) (lines []string, omitted int) {
 	for _, w := range warnings {
 		lines = append(lines, w.String())
-		if w.Omitted {
+		if omits(w) {
 			omitted++
 		}
 	}
-	return out, lines, omitted, nil
+	return lines, omitted
 }
 
 // convertBuilderTOML converts the pack builder.toml at path (- for stdin),
@@ -270,16 +277,11 @@ func convertBuilderTOML(in io.Reader, path string, pack packconfig.Options) (out
 	if path == "-" {
 		pack.Source, pack.IsLocalPath = "stdin", localPaths(".")
 	}
-	var warnings []packconfig.Warning
-	if out, warnings, err = packconfig.Convert(in, pack); err != nil {
+	out, warnings, err := packconfig.Convert(in, pack)
+	if err != nil {
 		return nil, nil, 0, err
 	}
-	for _, w := range warnings {
-		lines = append(lines, w.String())
-		if w.Omitted {
-			omitted++
-		}
-	}
+	lines, omitted = warningLines(warnings, func(w packconfig.Warning) bool { return w.Omitted })
 	return out, lines, omitted, nil
 }
 
