@@ -18,24 +18,12 @@ import (
 // changes when it is reconfigured, not between requests.
 const pingTTL = 5 * time.Minute
 
-// pingCache answers ggcr's /v2/ pings from the registry's last answer.
-// ggcr pings before the first request of every authenticated transport: for
-// each repository of a read session, and for each push and each repository
-// a push mounts from. Those pings were a good part of a cold start's
-// requests (bench/results.md § 1), and under a rate limit each one answered
-// 429 held the whole registry, a ping being about no repository (§ 4: no
-// builder got Ready while they did).
-//
-// Only answers that describe the registry are kept: 200 (no authentication)
-// and 401 (its challenge). A 401 to another request whose challenge differs
-// from the kept one (a registry that started asking for credentials, or
-// moved its token service) drops it, so that new transports ask again; a
-// 401 with the same challenge is the bearer flow's ordinary token refresh.
-// Transports made before keep what they learnt, as they always did. One
-// ping per registry is in flight at a time: transports made together wait
-// for its answer. The health prober does not come here: it must see the
-// registry itself. Hosts are tenants' choice, so at most maxPingAnswers
-// answers are kept (an answer dropped costs one ping).
+// pingCache answers ggcr's /v2/ pings (one before the first request of
+// every authenticated transport) from the registry's last answer: 200 or
+// 401 with its challenge, kept for pingTTL, dropped by a 401 whose
+// challenge differs, one ping per registry in flight, at most
+// maxPingAnswers kept. Why, and what it saves: docs/design.md § Registry
+// client decisions, "The /v2/ ping is remembered per registry".
 type pingCache struct {
 	next  http.RoundTripper
 	clock clock.PassiveClock

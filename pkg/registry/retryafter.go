@@ -21,10 +21,9 @@ import (
 // there before then, whatever woke the caller: its own requeue, a changed
 // spec, a resync, another object on the same images. A hold covers the
 // repository the answer was about, or the whole host when the answer was
-// about none (the /v2/ ping): holding the host for one repository's 429
-// stalled every other repository there for as long (bench/results.md § 4),
-// and a registry that limits per account answers each repository's first
-// request with its own 429 anyway.
+// about none (the /v2/ ping): a host held for one repository's 429 would
+// stall every other repository there for as long (docs/design.md,
+// "Retry-After is held in the client, per repository").
 //
 // A short hold (up to maxWait) is waited out inside the call, when its
 // deadline allows: under a steady rate limit, calls then make progress a

@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"k8s.io/utils/ptr"
 	pkgreconciler "knative.dev/pkg/reconciler"
 
 	"github.com/buildsmith/buildsmith/pkg/apis/build/v1alpha1"
@@ -45,7 +46,7 @@ func (r *Reconciler) reconcile(ctx context.Context, stack *v1alpha1.ClusterStack
 		return err
 	}
 	first := cnb.Platform{OS: build.Config.OS, Arch: build.Config.Architecture, Variant: build.Config.Variant}
-	run, err := read(ctx, reg, spec.RunImage.Image, ptr(first.V1()))
+	run, err := read(ctx, reg, spec.RunImage.Image, ptr.To(first.V1()))
 	if err != nil {
 		return err
 	}
@@ -88,11 +89,11 @@ func (r *Reconciler) reconcile(ctx context.Context, stack *v1alpha1.ClusterStack
 // indexes (by digest: from the client's cache when read before) and checks
 // them as a stack that agrees with first on the user and the distro.
 func checkPlatform(ctx context.Context, reg registry.Access, buildIndex, runIndex name.Digest, p cnb.Platform, first *cnb.Stack) error {
-	build, err := reg.ReadImage(ctx, buildIndex, ptr(p.V1()))
+	build, err := reg.ReadImage(ctx, buildIndex, ptr.To(p.V1()))
 	if err != nil {
 		return err
 	}
-	run, err := reg.ReadImage(ctx, runIndex, ptr(p.V1()))
+	run, err := reg.ReadImage(ctx, runIndex, ptr.To(p.V1()))
 	if err != nil {
 		return err
 	}
@@ -106,8 +107,6 @@ func checkPlatform(ctx context.Context, reg registry.Access, buildIndex, runInde
 	}
 	return nil
 }
-
-func ptr[T any](v T) *T { return &v }
 
 func read(ctx context.Context, reg registry.Access, image string, platform *v1.Platform) (*registry.Image, error) {
 	ref, err := name.ParseReference(image)
