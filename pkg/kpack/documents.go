@@ -269,10 +269,18 @@ func splitDocuments(in io.Reader) ([]chunk, error) {
 		}
 		current = chunk{line: nextLine}
 	}
-	scanner := bufio.NewScanner(in)
-	scanner.Buffer(make([]byte, 64*1024), 16*1024*1024) // long lines: inline certificates, JSON annotations
-	for lineNo := 1; scanner.Scan(); lineNo++ {
-		line := strings.TrimSuffix(scanner.Text(), "\r")
+	// Lines of any length (a compact JSON List is one line): the caller
+	// bounds the input's size.
+	lines := bufio.NewReader(in)
+	for lineNo := 1; ; lineNo++ {
+		raw, err := lines.ReadString('\n')
+		if err != nil && err != io.EOF {
+			return nil, fmt.Errorf("reading the input: %w", err)
+		}
+		if raw == "" { // the end
+			break
+		}
+		line := strings.TrimSuffix(strings.TrimSuffix(raw, "\n"), "\r")
 		if lineNo == 1 {
 			line = strings.TrimPrefix(line, "\ufeff") // a byte order mark
 		}
@@ -286,9 +294,6 @@ func splitDocuments(in io.Reader) ([]chunk, error) {
 			continue
 		}
 		current.text = append(current.text, line+"\n"...)
-	}
-	if err := scanner.Err(); err != nil {
-		return nil, fmt.Errorf("reading the input: %w", err)
 	}
 	flush(0)
 	return chunks, nil

@@ -287,3 +287,20 @@ spec:
 	}
 	checkValid(t, out)
 }
+
+// TestLongLine: an input of one line longer than any line buffer would
+// allow (an 18 MiB compact JSON List, as kubectl get -o json | jq -c
+// writes) converts: the caller bounds the input's size, not its lines.
+func TestLongLine(t *testing.T) {
+	note := strings.Repeat("x", 18<<20)
+	in := `{"apiVersion":"v1","kind":"List","items":[{"apiVersion":"kpack.io/v1alpha2","kind":"ClusterStore",` +
+		`"metadata":{"name":"big","annotations":{"note":"` + note + `"}},` +
+		`"spec":{"sources":[{"image":"registry.example.com/buildpacks/bp:1"}]}}]}`
+	out, _, err := Convert(strings.NewReader(in))
+	if err != nil {
+		t.Fatalf("Convert of an 18 MiB line: %v", err)
+	}
+	if !strings.Contains(string(out), "kind: ClusterStore\n") {
+		t.Errorf("no ClusterStore in the output (%d bytes)", len(out))
+	}
+}
