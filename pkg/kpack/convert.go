@@ -49,6 +49,7 @@ package kpack
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"sort"
@@ -101,6 +102,11 @@ func Convert(in io.Reader) (out []byte, warnings []Warning, err error) {
 	docs, err := readDocuments(in)
 	if err != nil {
 		return nil, nil, err
+	}
+	if len(docs) == 0 {
+		// kubectl says so too ("no objects passed to apply"): an empty
+		// file, or a List with no items, is most likely not what was meant.
+		return nil, nil, errors.New("the input holds no objects (empty, only comments, or a List without items)")
 	}
 	c := &converter{
 		stores:     map[string]*v1alpha1.ClusterStore{},

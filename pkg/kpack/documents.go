@@ -46,10 +46,14 @@ func readDocuments(in io.Reader) ([]document, error) {
 			if v.err != nil {
 				return nil, fmt.Errorf("%s: %w", v.where(index+1), v.err)
 			}
+			text := v.text
+			if isJSON {
+				text = unescapeSolidus(text)
+			}
 			var decoded any
 			// Strict: YAML forbids duplicate keys, and a lax decoder would keep one
 			// of them without a word.
-			if err := yaml.UnmarshalStrict(v.text, &decoded); err != nil {
+			if err := yaml.UnmarshalStrict(text, &decoded); err != nil {
 				return nil, fmt.Errorf("%s: %w", v.where(index+1), err)
 			}
 			if !isJSON {
@@ -315,4 +319,33 @@ func documentMarker(line string) (marker, rest string, ok bool) {
 		}
 	}
 	return "", "", false
+}
+
+// unescapeSolidus replaces JSON's escaped solidus ("\/", which some JSON
+// writers put in every URL) with "/" inside strings: JSON allows it, the
+// YAML decoder that reads JSON values (for its duplicate-key check) does
+// not know it.
+func unescapeSolidus(text []byte) []byte {
+	if !bytes.Contains(text, []byte(`\/`)) {
+		return text
+	}
+	out := make([]byte, 0, len(text))
+	inString := false
+	for i := 0; i < len(text); i++ {
+		c := text[i]
+		switch {
+		case inString && c == '\\' && i+1 < len(text):
+			if text[i+1] == '/' {
+				out = append(out, '/')
+			} else {
+				out = append(out, c, text[i+1])
+			}
+			i++
+			continue
+		case c == '"':
+			inString = !inString
+		}
+		out = append(out, c)
+	}
+	return out
 }

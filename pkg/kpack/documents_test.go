@@ -304,3 +304,34 @@ func TestLongLine(t *testing.T) {
 		t.Errorf("no ClusterStore in the output (%d bytes)", len(out))
 	}
 }
+
+// TestUnescapeSolidus: JSON's "\/" is "/" inside strings, and only there;
+// an escaped backslash before a slash stays what it is.
+func TestUnescapeSolidus(t *testing.T) {
+	for in, want := range map[string]string{
+		`{"image":"gcr.io\/x\/y:1"}`: `{"image":"gcr.io/x/y:1"}`,
+		`{"a":"x\\/y"}`:             `{"a":"x\\/y"}`,
+		`{"a":"\"\/"}`:              `{"a":"\"/"}`,
+		`{"a":"plain"}`:              `{"a":"plain"}`,
+	} {
+		if got := string(unescapeSolidus([]byte(in))); got != want {
+			t.Errorf("unescapeSolidus(%s) = %s, want %s", in, got, want)
+		}
+	}
+	out, _, err := Convert(strings.NewReader(`{"apiVersion":"kpack.io/v1alpha2","kind":"ClusterStore","metadata":{"name":"s"},` +
+		`"spec":{"sources":[{"image":"registry.example.com\/buildpacks\/bp:1"}]}}`))
+	if err != nil || !strings.Contains(string(out), "registry.example.com/buildpacks/bp:1") {
+		t.Errorf("a JSON object with escaped slashes: %v\n%s", err, out)
+	}
+}
+
+// TestNoObjects: input with no object in it is an error, not an empty
+// output and exit 0.
+func TestNoObjects(t *testing.T) {
+	for _, in := range []string{"", "\n\n", "# only a comment\n", "---\n---\n", `{"apiVersion":"v1","kind":"List","items":[]}`,
+		"apiVersion: v1\nkind: List\nitems: []\n"} {
+		if out, _, err := Convert(strings.NewReader(in)); err == nil || !strings.Contains(err.Error(), "no objects") {
+			t.Errorf("Convert(%q) = %q, %v; want an error saying there are no objects", in, out, err)
+		}
+	}
+}
