@@ -310,8 +310,8 @@ func TestLongLine(t *testing.T) {
 func TestUnescapeSolidus(t *testing.T) {
 	for in, want := range map[string]string{
 		`{"image":"gcr.io\/x\/y:1"}`: `{"image":"gcr.io/x/y:1"}`,
-		`{"a":"x\\/y"}`:             `{"a":"x\\/y"}`,
-		`{"a":"\"\/"}`:              `{"a":"\"/"}`,
+		`{"a":"x\\/y"}`:              `{"a":"x\\/y"}`,
+		`{"a":"\"\/"}`:               `{"a":"\"/"}`,
 		`{"a":"plain"}`:              `{"a":"plain"}`,
 	} {
 		if got := string(unescapeSolidus([]byte(in))); got != want {
