@@ -9,7 +9,7 @@ import (
 	"io"
 	"strings"
 
-	yamlv2 "go.yaml.in/yaml/v2"
+	yamlv3 "go.yaml.in/yaml/v3"
 	"sigs.k8s.io/yaml"
 )
 
@@ -46,22 +46,9 @@ func readDocuments(in io.Reader) ([]document, error) {
 			if v.err != nil {
 				return nil, fmt.Errorf("%s: %w", v.where(index+1), v.err)
 			}
-			text := v.text
-			if isJSON {
-				text = unescapeSolidus(text)
-			}
-			var decoded any
-			// Strict: YAML forbids duplicate keys, and a lax decoder would keep one
-			// of them without a word.
-			if err := yaml.UnmarshalStrict(text, &decoded); err != nil {
+			decoded, err := decodeValue(v.text, isJSON)
+			if err != nil {
 				return nil, fmt.Errorf("%s: %w", v.where(index+1), err)
-			}
-			if !isJSON {
-				// The decoder reads the first value and ignores the rest:
-				// "{a: 1}\nb: 2" decodes as {a: 1}, without an error.
-				if err := singleValue(v.text); err != nil {
-					return nil, fmt.Errorf("%s: %w", v.where(index+1), err)
-				}
 			}
 			if decoded == nil {
 				continue // only comments, or null
@@ -224,30 +211,76 @@ func skipSpace(text []byte, pos int) int {
 
 func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
 
-// skipValue parses a YAML value without building it.
-type skipValue struct{}
-
-func (*skipValue) UnmarshalYAML(func(any) error) error { return nil }
-
-// singleValue refuses a YAML document that holds more than one value, as
-// "{a: 1}\n{b: 2}" or "{a: 1}\nb: 2" (the parser reads each value after
-// the first as a document of its own, without a "---").
-func singleValue(text []byte) error {
-	dec := yamlv2.NewDecoder(bytes.NewReader(text))
-	var skip skipValue
-	if err := dec.Decode(&skip); err != nil {
-		if errors.Is(err, io.EOF) {
-			return nil // no value: only comments
+// decodeValue decodes a document's value (YAML, or JSON when isJSON) as
+// kubectl does, after checking what kubectl's decoder lets pass: YAML
+// forbids a key twice in a mapping (a lax decoder keeps one of them
+// without a word), and a document holds one value ("{a: 1}\nb: 2" would
+// decode as {a: 1}). yaml.v3 checks both and, unlike yaml.v2's strict
+// mode, takes a merge key's overrides ("<<: *base" then "kind: …") as the
+// YAML spec means them.
+func decodeValue(text []byte, isJSON bool) (any, error) {
+	var decoded any
+	if isJSON {
+		// encoding/json, not a YAML decoder: it knows all of JSON (an
+		// escaped slash, "\/", which both YAML decoders refuse).
+		if err := checkJSONKeys(text); err != nil {
+			return nil, err
 		}
-		return err
+		return decoded, json.Unmarshal(text, &decoded)
 	}
-	switch err := dec.Decode(&skip); {
+	dec := yamlv3.NewDecoder(bytes.NewReader(text))
+	var first, second any
+	if err := dec.Decode(&first); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, nil // no value: only comments
+		}
+		return nil, err
+	}
+	switch err := dec.Decode(&second); {
 	case errors.Is(err, io.EOF):
-		return nil
 	case err != nil:
-		return fmt.Errorf("%s (%w)", moreThanOneValue, err)
+		return nil, fmt.Errorf("%s (%w)", moreThanOneValue, err)
 	default:
-		return errors.New(moreThanOneValue)
+		return nil, errors.New(moreThanOneValue)
+	}
+	return decoded, yaml.Unmarshal(text, &decoded)
+}
+
+// checkJSONKeys fails a JSON value in which an object has a key twice.
+func checkJSONKeys(text []byte) error {
+	dec := json.NewDecoder(bytes.NewReader(text))
+	// One entry per object or array open: an object's keys, nil for an
+	// array; expectKey says the next token of the innermost object is a key.
+	var open []map[string]bool
+	expectKey := false
+	for {
+		tok, err := dec.Token()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		switch tok {
+		case json.Delim('{'):
+			open, expectKey = append(open, map[string]bool{}), true
+			continue
+		case json.Delim('['):
+			open = append(open, nil)
+		case json.Delim('}'), json.Delim(']'):
+			open = open[:len(open)-1]
+		default:
+			if key, ok := tok.(string); ok && expectKey {
+				if open[len(open)-1][key] {
+					return fmt.Errorf("the key %q twice in one object (at offset %d)", key, dec.InputOffset())
+				}
+				open[len(open)-1][key] = true
+				expectKey = false
+				continue
+			}
+		}
+		// After a value, an object's next token is a key.
+		expectKey = len(open) > 0 && open[len(open)-1] != nil
 	}
 }
 
@@ -319,33 +352,4 @@ func documentMarker(line string) (marker, rest string, ok bool) {
 		}
 	}
 	return "", "", false
-}
-
-// unescapeSolidus replaces JSON's escaped solidus ("\/", which some JSON
-// writers put in every URL) with "/" inside strings: JSON allows it, the
-// YAML decoder that reads JSON values (for its duplicate-key check) does
-// not know it.
-func unescapeSolidus(text []byte) []byte {
-	if !bytes.Contains(text, []byte(`\/`)) {
-		return text
-	}
-	out := make([]byte, 0, len(text))
-	inString := false
-	for i := 0; i < len(text); i++ {
-		c := text[i]
-		switch {
-		case inString && c == '\\' && i+1 < len(text):
-			if text[i+1] == '/' {
-				out = append(out, '/')
-			} else {
-				out = append(out, c, text[i+1])
-			}
-			i++
-			continue
-		case c == '"':
-			inString = !inString
-		}
-		out = append(out, c)
-	}
-	return out
 }

@@ -305,23 +305,41 @@ func TestLongLine(t *testing.T) {
 	}
 }
 
-// TestUnescapeSolidus: JSON's "\/" is "/" inside strings, and only there;
-// an escaped backslash before a slash stays what it is.
-func TestUnescapeSolidus(t *testing.T) {
-	for in, want := range map[string]string{
-		`{"image":"gcr.io\/x\/y:1"}`: `{"image":"gcr.io/x/y:1"}`,
-		`{"a":"x\\/y"}`:              `{"a":"x\\/y"}`,
-		`{"a":"\"\/"}`:               `{"a":"\"/"}`,
-		`{"a":"plain"}`:              `{"a":"plain"}`,
-	} {
-		if got := string(unescapeSolidus([]byte(in))); got != want {
-			t.Errorf("unescapeSolidus(%s) = %s, want %s", in, got, want)
-		}
-	}
-	out, _, err := Convert(strings.NewReader(`{"apiVersion":"kpack.io/v1alpha2","kind":"ClusterStore","metadata":{"name":"s"},` +
-		`"spec":{"sources":[{"image":"registry.example.com\/buildpacks\/bp:1"}]}}`))
-	if err != nil || !strings.Contains(string(out), "registry.example.com/buildpacks/bp:1") {
-		t.Errorf("a JSON object with escaped slashes: %v\n%s", err, out)
+// TestJSONAndYAMLAsKubectlReadsThem: what kubectl accepts converts —
+// JSON's escaped slash, a YAML merge key whose mapping overrides what it
+// merges — and what it would take silently is refused: a key twice in a
+// mapping, in YAML or in JSON.
+func TestJSONAndYAMLAsKubectlReadsThem(t *testing.T) {
+	tests := []struct {
+		name, in string
+		want     string // in the output; "" for an error
+	}{{
+		name: "escaped slashes in JSON",
+		in: `{"apiVersion":"kpack.io/v1alpha2","kind":"ClusterStore","metadata":{"name":"s"},` +
+			`"spec":{"sources":[{"image":"registry.example.com\/buildpacks\/bp:1"}]}}`,
+		want: "image: registry.example.com/buildpacks/bp:1",
+	}, {
+		name: "a merge key with overrides",
+		in: "apiVersion: kpack.io/v1alpha2\nkind: ClusterStore\nmetadata:\n  name: s\n" +
+			"spec:\n  sources:\n  - &bp {image: registry.example.com/buildpacks/bp:1}\n  - {<<: *bp, image: registry.example.com/buildpacks/other:2}\n",
+		want: "image: registry.example.com/buildpacks/other:2",
+	}, {
+		name: "a key twice in YAML",
+		in:   "apiVersion: kpack.io/v1alpha2\nkind: ClusterStore\nkind: ClusterStack\nmetadata:\n  name: s\n",
+	}, {
+		name: "a key twice in JSON",
+		in:   `{"apiVersion":"kpack.io/v1alpha2","kind":"ClusterStore","kind":"ClusterStack","metadata":{"name":"s"}}`,
+	}}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			out, _, err := Convert(strings.NewReader(tc.in))
+			switch {
+			case tc.want == "" && err == nil:
+				t.Errorf("converted, want an error:\n%s", out)
+			case tc.want != "" && (err != nil || !strings.Contains(string(out), tc.want)):
+				t.Errorf("%v; want %q in the output:\n%s", err, tc.want, out)
+			}
+		})
 	}
 }
 
