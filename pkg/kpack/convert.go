@@ -144,6 +144,7 @@ func Convert(in io.Reader) (out []byte, warnings []Warning, err error) {
 			}
 		}
 	}
+	c.warnUnconvertedRefs()
 	if err := checkDuplicates(c.outputs); err != nil {
 		return nil, nil, err
 	}
@@ -222,6 +223,68 @@ func (c *converter) emit(o *object, converted buildsmithObject) {
 func validate(obj buildsmithObject) error {
 	if err := obj.Validate(context.Background()); err != nil {
 		return err
+	}
+	return nil
+}
+
+// warnUnconvertedRefs warns on each builder that names a store, stack or
+// lifecycle the input holds but the output does not (left out, or passed
+// through unconverted, as an old experimental kind is): applied as it is,
+// the builder would wait for an object nothing creates.
+func (c *converter) warnUnconvertedRefs() {
+	converted, leftOut := map[string]bool{}, map[string]bool{}
+	for _, result := range c.outputs {
+		if result.converted != nil && !result.omitted {
+			converted[result.converted.GetObjectKind().GroupVersionKind().Kind+"/"+result.converted.GetName()] = true
+		} else if kind := clusterKindOf(result.from); kind != "" {
+			leftOut[kind+"/"+result.from.name] = true
+		}
+	}
+	for _, result := range c.outputs {
+		spec := builderSpecOf(result)
+		if spec == nil {
+			continue
+		}
+		refs := [][2]string{{"spec.store", "ClusterStore/" + spec.Store.Name}, {"spec.stack", "ClusterStack/" + spec.Stack.Name}}
+		if spec.Lifecycle != nil {
+			refs = append(refs, [2]string{"spec.lifecycle", "ClusterLifecycle/" + spec.Lifecycle.Name})
+		}
+		for _, ref := range refs {
+			if field, name := ref[0], ref[1]; leftOut[name] && !converted[name] {
+				result.from.warn(field, "%s of the input is not in the output (see its warning): this builder waits for a %s of that name applied otherwise",
+					name, strings.Split(name, "/")[0])
+			}
+		}
+	}
+}
+
+// clusterKindOf is the buildsmith kind an input object of kpack's would
+// have become, converted or not; "" for others (a buildsmith object passed
+// through is in the output as it is).
+func clusterKindOf(o *object) string {
+	apiVersion, _ := o.doc.obj["apiVersion"].(string)
+	kpackKind := o.role == passThrough && isKpackGroup(apiVersion)
+	switch {
+	case o.role == toClusterStore, kpackKind && (o.kind == "ClusterStore" || o.kind == "Store"):
+		return "ClusterStore"
+	case o.role == toClusterStack, kpackKind && (o.kind == "ClusterStack" || o.kind == "Stack"):
+		return "ClusterStack"
+	case o.role == toClusterLifecycle, kpackKind && o.kind == "ClusterLifecycle":
+		return "ClusterLifecycle"
+	}
+	return ""
+}
+
+// builderSpecOf is the spec of a builder in the output; nil for others.
+func builderSpecOf(result *output) *v1alpha1.BuilderSpec {
+	if result.omitted {
+		return nil
+	}
+	switch b := result.converted.(type) {
+	case *v1alpha1.Builder:
+		return &b.Spec.BuilderSpec
+	case *v1alpha1.ClusterBuilder:
+		return &b.Spec.BuilderSpec
 	}
 	return nil
 }

@@ -408,6 +408,70 @@ spec:
 			"omitted: ClusterBuilder/lonely: spec.store: not converted: it has no store, and none of its buildpacks comes from a Buildpack or ClusterBuildpack of the input with a usable image; give it a store",
 		},
 	}, {
+		name: "a builder naming a store and a stack of the input that are not in the output says so",
+		in: `apiVersion: kpack.io/v1alpha2
+kind: ClusterStore
+metadata: {name: s}
+spec:
+  sources: []
+---
+apiVersion: experimental.kpack.pivotal.io/v1alpha1
+kind: ClusterStack
+metadata: {name: base}
+spec: {id: io.buildpacks.stacks.jammy}
+---
+apiVersion: kpack.io/v1alpha2
+kind: ClusterBuilder
+metadata: {name: b}
+spec:
+  tag: gcr.io/sample/b
+  stack: {name: base, kind: ClusterStack}
+  store: {name: s, kind: ClusterStore}
+  order:
+  - group:
+    - id: paketo-buildpacks/go
+`,
+		want: `apiVersion: experimental.kpack.pivotal.io/v1alpha1
+kind: ClusterStack
+metadata: {name: base}
+spec: {id: io.buildpacks.stacks.jammy}
+---
+apiVersion: buildsmith.dev/v1alpha1
+kind: ClusterBuilder
+metadata: {name: b}
+spec:
+  tag: gcr.io/sample/b
+  stack: {kind: ClusterStack, name: base}
+  store: {kind: ClusterStore, name: s}
+  order:
+  - group:
+    - id: paketo-buildpacks/go
+`,
+		warnings: []string{
+			"omitted: ClusterStore/s: not converted: not a valid ClusterStore: missing field(s): spec.sources",
+			"ClusterStack/base: experimental.kpack.pivotal.io/v1alpha1 ClusterStack is not converted; passed through unchanged",
+			"ClusterBuilder/b: spec.store: ClusterStore/s of the input is not in the output (see its warning): this builder waits for a ClusterStore of that name applied otherwise",
+			"ClusterBuilder/b: spec.stack: ClusterStack/base of the input is not in the output (see its warning): this builder waits for a ClusterStack of that name applied otherwise",
+		},
+	}, {
+		name: "a non-boolean optional leaves the builder out, every such problem reported",
+		in: `apiVersion: kpack.io/v1alpha2
+kind: ClusterBuilder
+metadata: {name: b}
+spec:
+  tag: gcr.io/sample/b
+  stack: {name: base, kind: ClusterStack}
+  store: {name: s, kind: ClusterStore}
+  order:
+  - group:
+    - {id: paketo-buildpacks/go, optional: "yes"}
+    - {id: paketo-buildpacks/java, optional: 3}
+`,
+		warnings: []string{
+			`omitted: ClusterBuilder/b: spec.order[0].group[0].optional: not converted: expected true or false, found "yes"`,
+			`omitted: ClusterBuilder/b: spec.order[0].group[1].optional: not converted: expected true or false, found "3"`,
+		},
+	}, {
 		name: "an entry naming a Buildpack that is not in the input, without an id, cannot be converted",
 		in: docs(clusterStore, `
 apiVersion: kpack.io/v1alpha2
@@ -759,7 +823,7 @@ spec:
   cosign: {}
   order:
   - group:
-    - {id: paketo-buildpacks/go, optional: "yes"}
+    - {id: paketo-buildpacks/go}
 status:
   latestImage: gcr.io/sample/b@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef
 `,
@@ -781,7 +845,6 @@ spec:
 `,
 		warnings: []string{
 			"Builder/apps/b: spec.serviceAccount: legacy: serviceAccountName pusher wins, as in kpack; dropped",
-			"Builder/apps/b: spec.order[0].group[0].optional: expected true or false, found yes; dropped",
 			"Builder/apps/b: metadata.ownerReferences: buildsmith has no such field; dropped",
 			"Builder/apps/b: spec.cosign: buildsmith has no such field; dropped",
 			"Builder/apps/b: spec.stack.apiVersion: buildsmith has no such field; dropped",

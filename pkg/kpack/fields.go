@@ -43,8 +43,10 @@ func (f *fields) str(key string) string {
 	}
 }
 
-// boolean takes a boolean field: false when absent, or (with a warning) not
-// a boolean.
+// boolean takes a boolean field: false when absent. One that is not a
+// boolean ("yes", quoted) leaves the object out: kpack would refuse it too,
+// and neither value can be assumed (a buildpack made required, or
+// optional, changes which builds pass).
 func (f *fields) boolean(key string) bool {
 	switch v := f.take(key).(type) {
 	case nil:
@@ -52,7 +54,7 @@ func (f *fields) boolean(key string) bool {
 	case bool:
 		return v
 	default:
-		f.obj.warn(f.fieldPath(key), "expected true or false, found %v; dropped", v)
+		f.obj.omit(f.fieldPath(key), "not converted: expected true or false, found %q", fmt.Sprint(v))
 		return false
 	}
 }

@@ -150,9 +150,18 @@ func validateOrder(order []OrderEntry) *apis.FieldError {
 			list.add(i, apis.ErrMissingField("group"))
 			continue
 		}
+		first := map[string]int{}
 		for j, ref := range entry.Group {
-			if ref.ID == "" {
+			switch earlier, dup := first[ref.ID]; {
+			case ref.ID == "":
 				list.add(i, apis.ErrMissingField("id").ViaFieldIndex("group", j))
+			case dup:
+				// The lifecycle would detect and build it twice, into one
+				// layers directory.
+				list.add(i, apis.ErrGeneric(fmt.Sprintf("duplicate buildpack in a group: same id as group[%d]", earlier), "id").
+					ViaFieldIndex("group", j))
+			default:
+				first[ref.ID] = j
 			}
 		}
 	}

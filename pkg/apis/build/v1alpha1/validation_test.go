@@ -182,6 +182,13 @@ func TestValidate(t *testing.T) {
 			want: []string{"missing field(s): spec.order[0].group, spec.order[1].group[1].id"},
 		},
 		{
+			name: "an id twice in one group, not across groups",
+			obj: builder(func(s *NamespacedBuilderSpec) {
+				s.Order = []OrderEntry{{Group: []BuildpackRef{{ID: "a"}, {ID: "b"}, {ID: "a", Version: "2"}}}, {Group: []BuildpackRef{{ID: "a"}}}}
+			}),
+			want: []string{"duplicate buildpack in a group: same id as group[0]: spec.order[0].group[2].id"},
+		},
+		{
 			name: "10,000 valid order entries",
 			obj:  builder(func(s *NamespacedBuilderSpec) { s.Order = longOrder(10000, "a") }),
 		},
