@@ -87,7 +87,13 @@ func (w Warning) String() string {
 	if w.Field != "" {
 		s += ": " + w.Field
 	}
-	return s + ": " + w.Message
+	return s + ": " + OneLine(w.Message)
+}
+
+// OneLine joins a message's lines with "; ": a warning is one line (the
+// errors of several fields come one a line).
+func OneLine(message string) string {
+	return strings.Join(strings.FieldsFunc(message, func(r rune) bool { return r == '\n' }), "; ")
 }
 
 // Convert reads kpack manifests (a stream of YAML documents or JSON objects)

@@ -454,6 +454,25 @@ spec:
 			"ClusterBuilder/b: spec.stack: ClusterStack/base of the input is not in the output (see its warning): this builder waits for a ClusterStack of that name applied otherwise",
 		},
 	}, {
+		name: "a warning of several errors is one line",
+		in: `apiVersion: kpack.io/v1alpha2
+kind: ClusterBuilder
+metadata: {name: b}
+spec:
+  tag: gcr.io/sample/b
+  stack: {name: base, kind: ClusterStack}
+  store: {name: s, kind: ClusterStore}
+  order:
+  - group:
+    - {id: a}
+    - {id: a}
+  - group: []
+`,
+		warnings: []string{
+			"omitted: ClusterBuilder/b: not converted: not a valid ClusterBuilder: duplicate buildpack in a group: same id as group[0]: " +
+				"spec.order[0].group[1].id; missing field(s): spec.order[1].group",
+		},
+	}, {
 		name: "a non-boolean optional leaves the builder out, every such problem reported",
 		in: `apiVersion: kpack.io/v1alpha2
 kind: ClusterBuilder
@@ -901,7 +920,7 @@ spec: {}
 `,
 		warnings: []string{
 			"omitted: ClusterStack/no-id: not converted: not a valid ClusterStack: missing field(s): spec.id",
-			"omitted: ClusterBuilder/bad-tag: not converted: not a valid ClusterBuilder: invalid value: gcr.io/sample/b@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef: spec.tag\nmust be a tag, not a digest",
+			"omitted: ClusterBuilder/bad-tag: not converted: not a valid ClusterBuilder: invalid value: gcr.io/sample/b@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef: spec.tag; must be a tag, not a digest",
 			"omitted: ClusterStore/empty: not converted: not a valid ClusterStore: missing field(s): spec.sources",
 		},
 	}, {

@@ -45,6 +45,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/buildsmith/buildsmith/pkg/apis/build/v1alpha1"
+	"github.com/buildsmith/buildsmith/pkg/kpack"
 )
 
 // Limits of buildsmith's CRDs that Validate leaves to the schema.
@@ -101,7 +102,7 @@ func (w Warning) String() string {
 	if w.Field != "" {
 		s += ": " + w.Field
 	}
-	return s + ": " + w.Message
+	return s + ": " + kpack.OneLine(w.Message)
 }
 
 // Convert reads a builder.toml and returns the buildsmith manifests (YAML
