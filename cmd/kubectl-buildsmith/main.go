@@ -252,20 +252,24 @@ func convertManifests(in io.Reader) (out []byte, lines []string, omitted int, er
 	if err != nil {
 		return nil, nil, 0, err
 	}
-	lines, omitted = warningLines(warnings, func(w kpack.Warning) bool { return w.Omitted })
+	lines, omitted = warningLines(warnings, func(w kpack.Warning) (string, bool) {
+		return w.Kind + "/" + w.Namespace + "/" + w.Name, w.Omitted
+	})
 	return out, lines, omitted, nil
 }
 
-// warningLines returns the warnings' lines, and how many of them say an
-// object was left out.
-func warningLines[W fmt.Stringer](warnings []W, omits func(W) bool) (lines []string, omitted int) {
+// warningLines returns the warnings' lines, and how many objects they say
+// were left out; omitted names the object a warning is about and says
+// whether it was left out (an object may be, for several reasons).
+func warningLines[W fmt.Stringer](warnings []W, omitted func(W) (object string, left bool)) (lines []string, objects int) {
+	left := map[string]bool{}
 	for _, w := range warnings {
 		lines = append(lines, w.String())
-		if omits(w) {
-			omitted++
+		if object, ok := omitted(w); ok {
+			left[object] = true
 		}
 	}
-	return lines, omitted
+	return lines, len(left)
 }
 
 // convertBuilderTOML converts the pack builder.toml at path (- for stdin),
@@ -281,7 +285,8 @@ func convertBuilderTOML(in io.Reader, path string, pack packconfig.Options) (out
 	if err != nil {
 		return nil, nil, 0, err
 	}
-	lines, omitted = warningLines(warnings, func(w packconfig.Warning) bool { return w.Omitted })
+	// Each omission of the builder.toml converter is of an object of its own.
+	lines, omitted = warningLines(warnings, func(w packconfig.Warning) (string, bool) { return w.String(), w.Omitted })
 	return out, lines, omitted, nil
 }
 

@@ -101,6 +101,14 @@ func TestRun(t *testing.T) {
 		wantStatus: 1,
 		wantStdout: "name: sample-store",
 		wantStderr: "1 object(s) not converted",
+	}, {
+		name: "an object left out for several reasons counts once",
+		args: []string{"convert", "-f", "-"},
+		stdin: "apiVersion: kpack.io/v1alpha2\nkind: ClusterBuilder\nmetadata: {name: b}\nspec:\n  tag: gcr.io/sample/b\n" +
+			"  stack: {name: base, kind: ClusterStack}\n  store: {name: s, kind: ClusterStore}\n  order:\n" +
+			"  - group:\n    - {id: a, optional: \"yes\"}\n    - {id: b, optional: \"no\"}\n",
+		wantStatus: 1,
+		wantStderr: "\nkubectl-buildsmith convert: 1 object(s) not converted",
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

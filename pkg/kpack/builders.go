@@ -135,10 +135,12 @@ func (c *converter) convertBuilder(o *object) {
 			Spec: v1alpha1.NamespacedBuilderSpec{ServiceAccountName: serviceAccountName(spec)}}
 	}
 	order, folds := c.order(o, spec, meta.Namespace, generated)
-	if o.omitted {
-		return
-	}
 	common.Order = order
+	if o.omitted {
+		// The order's problems are reported; the rest of the builder is
+		// checked on, so that all of its problems are.
+		common.Order = []v1alpha1.OrderEntry{{Group: []v1alpha1.BuildpackRef{{ID: "reported"}}}}
+	}
 	switch b := builder.(type) {
 	case *v1alpha1.ClusterBuilder:
 		b.Spec.BuilderSpec = common
@@ -148,10 +150,11 @@ func (c *converter) convertBuilder(o *object) {
 	// Checked before any store changes for it.
 	if err := validate(builder); err != nil {
 		o.omit("", "not converted: not a valid %s: %v", builder.GetObjectKind().GroupVersionKind().Kind, err)
-		return
 	}
 	if len(common.AdditionalLabels) > maxAdditionalLabels { // the CRD's limit; Validate leaves it to the schema
 		o.omit("spec.additionalLabels", "not converted: %d labels, more than buildsmith's %d", len(common.AdditionalLabels), maxAdditionalLabels)
+	}
+	if o.omitted {
 		return
 	}
 	if generated {
@@ -236,14 +239,12 @@ func (c *converter) order(o *object, spec *fields, namespace string, generated b
 			kind, objectName := ref.str("kind"), ref.str("name")
 			switch {
 			case kind != "" || objectName != "":
-				f, ok := c.byName(o, ref.path, objectID{kind, namespace, objectName}, &r)
-				if !ok {
-					return nil, nil
+				// On past an entry that fails, to report every one that does.
+				if f, ok := c.byName(o, ref.path, objectID{kind, namespace, objectName}, &r); ok {
+					folds = append(folds, f)
 				}
-				folds = append(folds, f)
 			case r.ID == "":
 				o.omit(ref.path, "not converted: the entry has neither an id nor a Buildpack or ClusterBuildpack name")
-				return nil, nil
 			case generated:
 				// kpack looks for it in the namespace's Buildpacks, then in
 				// the ClusterBuildpacks; buildsmith only in the store.
@@ -252,6 +253,9 @@ func (c *converter) order(o *object, spec *fields, namespace string, generated b
 			group = append(group, r)
 		}
 		order = append(order, v1alpha1.OrderEntry{Group: group})
+	}
+	if o.omitted {
+		return nil, nil
 	}
 	return order, folds
 }

@@ -454,6 +454,29 @@ spec:
 			"ClusterBuilder/b: spec.stack: ClusterStack/base of the input is not in the output (see its warning): this builder waits for a ClusterStack of that name applied otherwise",
 		},
 	}, {
+		name: "every problem of a builder left out is reported",
+		in: `apiVersion: kpack.io/v1alpha2
+kind: Builder
+metadata: {name: b, namespace: apps}
+spec:
+  tag: gcr.io/sample/b@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef
+  stack: {name: base, kind: ClusterStack}
+  order:
+  - group:
+    - {kind: Buildpack, name: ruby}
+    - {id: x, optional: "no"}
+  - group:
+    - {version: "1.0"}
+`,
+		warnings: []string{
+			"omitted: Builder/apps/b: spec.order[0].group[0]: not converted: the entry has no id and Buildpack/apps/ruby is not in the input, " +
+				"so its buildpack cannot be known offline; give the entry an id, or add the Buildpack with its status (kubectl get -o yaml) to the input",
+			`omitted: Builder/apps/b: spec.order[0].group[1].optional: not converted: expected true or false, found "no"`,
+			"omitted: Builder/apps/b: spec.order[1].group[0]: not converted: the entry has neither an id nor a Buildpack or ClusterBuildpack name",
+			"omitted: Builder/apps/b: not converted: not a valid Builder: invalid value: " +
+				"gcr.io/sample/b@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef: spec.tag; must be a tag, not a digest",
+		},
+	}, {
 		name: "a warning of several errors is one line",
 		in: `apiVersion: kpack.io/v1alpha2
 kind: ClusterBuilder
