@@ -122,6 +122,9 @@ func Convert(in io.Reader) (out []byte, warnings []Warning, err error) {
 	}
 	objects := make([]*object, len(docs))
 	for i := range docs {
+		if err := docs[i].checkTypeFields(); err != nil {
+			return nil, nil, err
+		}
 		objects[i] = c.newObject(&docs[i])
 	}
 	// Builders go last: they add sources to stores and look up Buildpacks

@@ -46,10 +46,6 @@ var corpusBugs = map[string]string{
 		"is not in the input: convert it too, or the builder waits for it\"; converter.lifecycles counts only the kpack " +
 		"ClusterLifecycles converted (and a buildsmith default-lifecycle of the input would be dropped from spec.lifecycle " +
 		"the same way)",
-	"ytt-data-values": "bug: a document that is not a Kubernetes object (no apiVersion, no kind: a ytt data values " +
-		"document, given with the templates) is passed through without a word, where kubectl apply refuses it " +
-		"(apiVersion not set, kind not set); the converter's rule is that text that is not an object is an error naming " +
-		"the document (the wording of the error in the golden file is a proposal)",
 }
 
 // TestCorpus converts each input of testdata/corpus and compares the output

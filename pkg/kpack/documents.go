@@ -101,6 +101,23 @@ func appendObject(docs []document, where string, raw []byte, obj map[string]any)
 	return docs, nil
 }
 
+// checkTypeFields refuses an object without an apiVersion or a kind, as
+// kubectl does (a ytt data values document given with the templates, say):
+// passed through, it would fail only when applied.
+func (d *document) checkTypeFields() error {
+	apiVersion, _ := d.obj["apiVersion"].(string)
+	kind, _ := d.obj["kind"].(string)
+	switch {
+	case apiVersion == "" && kind == "":
+		return fmt.Errorf("%s: not a Kubernetes object: no apiVersion and no kind", d.where)
+	case apiVersion == "":
+		return fmt.Errorf("%s: not a Kubernetes object: no apiVersion", d.where)
+	case kind == "":
+		return fmt.Errorf("%s: not a Kubernetes object: no kind", d.where)
+	}
+	return nil
+}
+
 // value is what a document holds: the document itself, or one of the JSON
 // values of a document that is a stream of them.
 type value struct {
