@@ -212,8 +212,12 @@ func (c *converter) convert(o *object) {
 }
 
 func (c *converter) passThrough(o *object) {
-	if apiVersion, _ := o.doc.obj["apiVersion"].(string); isKpackGroup(apiVersion) {
+	apiVersion, _ := o.doc.obj["apiVersion"].(string)
+	switch {
+	case isKpackGroup(apiVersion):
 		o.warn("", "%s %s is not converted; passed through unchanged", apiVersion, o.kind)
+	case apiVersion == v1alpha1.SchemeGroupVersion.String() && o.kind == "ClusterLifecycle":
+		c.lifecycles[o.name] = true // buildsmith's own, for the builders that name it
 	}
 	c.outputs = append(c.outputs, &output{from: o})
 }

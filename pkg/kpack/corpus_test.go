@@ -41,11 +41,6 @@ var corpusBugs = map[string]string{
 		"(converter.fold, store == nil) drops the Buildpack's spec.serviceAccountName without a word: Buildpack/team-c/ruby " +
 		"reads its image with ServiceAccount team-c/builder, and no warning says ClusterStore default needs credentials " +
 		"for it (with the store in the input, one does)",
-	"mixed-non-kpack": "bug: a false warning: a kpack Builder naming a ClusterLifecycle that the input holds as a " +
-		"buildsmith.dev/v1alpha1 ClusterLifecycle (passed through to the output) is told \"ClusterLifecycle lifecycle-0-21 " +
-		"is not in the input: convert it too, or the builder waits for it\"; converter.lifecycles counts only the kpack " +
-		"ClusterLifecycles converted (and a buildsmith default-lifecycle of the input would be dropped from spec.lifecycle " +
-		"the same way)",
 }
 
 // TestCorpus converts each input of testdata/corpus and compares the output
