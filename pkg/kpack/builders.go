@@ -395,6 +395,10 @@ func (c *converter) fold(o *object, storeName string, store *v1alpha1.ClusterSto
 			f.bp.usedIn = append(f.bp.usedIn, usedIn)
 		}
 		if store == nil {
+			if f.bp.account != nil {
+				o.warn(f.field, "%s reads its image with ServiceAccount %s/%s; ClusterStore %s is not among the converted objects: give it credentials for %s if it needs them",
+					f.bp.from.path(), f.bp.account.Namespace, f.bp.account.Name, storeName, f.bp.image)
+			}
 			continue
 		}
 		if f.bp.account != nil && (store.Spec.ServiceAccountRef == nil || *store.Spec.ServiceAccountRef != *f.bp.account) {

@@ -37,10 +37,6 @@ var corpusBugs = map[string]string{
 		"a store does (converter.order: case generated). The output Builder team-f/api cannot find example/java-hardening and " +
 		"heroku/procfile in ClusterStore default, and Buildpack/team-f/java-hardening and ClusterBuildpack/heroku-procfile " +
 		"say, wrongly, that no converted builder uses them",
-	"jq-pretty": "bug: silent loss: a builder entry naming a Buildpack whose image goes to a store that is not in the input " +
-		"(converter.fold, store == nil) drops the Buildpack's spec.serviceAccountName without a word: Buildpack/team-c/ruby " +
-		"reads its image with ServiceAccount team-c/builder, and no warning says ClusterStore default needs credentials " +
-		"for it (with the store in the input, one does)",
 }
 
 // TestCorpus converts each input of testdata/corpus and compares the output
