@@ -245,10 +245,14 @@ func (c *converter) order(o *object, spec *fields, namespace string, generated b
 				}
 			case r.ID == "":
 				o.omit(ref.path, "not converted: the entry has neither an id nor a Buildpack or ClusterBuildpack name")
-			case generated:
-				// kpack looks for it in the namespace's Buildpacks, then in
-				// the ClusterBuildpacks; buildsmith only in the store.
-				folds = append(folds, fold{field: ref.path, id: r.ID, bp: c.findByID(namespace, r)})
+			default:
+				// kpack looks for an id in the namespace's Buildpacks, the
+				// ClusterBuildpacks and the builder's store, if it has one;
+				// buildsmith only in the store, so one found in the input
+				// goes into it. Without a store, one not found is warned of.
+				if bp := c.findByID(namespace, r); bp != nil || generated {
+					folds = append(folds, fold{field: ref.path, id: r.ID, bp: bp})
+				}
 			}
 			group = append(group, r)
 		}

@@ -30,14 +30,7 @@ const corpusDir = "testdata/corpus"
 // corpusBugs are the inputs whose golden files say what the converter
 // should do and does not yet: they are skipped, naming the bug, and -update
 // leaves their golden files as they were written, by hand.
-var corpusBugs = map[string]string{
-	"buildpack-id-with-store": "bug: a Builder WITH a store whose order names a buildpack by id alone, which kpack finds in a " +
-		"Buildpack of the builder's namespace or a ClusterBuildpack of the input (kpack's resolver looks in those and in the " +
-		"store for every id-only entry), gets neither that object's image in its store nor a warning; only a builder WITHOUT " +
-		"a store does (converter.order: case generated). The output Builder team-f/api cannot find example/java-hardening and " +
-		"heroku/procfile in ClusterStore default, and Buildpack/team-f/java-hardening and ClusterBuildpack/heroku-procfile " +
-		"say, wrongly, that no converted builder uses them",
-}
+var corpusBugs = map[string]string{}
 
 // TestCorpus converts each input of testdata/corpus and compares the output
 // and the warnings (or the error) with its golden files, byte for byte.
