@@ -34,6 +34,9 @@ type push struct {
 	checked bool
 	skipped atomic.Bool        // a blob was taken as held on the memory's word
 	blobs   singleflight.Group // one transfer per digest, however many images name it
+	// retryTurn is held by the one request of the push retrying in-call
+	// (see retry).
+	retryTurn chan struct{}
 }
 
 // smallBlob is the size up to which a blob of unknown whereabouts is
@@ -50,7 +53,7 @@ func (c *Client) newPush(ctx context.Context, kc authn.Keychain, repo name.Repos
 	if err != nil {
 		return nil, err
 	}
-	p := &push{c: c, repo: repo, key: repo.Name()}
+	p := &push{c: c, repo: repo, key: repo.Name(), retryTurn: make(chan struct{}, 1)}
 	scopes := []string{repo.Scope(transport.PushScope)}
 	sources, err := p.mountSources(a)
 	if err != nil {

@@ -297,3 +297,45 @@ func TestProbedPerFamily(t *testing.T) {
 		t.Errorf("%d probe manifests, want 2 per family: %v", n, f.Requests())
 	}
 }
+
+// TestFailingPushRetriesOneAtATime: the blobs of a push move at once, and
+// all of them meet a repository that fails; they retry one at a time, so
+// the failure costs the first try of each and the retries of one, not the
+// retries of every blob. A blip (the first tries fail, the retries get
+// through) still ends in a pushed image.
+func TestFailingPushRetriesOneAtATime(t *testing.T) {
+	img, err := random.Image(1024, 6) // more blobs than pushJobs move at once
+	if err != nil {
+		t.Fatal(err)
+	}
+	steps := Options{}.withDefaults().Retry.Steps
+	t.Run("the repository keeps failing", func(t *testing.T) {
+		f := registrytest.New(t)
+		c := newTestClient(t, Options{})
+		f.Inject("", "/team/app/", -1, registrytest.Answer(503, nil, ""))
+		f.ForgetRequests()
+		if _, err := c.As(nil).Write(context.Background(), f.Ref("team/app:1").(name.Tag), img); Classify(err).Reason != ReasonRegistryUnavailable {
+			t.Fatalf("Write: %v", err)
+		}
+		// The registry's traits are probed first (its tries), then the
+		// blobs: each one's first try, and one's retries. Retrying each,
+		// it was steps + pushJobs×steps (15).
+		if n, most := f.Count("", "/team/app/"), steps+pushJobs+steps-1; n > most {
+			t.Errorf("%d requests into the failing repository, want at most %d (the traits probe's tries, the first try of %d blobs, "+
+				"the retries of one): %q", n, most, pushJobs, f.Requests())
+		}
+	})
+	t.Run("a blip", func(t *testing.T) {
+		f := registrytest.New(t)
+		c := newTestClient(t, Options{})
+		f.Inject("POST", "/team/app/", pushJobs, registrytest.Answer(503, nil, ""))
+		tag := f.Ref("team/app:1").(name.Tag)
+		digest, err := c.As(nil).Write(context.Background(), tag, img)
+		if err != nil {
+			t.Fatalf("Write through a blip: %v", err)
+		}
+		if want, _ := img.Digest(); digest.DigestStr() != want.String() {
+			t.Errorf("pushed %s, want %s", digest.DigestStr(), want)
+		}
+	})
+}

@@ -141,13 +141,26 @@ func (p *push) putManifest(ctx context.Context, ref name.Reference, m remote.Tag
 }
 
 // retry runs op again after failures the client retries in-call, on
-// Options.Retry's backoff; each try sends its body anew.
+// Options.Retry's backoff; each try sends its body anew. The requests of a
+// push retry one at a time (retryTurn): when the repository fails, the
+// blobs moving at once have each met it, and their retries would be as
+// many more requests into the failure; waiting for the turn, a request
+// retries only once the one before it got through, or gives up with the
+// push when that one failed for good (its error cancels ctx).
 func (p *push) retry(ctx context.Context, op func() error) error {
 	backoff := p.c.opts.Retry
 	for try := 1; ; try++ {
 		err := op()
 		if err == nil || try >= p.c.opts.Retry.Steps || !p.c.retryInCall(err) {
 			return err
+		}
+		if try == 1 {
+			select {
+			case p.retryTurn <- struct{}{}:
+				defer func() { <-p.retryTurn }()
+			case <-ctx.Done():
+				return err
+			}
 		}
 		timer := time.NewTimer(backoff.Step())
 		select {
