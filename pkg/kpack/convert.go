@@ -258,14 +258,15 @@ func (c *converter) warnUnconvertedRefs() {
 		if spec == nil {
 			continue
 		}
-		refs := [][2]string{{"spec.store", "ClusterStore/" + spec.Store.Name}, {"spec.stack", "ClusterStack/" + spec.Stack.Name}}
+		type ref struct{ field, kind, name string }
+		refs := []ref{{"spec.store", "ClusterStore", spec.Store.Name}, {"spec.stack", "ClusterStack", spec.Stack.Name}}
 		if spec.Lifecycle != nil {
-			refs = append(refs, [2]string{"spec.lifecycle", "ClusterLifecycle/" + spec.Lifecycle.Name})
+			refs = append(refs, ref{"spec.lifecycle", "ClusterLifecycle", spec.Lifecycle.Name})
 		}
-		for _, ref := range refs {
-			if field, name := ref[0], ref[1]; leftOut[name] && !converted[name] {
-				result.from.warn(field, "%s of the input is not in the output (see its warning): this builder waits for a %s of that name applied otherwise",
-					name, strings.Split(name, "/")[0])
+		for _, r := range refs {
+			if id := r.kind + "/" + r.name; leftOut[id] && !converted[id] {
+				result.from.warn(r.field, "%s of the input is not in the output (see its warning): this builder waits for a %s of that name applied otherwise",
+					id, r.kind)
 			}
 		}
 	}
