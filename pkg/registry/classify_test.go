@@ -88,7 +88,9 @@ func TestFaults(t *testing.T) {
 				at := time.Now().Add(90 * time.Second).UTC().Format(http.TimeFormat)
 				return registrytest.Answer(429, map[string]string{"Retry-After": at}, registrytest.OCIError("TOOMANYREQUESTS", "slow down"))
 			},
-			class: failure.Transient, reason: ReasonRateLimited, retryAfter: 89 * time.Second, requests: 1},
+			// An HTTP date has whole seconds: the 90 s lose up to one to
+			// truncation and a little more to the request's own time.
+			class: failure.Transient, reason: ReasonRateLimited, retryAfter: 88 * time.Second, requests: 1},
 		{name: "429 without Retry-After is retried in-call", op: resolve, method: "HEAD",
 			fault: func(*registrytest.Registry) func(http.ResponseWriter, *http.Request) {
 				return registrytest.Answer(429, nil, "")
