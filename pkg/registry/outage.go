@@ -24,7 +24,11 @@ func isOutage(ctx context.Context, resp *http.Response, err error) bool {
 		}
 		return isNetworkError(err)
 	}
-	code := resp.StatusCode
+	return outageStatus(resp.StatusCode)
+}
+
+// outageStatus says whether an answer's status is its place failing.
+func outageStatus(code int) bool {
 	return code == http.StatusRequestTimeout || code == http.StatusTooManyRequests || code >= 500
 }
 

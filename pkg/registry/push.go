@@ -34,9 +34,7 @@ type push struct {
 	checked bool
 	skipped atomic.Bool        // a blob was taken as held on the memory's word
 	blobs   singleflight.Group // one transfer per digest, however many images name it
-	// retryTurn is held by the one request of the push retrying in-call
-	// (see retry).
-	retryTurn chan struct{}
+	turns   pushTurns
 }
 
 // smallBlob is the size up to which a blob of unknown whereabouts is
@@ -53,7 +51,7 @@ func (c *Client) newPush(ctx context.Context, kc authn.Keychain, repo name.Repos
 	if err != nil {
 		return nil, err
 	}
-	p := &push{c: c, repo: repo, key: repo.Name(), retryTurn: make(chan struct{}, 1)}
+	p := &push{c: c, repo: repo, key: repo.Name(), turns: newPushTurns()}
 	scopes := []string{repo.Scope(transport.PushScope)}
 	sources, err := p.mountSources(a)
 	if err != nil {
@@ -235,7 +233,7 @@ func (p *push) blob(ctx context.Context, digest v1.Hash, l v1.Layer, trusted boo
 			p.c.blobs.remember(p.key, digest)
 			return nil
 		}
-		if err != nil && !refusedAsClient(err) && p.c.retryInCall(err) {
+		if !repositoryAnswered(err) {
 			return err // the registry failing, not the mount
 		}
 		// Not mounted (a registry without mounts, a source without the

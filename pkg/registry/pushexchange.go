@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -140,25 +141,36 @@ func (p *push) putManifest(ctx context.Context, ref name.Reference, m remote.Tag
 	})
 }
 
-// retry runs op again after failures the client retries in-call, on
-// Options.Retry's backoff; each try sends its body anew. The requests of a
-// push retry one at a time (retryTurn): when the repository fails, the
-// blobs moving at once have each met it, and their retries would be as
-// many more requests into the failure; waiting for the turn, a request
-// retries only once the one before it got through, or gives up with the
-// push when that one failed for good (its error cancels ctx).
+// retry runs op, and again after failures the client retries in-call, on
+// Options.Retry's backoff; each try sends its body anew. Until the
+// repository has answered the push, and while one of its exchanges
+// retries, the push's exchanges go one at a time; once one has failed for
+// good without an answer, the others send nothing (pushTurns).
 func (p *push) retry(ctx context.Context, op func() error) error {
+	held, err := p.turns.take(ctx, true)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if held {
+			p.turns.give()
+		}
+	}()
 	backoff := p.c.opts.Retry
 	for try := 1; ; try++ {
 		err := op()
+		answered := repositoryAnswered(err)
+		if answered {
+			p.turns.answered()
+		}
 		if err == nil || try >= p.c.opts.Retry.Steps || !p.c.retryInCall(err) {
+			if !answered {
+				p.turns.end(err)
+			}
 			return err
 		}
-		if try == 1 {
-			select {
-			case p.retryTurn <- struct{}{}:
-				defer func() { <-p.retryTurn }()
-			case <-ctx.Done():
+		if !held {
+			if held, _ = p.turns.take(ctx, false); !held {
 				return err
 			}
 		}
@@ -170,6 +182,82 @@ func (p *push) retry(ctx context.Context, op func() error) error {
 		case <-timer.C:
 		}
 	}
+}
+
+// pushTurns paces a push's exchanges by what the repository says. Until it
+// has answered one, they go one at a time: a push into a failing
+// repository costs its first exchange's tries, not those of every blob
+// moving at once. While one retries, they go one at a time again (the
+// blobs in flight have each met the failure). Once one has failed for good
+// without an answer, the push is over and the others send nothing: its
+// error fails them, before the push's context is cancelled.
+type pushTurns struct {
+	turn         chan struct{} // held by the exchange going alone
+	answeredOnce sync.Once
+	answeredCh   chan struct{} // closed when the repository first answers
+	overOnce     sync.Once
+	overCh       chan struct{} // closed, after err is set, when the push is over
+	err          error
+}
+
+func newPushTurns() pushTurns {
+	return pushTurns{turn: make(chan struct{}, 1), answeredCh: make(chan struct{}), overCh: make(chan struct{})}
+}
+
+// take waits for the turn, and reports whether it holds it; unlessAnswered:
+// not once the repository has answered (then it returns false at once).
+// It fails when the push is over or ctx ends.
+func (t *pushTurns) take(ctx context.Context, unlessAnswered bool) (bool, error) {
+	var answered <-chan struct{} // nil: never ready
+	if unlessAnswered {
+		answered = t.answeredCh
+	}
+	select {
+	case <-t.overCh:
+		return false, t.err
+	case <-answered:
+		return false, nil
+	default:
+	}
+	select {
+	case t.turn <- struct{}{}:
+		select {
+		case <-t.overCh: // ended by the exchange that gave the turn
+			t.give()
+			return false, t.err
+		default:
+			return true, nil
+		}
+	case <-answered:
+		return false, nil
+	case <-t.overCh:
+		return false, t.err
+	case <-ctx.Done():
+		return false, ctx.Err()
+	}
+}
+
+func (t *pushTurns) give() { <-t.turn }
+
+func (t *pushTurns) answered() { t.answeredOnce.Do(func() { close(t.answeredCh) }) }
+
+// end makes the push over, failing with err.
+func (t *pushTurns) end(err error) {
+	t.overOnce.Do(func() {
+		t.err = err
+		close(t.overCh)
+	})
+}
+
+// repositoryAnswered says whether an exchange's outcome is the repository
+// answering (success, or a refusal), not failing (isOutage's statuses, or
+// no answer at all).
+func repositoryAnswered(err error) bool {
+	if err == nil {
+		return true
+	}
+	var te *transport.Error
+	return errors.As(err, &te) && !outageStatus(te.StatusCode)
 }
 
 // refusedAsClient says whether err is a registry refusing a request for

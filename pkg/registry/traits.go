@@ -107,7 +107,7 @@ func (m *registryTraits) trusted(ctx context.Context, p *push, mediaType types.M
 	probeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), probeWaitTimeout)
 	done := m.probing.DoChan(fmt.Sprint(key), func() (any, error) {
 		defer cancel()
-		checks, known := p.probeChecks(probeCtx, key.docker)
+		checks, known := p.prober().probeChecks(probeCtx, key.docker)
 		verdict := checkVerdict{checks: checks, until: m.clock.Now().Add(checkVerdictFor)}
 		if !known {
 			verdict.until = m.clock.Now().Add(inconclusiveFor)
@@ -123,6 +123,13 @@ func (m *registryTraits) trusted(ctx context.Context, p *push, mediaType types.M
 	case <-ctx.Done():
 		return false
 	}
+}
+
+// prober is a push of the probe's own into p's repository: the probe's
+// exchanges pace themselves, and their failure (the probe is inconclusive)
+// does not end p.
+func (p *push) prober() *push {
+	return &push{c: p.c, repo: p.repo, key: p.key, http: p.http, turns: newPushTurns()}
 }
 
 // probeBlob is uploaded for the probe; probeMissing is a blob no registry

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -82,8 +84,15 @@ func faultRun(t *testing.T, fault registryFault, n int, outage time.Duration) fa
 	w.createBuilders(t, 0, n, w.order())
 	r.reported = w.waitAllReporting(t, n, outage-time.Since(start))
 	time.Sleep(outage - time.Since(start))
-	r.requests = len(f.Requests())
-	r.firstCalls = firstCalls(f.Requests())
+	during := f.Requests()
+	r.requests = len(during)
+	r.firstCalls = firstCalls(during)
+	// BENCH_FAULT_TRACE=DIR keeps the requests of each run's fault there,
+	// to see what the circuits let through.
+	if dir := os.Getenv("BENCH_FAULT_TRACE"); dir != "" {
+		name := strings.NewReplacer(" ", "_", "'", "", ",", "", ":", "").Replace(t.Name())
+		_ = os.WriteFile(filepath.Join(dir, strings.ReplaceAll(name, "/", "-")+".requests.txt"), []byte(strings.Join(during, "\n")+"\n"), 0o644)
+	}
 	f.ClearFaults()
 	end := time.Now()
 	mu.Lock()
