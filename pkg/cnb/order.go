@@ -31,12 +31,12 @@ type ResolvedOrder struct {
 }
 
 // ResolveOrder pins order and system (nil for none) against the
-// buildpacks of a store. A reference without a version takes the highest
-// semantic version the store has. All errors are Permanent: the spec or
-// the store must change.
-func ResolveOrder(order []v1alpha1.OrderEntry, system *v1alpha1.SystemBuildpacks, store []v1alpha1.StoreBuildpack) (*ResolvedOrder, error) {
-	r := resolver{kind: "buildpack", byID: map[string][]v1alpha1.StoreBuildpack{}, used: map[string]v1alpha1.StoreBuildpack{}}
-	for _, bp := range store {
+// buildpacks of a pool (a builder's sources). A reference without a
+// version takes the highest semantic version the pool has. All errors are
+// Permanent: the spec or a source must change.
+func ResolveOrder(order []v1alpha1.OrderEntry, system *v1alpha1.SystemBuildpacks, pool Pool) (*ResolvedOrder, error) {
+	r := resolver{kind: "buildpack", where: pool.where(), byID: map[string][]v1alpha1.StoreBuildpack{}, used: map[string]v1alpha1.StoreBuildpack{}}
+	for _, bp := range pool.Buildpacks {
 		r.byID[bp.ID] = append(r.byID[bp.ID], bp)
 	}
 	out := &ResolvedOrder{Order: make([]v1alpha1.OrderEntry, len(order))}
@@ -80,12 +80,12 @@ func ResolveOrder(order []v1alpha1.OrderEntry, system *v1alpha1.SystemBuildpacks
 }
 
 // ResolveExtensions pins an order of image extensions against the
-// extensions of a store, as ResolveOrder pins buildpacks. Extensions are
+// extensions of a pool, as ResolveOrder pins buildpacks. Extensions are
 // always optional to the lifecycle; the resolved order keeps what the spec
 // says.
-func ResolveExtensions(order []v1alpha1.OrderEntry, store []v1alpha1.StoreBuildpack) (*ResolvedOrder, error) {
-	r := resolver{kind: "extension", byID: map[string][]v1alpha1.StoreBuildpack{}, used: map[string]v1alpha1.StoreBuildpack{}}
-	for _, ext := range store {
+func ResolveExtensions(order []v1alpha1.OrderEntry, pool Pool) (*ResolvedOrder, error) {
+	r := resolver{kind: "extension", where: pool.where(), byID: map[string][]v1alpha1.StoreBuildpack{}, used: map[string]v1alpha1.StoreBuildpack{}}
+	for _, ext := range pool.Extensions {
 		r.byID[ext.ID] = append(r.byID[ext.ID], ext)
 	}
 	out := &ResolvedOrder{Order: make([]v1alpha1.OrderEntry, len(order))}
@@ -107,15 +107,16 @@ func ResolveExtensions(order []v1alpha1.OrderEntry, store []v1alpha1.StoreBuildp
 }
 
 type resolver struct {
-	kind string // "buildpack", "extension": for messages
-	byID map[string][]v1alpha1.StoreBuildpack
-	used map[string]v1alpha1.StoreBuildpack // by id@version
+	kind  string // "buildpack", "extension": for messages
+	where string // "the store": for messages (Pool.where)
+	byID  map[string][]v1alpha1.StoreBuildpack
+	used  map[string]v1alpha1.StoreBuildpack // by id@version
 }
 
 func (r *resolver) resolve(ref v1alpha1.BuildpackRef) (v1alpha1.StoreBuildpack, error) {
 	candidates := r.byID[ref.ID]
 	if len(candidates) == 0 {
-		return v1alpha1.StoreBuildpack{}, failure.Permanentf(ReasonBuildpackNotFound, "%s %s is not in the store", r.kind, ref.ID)
+		return v1alpha1.StoreBuildpack{}, failure.Permanentf(ReasonBuildpackNotFound, "%s %s is not in %s", r.kind, ref.ID, r.where)
 	}
 	if ref.Version != "" {
 		for _, bp := range candidates {
@@ -124,7 +125,7 @@ func (r *resolver) resolve(ref v1alpha1.BuildpackRef) (v1alpha1.StoreBuildpack, 
 			}
 		}
 		return v1alpha1.StoreBuildpack{}, failure.Permanentf(ReasonBuildpackNotFound,
-			"%s %s@%s is not in the store, which has versions %s", r.kind, ref.ID, ref.Version, versions(candidates))
+			"%s %s@%s is not in %s, which has versions %s", r.kind, ref.ID, ref.Version, r.where, versions(candidates))
 	}
 	var best v1alpha1.StoreBuildpack
 	var bestVersion *semver.Version

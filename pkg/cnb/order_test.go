@@ -81,7 +81,7 @@ func TestResolveOrder(t *testing.T) {
 	}}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := ResolveOrder(tc.order, nil, store)
+			got, err := ResolveOrder(tc.order, nil, Pool{Buildpacks: store})
 			if tc.wantReason != "" {
 				f, ok := failure.As(err)
 				if !ok || f.Class != failure.Permanent || f.Reason != tc.wantReason || !strings.Contains(err.Error(), tc.wantText) {
@@ -147,7 +147,7 @@ func TestResolveSystem(t *testing.T) {
 	}}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := ResolveOrder([]v1alpha1.OrderEntry{group(ref("go", ""))}, tc.system, store)
+			got, err := ResolveOrder([]v1alpha1.OrderEntry{group(ref("go", ""))}, tc.system, Pool{Buildpacks: store})
 			if tc.wantText != "" {
 				f, ok := failure.As(err)
 				if !ok || f.Class != failure.Permanent || f.Reason != ReasonBuildpackNotFound || err.Error() != tc.wantText {
@@ -246,7 +246,7 @@ func metaWithOldChild(t *testing.T) []v1alpha1.StoreBuildpack {
 		{ID: "meta", Version: "1", API: "0.10", Order: []v1alpha1.OrderEntry{group(ref("child", "1"))}},
 		{ID: "child", Version: "1", API: "0.2"},
 	}
-	resolved, err := ResolveOrder([]v1alpha1.OrderEntry{group(ref("meta", "1"))}, nil, store)
+	resolved, err := ResolveOrder([]v1alpha1.OrderEntry{group(ref("meta", "1"))}, nil, Pool{Buildpacks: store})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -322,7 +322,7 @@ func TestCheckPlatformAPI(t *testing.T) {
 
 func TestResolveExtensions(t *testing.T) {
 	store := []v1alpha1.StoreBuildpack{sbp("curl", "1.0.0"), sbp("curl", "1.2.0"), sbp("apt", "0.1.0")}
-	got, err := ResolveExtensions([]v1alpha1.OrderEntry{group(ref("curl", "")), group(ref("apt", "0.1.0"), ref("curl", "1.0.0"))}, store)
+	got, err := ResolveExtensions([]v1alpha1.OrderEntry{group(ref("curl", "")), group(ref("apt", "0.1.0"), ref("curl", "1.0.0"))}, Pool{Extensions: store})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -337,7 +337,7 @@ func TestResolveExtensions(t *testing.T) {
 	if diff := cmp.Diff([]string{"apt@0.1.0", "curl@1.0.0", "curl@1.2.0"}, used); diff != "" {
 		t.Errorf("extensions (-want +got):\n%s", diff)
 	}
-	_, err = ResolveExtensions([]v1alpha1.OrderEntry{group(ref("ghost", ""))}, store)
+	_, err = ResolveExtensions([]v1alpha1.OrderEntry{group(ref("ghost", ""))}, Pool{Extensions: store})
 	if f, ok := failure.As(err); !ok || f.Reason != ReasonBuildpackNotFound || err.Error() != "orderExtensions: extension ghost is not in the store" {
 		t.Errorf("missing extension: %v", err)
 	}

@@ -158,7 +158,7 @@ func TestBuilderReadyAndThenNoRedundantWork(t *testing.T) {
 	if diff := cmp.Diff([]v1alpha1.OrderEntry{{Group: []v1alpha1.BuildpackRef{{ID: "example/go", Version: "1.1.0"}}}}, s.Order); diff != "" {
 		t.Errorf("resolved order (-want +got):\n%s", diff)
 	}
-	if diff := cmp.Diff([]v1alpha1.BuildpackMetadata{{ID: "example/go", Version: "1.1.0"}}, s.BuilderMetadata); diff != "" {
+	if diff := cmp.Diff([]v1alpha1.BuildpackMetadata{{ID: "example/go", Version: "1.1.0", Source: "ClusterStore/default"}}, s.BuilderMetadata); diff != "" {
 		t.Errorf("builderMetadata (-want +got):\n%s", diff)
 	}
 	if s.Stack != (v1alpha1.BuiltStack{ID: "io.buildpacks.stacks.jammy", RunImage: x.f.Addr + "/stack/run:1"}) ||
@@ -335,7 +335,7 @@ func BenchmarkAssembleBuilder(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	resolved, err := cnb.ResolveOrder([]v1alpha1.OrderEntry{{Group: order}}, nil, store)
+	resolved, err := cnb.ResolveOrder([]v1alpha1.OrderEntry{{Group: order}}, nil, cnb.Pool{Buildpacks: store})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"knative.dev/pkg/tracker"
 
 	"github.com/buildsmith/buildsmith/pkg/apis/build/v1alpha1"
+	"github.com/buildsmith/buildsmith/pkg/cnb"
 	"github.com/buildsmith/buildsmith/pkg/failure"
 	"github.com/buildsmith/buildsmith/pkg/reconciler"
 	"github.com/buildsmith/buildsmith/pkg/reconciler/clusterlifecycle"
@@ -60,4 +61,51 @@ func (r *Core) lifecycle(ctx context.Context, obj object, reg registry.Access, r
 	}
 	image, err := clusterlifecycle.ImageOf(lc)
 	return image, "ClusterLifecycle " + lc.Name, err
+}
+
+// stores returns the builder's ClusterStores, spec.store first, each Ready.
+func (r *Core) stores(obj object, spec *v1alpha1.BuilderSpec) ([]*v1alpha1.ClusterStore, error) {
+	refs := storeRefs(spec)
+	stores := make([]*v1alpha1.ClusterStore, len(refs))
+	for i, ref := range refs {
+		store, err := ready(r, obj, "ClusterStore", ref.Name, r.Stores.Get, ReasonStoreNotReady)
+		if err != nil {
+			return nil, err
+		}
+		stores[i] = store
+	}
+	return stores, nil
+}
+
+// storeRefs are a builder's sources in order: spec.store, then spec.sources.
+func storeRefs(spec *v1alpha1.BuilderSpec) []v1alpha1.StoreRef {
+	refs := []v1alpha1.StoreRef{spec.Store}
+	for _, source := range spec.Sources {
+		refs = append(refs, v1alpha1.StoreRef{Kind: "ClusterStore", Name: source.Name})
+	}
+	return refs
+}
+
+// poolOf pools what stores hold (cnb.Merge: the first source has a module
+// several offer).
+func poolOf(stores []*v1alpha1.ClusterStore) cnb.Pool {
+	sources := make([]cnb.Source, len(stores))
+	for i, s := range stores {
+		sources[i] = cnb.Source{Name: "ClusterStore/" + s.Name, Buildpacks: s.Status.Buildpacks, Extensions: s.Status.Extensions}
+	}
+	return cnb.Merge(sources...)
+}
+
+// observedStoreGeneration is the generation of the i-th of a builder's
+// stores, named name, that status was built from (0: none).
+func observedStoreGeneration(status *v1alpha1.BuilderStatus, i int, name string) int64 {
+	if i == 0 {
+		return status.ObservedStoreGeneration
+	}
+	for _, s := range status.Sources {
+		if s.Kind == "ClusterStore" && s.Name == name {
+			return s.Generation
+		}
+	}
+	return 0
 }

@@ -17,9 +17,12 @@ import (
 
 // inputs are what a builder is made of, resolved.
 type inputs struct {
-	tag      name.Tag
-	stack    *v1alpha1.ClusterStack
-	store    *v1alpha1.ClusterStore
+	tag   name.Tag
+	stack *v1alpha1.ClusterStack
+	// stores are the builder's sources (spec.store, then spec.sources),
+	// pooled: what the order is resolved against.
+	stores   []*v1alpha1.ClusterStore
+	pool     cnb.Pool
 	registry registry.Access // with the builder's credentials
 	keys     []signingKey    // of the builder's ServiceAccount
 	// lifecycle is the lifecycle image, named lifecycleName in messages.
@@ -36,7 +39,7 @@ type inputs struct {
 	fingerprint string
 }
 
-// resolveInputs validates the spec and resolves the stack, the store, the
+// resolveInputs validates the spec and resolves the stack, the stores, the
 // credentials, the order and the platforms to build.
 func (r *Core) resolveInputs(ctx context.Context, obj object, spec *v1alpha1.BuilderSpec,
 	account *v1alpha1.ServiceAccountRef) (*inputs, error) {
@@ -51,9 +54,10 @@ func (r *Core) resolveInputs(ctx context.Context, obj object, spec *v1alpha1.Bui
 	if in.stack, err = ready(r, obj, "ClusterStack", spec.Stack.Name, r.Stacks.Get, ReasonStackNotReady); err != nil {
 		return nil, err
 	}
-	if in.store, err = ready(r, obj, "ClusterStore", spec.Store.Name, r.Stores.Get, ReasonStoreNotReady); err != nil {
+	if in.stores, err = r.stores(obj, spec); err != nil {
 		return nil, err
 	}
+	in.pool = poolOf(in.stores)
 	if err := cnb.ValidateEnv(buildEnv(spec.Env)); err != nil {
 		return nil, err
 	}
@@ -71,11 +75,11 @@ func (r *Core) resolveInputs(ctx context.Context, obj object, spec *v1alpha1.Bui
 	if in.keys, err = r.keys.of(ctx, secrets); err != nil {
 		return nil, err
 	}
-	if in.resolved, err = cnb.ResolveOrder(spec.Order, spec.System, in.store.Status.Buildpacks); err != nil {
+	if in.resolved, err = cnb.ResolveOrder(spec.Order, spec.System, in.pool); err != nil {
 		return nil, err
 	}
 	if len(spec.OrderExtensions) > 0 {
-		if in.extensions, err = cnb.ResolveExtensions(spec.OrderExtensions, in.store.Status.Extensions); err != nil {
+		if in.extensions, err = cnb.ResolveExtensions(spec.OrderExtensions, in.pool); err != nil {
 			return nil, err
 		}
 	}
@@ -110,11 +114,15 @@ func (in *inputs) status(status *v1alpha1.BuilderStatus) v1alpha1.BuilderStatus 
 		Lifecycle: v1alpha1.LifecycleStatus{Image: in.lifecycle.Ref.String(),
 			Version: in.builds[0].lifecycle.Version, APIs: in.builds[0].lifecycle.APIs},
 		ObservedStackGeneration: in.stack.Generation,
-		ObservedStoreGeneration: in.store.Generation,
+		ObservedStoreGeneration: in.stores[0].Generation,
 		Fingerprint:             in.fingerprint,
 	}
+	for _, store := range in.stores {
+		next.Sources = append(next.Sources, v1alpha1.ObservedSource{Kind: "ClusterStore", Name: store.Name, Generation: store.Generation})
+	}
 	for _, bp := range in.resolved.Buildpacks {
-		next.BuilderMetadata = append(next.BuilderMetadata, v1alpha1.BuildpackMetadata{ID: bp.ID, Version: bp.Version, Homepage: bp.Homepage})
+		next.BuilderMetadata = append(next.BuilderMetadata, v1alpha1.BuildpackMetadata{ID: bp.ID, Version: bp.Version, Homepage: bp.Homepage,
+			Source: in.pool.SourceOf(bp)})
 	}
 	return next
 }
@@ -131,7 +139,7 @@ func (in *inputs) orderExtensions() []v1alpha1.OrderEntry {
 // was written, as far as can be told without a registry: a failure while
 // resolving them is then part of an update, not a re-check (see
 // reconciler.Updating). It compares what the status records — the stack's
-// and store's generations, the stack's run image, the lifecycle image's
+// and stores' generations, the stack's run image, the lifecycle image's
 // repository (its digest, for a ClusterLifecycle) — and a push not recorded
 // yet. A stack whose build image moved under the same tag shows only in the
 // fingerprint, which needs the image read.
@@ -143,8 +151,10 @@ func (r *Core) inputsMoved(key types.NamespacedName, spec *v1alpha1.BuilderSpec,
 		(stack.Generation != status.ObservedStackGeneration || runImageName(stack, spec) != status.Stack.RunImage) {
 		return true
 	}
-	if store, err := r.Stores.Get(spec.Store.Name); err == nil && store.Generation != status.ObservedStoreGeneration {
-		return true
+	for i, ref := range storeRefs(spec) {
+		if store, err := r.Stores.Get(ref.Name); err == nil && store.Generation != observedStoreGeneration(status, i, ref.Name) {
+			return true
+		}
 	}
 	if spec.Lifecycle != nil {
 		lc, err := r.Lifecycles.Get(spec.Lifecycle.Name)

@@ -56,7 +56,16 @@ type BuilderSpec struct {
 	// +kubebuilder:validation:MinLength=1
 	Tag   string   `json:"tag"`
 	Stack StackRef `json:"stack"`
+	// Store is the builder's first source of buildpacks and extensions.
 	Store StoreRef `json:"store"`
+	// Sources are further ClusterStores the order draws from, after
+	// Store. Where several offer a buildpack of the same id and version,
+	// the first of Store, Sources[0], Sources[1]… has it; status says
+	// which source each buildpack came from.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=16
+	Sources []SourceRef `json:"sources,omitempty"`
 	// Lifecycle names the ClusterLifecycle whose lifecycle the builder
 	// gets. Empty: the image the lifecycle-image ConfigMap in the
 	// controller's namespace names.
@@ -247,6 +256,10 @@ type BuilderStatus struct {
 	ObservedStackGeneration int64 `json:"observedStackGeneration,omitempty"`
 	// +optional
 	ObservedStoreGeneration int64 `json:"observedStoreGeneration,omitempty"`
+	// Sources are the builder's sources of buildpacks (spec.store, then
+	// spec.sources) at the generations LatestImage was built from.
+	// +optional
+	Sources []ObservedSource `json:"sources,omitempty"`
 	// Fingerprint identifies the inputs LatestImage was built from (image
 	// digests, resolved order, labels, tag): while they and the tag stay
 	// the same, nothing is rebuilt or pushed.
@@ -260,6 +273,18 @@ type BuildpackMetadata struct {
 	Version string `json:"version"`
 	// +optional
 	Homepage string `json:"homepage,omitempty"`
+	// Source is the source the builder took the buildpack from, as
+	// Kind/name (ClusterStore/paketo).
+	// +optional
+	Source string `json:"source,omitempty"`
+}
+
+// ObservedSource is one of a builder's sources of buildpacks at the
+// generation a builder image was built from.
+type ObservedSource struct {
+	Kind       string `json:"kind"`
+	Name       string `json:"name"`
+	Generation int64  `json:"generation"`
 }
 
 // BuiltStack is the stack a builder image was built from.

@@ -36,6 +36,19 @@ type StoreRef struct {
 	Name string `json:"name"`
 }
 
+// SourceRef names one of a builder's further sources of buildpacks. Kind
+// has no schema default, unlike StoreRef's: the API server filling it in
+// inside a list would make every re-apply of a manifest without it a change
+// (a list is replaced whole by a merge patch).
+type SourceRef struct {
+	// Kind is ClusterStore, also when empty.
+	// +kubebuilder:validation:Enum=ClusterStore
+	// +optional
+	Kind string `json:"kind,omitempty"`
+	// +kubebuilder:validation:MinLength=1
+	Name string `json:"name"`
+}
+
 // LifecycleRef points a builder at a ClusterLifecycle.
 type LifecycleRef struct {
 	// +kubebuilder:validation:Enum=ClusterLifecycle

@@ -115,6 +115,7 @@ func (s *BuilderSpec) validate() *apis.FieldError {
 	errs := validateTag(s.Tag)
 	errs = errs.Also(validateRef(s.Stack.Kind, "ClusterStack", s.Stack.Name).ViaField("stack"))
 	errs = errs.Also(validateRef(s.Store.Kind, "ClusterStore", s.Store.Name).ViaField("store"))
+	errs = errs.Also(s.validateSources())
 	if s.Lifecycle != nil {
 		errs = errs.Also(validateRef(s.Lifecycle.Kind, "ClusterLifecycle", s.Lifecycle.Name).ViaField("lifecycle"))
 	}
@@ -215,6 +216,25 @@ func validateImage(image string) (name.Reference, *apis.FieldError) {
 		return nil, apis.ErrInvalidValue(image, "image", err.Error())
 	}
 	return ref, nil
+}
+
+// validateSources checks spec.sources: ClusterStores, each named once
+// (spec.store included).
+func (s *BuilderSpec) validateSources() *apis.FieldError {
+	list := fieldErrorList{field: "sources"}
+	named := map[string]string{s.Store.Name: "store"}
+	for i, source := range s.Sources {
+		if err := validateRef(source.Kind, "ClusterStore", source.Name); err != nil {
+			list.add(i, err)
+			continue
+		}
+		if first, dup := named[source.Name]; dup {
+			list.add(i, apis.ErrGeneric(fmt.Sprintf("duplicate source: ClusterStore %s is %s already", source.Name, first), "name"))
+			continue
+		}
+		named[source.Name] = fmt.Sprintf("sources[%d]", i)
+	}
+	return list.result()
 }
 
 func validateRef(kind, wantKind, objectName string) *apis.FieldError {

@@ -109,6 +109,24 @@ func TestValidate(t *testing.T) {
 			want: []string{"missing field(s): spec.orderExtensions[0].group, spec.orderExtensions[1].group[0].id"},
 		},
 		{
+			name: "builder with several sources",
+			obj: builder(func(s *NamespacedBuilderSpec) {
+				s.Sources = []SourceRef{{Kind: "ClusterStore", Name: "team"}, {Name: "extra"}}
+			}),
+		},
+		{
+			name: "sources of another kind, without a name, and named twice",
+			obj: clusterBuilder(func(s *ClusterBuilderSpec) {
+				s.Sources = []SourceRef{{Kind: "Store", Name: "team"}, {}, {Name: "team"}, {Name: s.Store.Name}, {Name: "team"}}
+			}),
+			want: []string{
+				"duplicate source: ClusterStore default is store already: spec.sources[3].name",
+				"duplicate source: ClusterStore team is sources[2] already: spec.sources[4].name",
+				"invalid value: Store: spec.sources[0].kind",
+				"missing field(s): spec.sources[1].name",
+			},
+		},
+		{
 			name: "builder with system buildpacks",
 			obj: builder(func(s *NamespacedBuilderSpec) {
 				s.System = &SystemBuildpacks{Pre: []SystemBuildpackRef{{ID: "a"}}, Post: []SystemBuildpackRef{{ID: "b", Version: "1.0.0"}}}

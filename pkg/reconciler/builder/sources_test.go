@@ -1,0 +1,114 @@
+package builder
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/buildsmith/buildsmith/pkg/apis/build/v1alpha1"
+	"github.com/buildsmith/buildsmith/pkg/cnb"
+	rt "github.com/buildsmith/buildsmith/pkg/reconciler/reconcilertest"
+	"github.com/buildsmith/buildsmith/test/registrytest"
+)
+
+// TestBuilderSources: a builder draws from spec.store and spec.sources;
+// the first source holding an id and version has it, status says which
+// source each buildpack came from and at which generation each source was;
+// a source not Ready holds the builder, naming it; a buildpack none holds
+// stalls it, naming them all.
+func TestBuilderSources(t *testing.T) {
+	x := newFixture(t)
+	lifecycle := x.f.Addr + "/lifecycle:0.21.0"
+	team := x.readyStore(t, "team", 2, "bp/team:1",
+		registrytest.Buildpack{ID: "example/go", Version: "1.0.0", API: "0.10"}, // the default store's too, another layer
+		registrytest.Buildpack{ID: "example/ruby", Version: "3.0.0", API: "0.10"})
+	order := []v1alpha1.OrderEntry{{Group: []v1alpha1.BuildpackRef{{ID: "example/go", Version: "1.0.0"}, {ID: "example/ruby"}}}}
+	drawingFrom := func(store string, sources ...string) *v1alpha1.Builder {
+		return x.builder(func(b *v1alpha1.Builder) {
+			b.Spec.Store.Name = store
+			for _, s := range sources {
+				b.Spec.Sources = append(b.Spec.Sources, v1alpha1.SourceRef{Name: s})
+			}
+			b.Spec.Order = order
+		})
+	}
+
+	got, events, err, _ := x.run(t, drawingFrom("default", "team"), lifecycle, team)
+	rt.Check(t, got, err, events, rt.Outcome{Ready: corev1.ConditionTrue, Requeue: rt.Resync,
+		MinDelay: 8 * time.Minute, MaxDelay: 12 * time.Minute, EventReasons: []string{"Ready"}})
+	wantMetadata := []v1alpha1.BuildpackMetadata{
+		{ID: "example/go", Version: "1.0.0", Source: "ClusterStore/default"},
+		{ID: "example/ruby", Version: "3.0.0", Source: "ClusterStore/team"},
+	}
+	if diff := cmp.Diff(wantMetadata, got.Status.BuilderMetadata); diff != "" {
+		t.Errorf("status.builderMetadata (-want +got):\n%s", diff)
+	}
+	wantSources := []v1alpha1.ObservedSource{{Kind: "ClusterStore", Name: "default", Generation: 5}, {Kind: "ClusterStore", Name: "team", Generation: 2}}
+	if diff := cmp.Diff(wantSources, got.Status.Sources); diff != "" {
+		t.Errorf("status.sources (-want +got):\n%s", diff)
+	}
+	if got.Status.ObservedStoreGeneration != 5 {
+		t.Errorf("observedStoreGeneration %d, want spec.store's, 5", got.Status.ObservedStoreGeneration)
+	}
+	layers := func(b *v1alpha1.Builder) string {
+		cf, err := x.read(t, b.Status.LatestImage).ConfigFile()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cf.Config.Labels[cnb.LabelBuildpackLayers]
+	}
+	fromDefault := layers(got)
+	if !strings.Contains(fromDefault, `"example/ruby"`) {
+		t.Errorf("the team's buildpack is not in the builder: %s", fromDefault)
+	}
+
+	// The other way round, the team's copy of example/go is the one.
+	swapped, events, err, _ := x.run(t, drawingFrom("team", "default"), lifecycle, team)
+	rt.Check(t, swapped, err, events, rt.Outcome{Ready: corev1.ConditionTrue, Requeue: rt.Resync,
+		MinDelay: 8 * time.Minute, MaxDelay: 12 * time.Minute, EventReasons: []string{"Ready"}})
+	if s := swapped.Status.BuilderMetadata[0].Source; s != "ClusterStore/team" {
+		t.Errorf("example/go came from %s, want ClusterStore/team", s)
+	}
+	if fromTeam := layers(swapped); fromTeam == fromDefault {
+		t.Errorf("the same example/go layer from either store: %s", fromTeam)
+	}
+
+	t.Run("a source that is not there", func(t *testing.T) {
+		b := drawingFrom("default", "team", "ghost")
+		got, events, err, _ := x.run(t, b, lifecycle, team)
+		rt.Check(t, got, err, events, rt.Outcome{Ready: corev1.ConditionFalse, Reason: ReasonStoreNotReady, Reconciling: true,
+			Requeue: rt.Poll, MinDelay: 48 * time.Second, MaxDelay: 72 * time.Second, EventReasons: []string{ReasonStoreNotReady},
+			MessageContains: "ClusterStore ghost not found"})
+	})
+	t.Run("a buildpack in none of them", func(t *testing.T) {
+		b := x.builder(func(b *v1alpha1.Builder) {
+			b.Spec.Sources = []v1alpha1.SourceRef{{Kind: "ClusterStore", Name: "team"}}
+			b.Spec.Order = []v1alpha1.OrderEntry{{Group: []v1alpha1.BuildpackRef{{ID: "example/php"}}}}
+		})
+		b.Status = got.Status
+		failed, events, err, _ := x.run(t, b, lifecycle, team)
+		rt.Check(t, failed, err, events, rt.Outcome{Ready: corev1.ConditionFalse, Reason: cnb.ReasonBuildpackNotFound, Stalled: true,
+			Requeue: rt.NoRequeue, EventReasons: []string{cnb.ReasonBuildpackNotFound},
+			MessageContains: "buildpack example/php is not in any of ClusterStore/default, ClusterStore/team"})
+		if failed.Status.LatestImage != got.Status.LatestImage {
+			t.Errorf("latestImage %q, want %q kept", failed.Status.LatestImage, got.Status.LatestImage)
+		}
+	})
+}
+
+// readyStore is a Ready ClusterStore of generation holding a buildpackage
+// of buildpacks pushed to repo.
+func (x *fixture) readyStore(t *testing.T, name string, generation int64, repo string, buildpacks ...registrytest.Buildpack) *v1alpha1.ClusterStore {
+	t.Helper()
+	store := &v1alpha1.ClusterStore{ObjectMeta: metav1.ObjectMeta{Name: name, Generation: generation}}
+	own := *x
+	own.store = store
+	own.addToStore(t, repo, buildpacks...)
+	store.Status.ObservedGeneration = generation
+	store.Status.MarkReady()
+	return store
+}
