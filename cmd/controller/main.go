@@ -1,5 +1,5 @@
 // Command controller runs the buildsmith controllers: ClusterStore,
-// ClusterStack, ClusterLifecycle, Builder and ClusterBuilder.
+// Buildpack, ClusterStack, ClusterLifecycle, Builder and ClusterBuilder.
 //
 // In a cluster it needs nothing but its ServiceAccount; outside, pass
 // --kubeconfig. It reads SYSTEM_NAMESPACE (default "buildsmith") for its
@@ -26,6 +26,7 @@ import (
 	"github.com/buildsmith/buildsmith/pkg/cosign"
 	"github.com/buildsmith/buildsmith/pkg/reconciler"
 	"github.com/buildsmith/buildsmith/pkg/reconciler/builder"
+	"github.com/buildsmith/buildsmith/pkg/reconciler/buildpack"
 	"github.com/buildsmith/buildsmith/pkg/reconciler/clusterlifecycle"
 	"github.com/buildsmith/buildsmith/pkg/reconciler/clusterstack"
 	"github.com/buildsmith/buildsmith/pkg/reconciler/clusterstore"
@@ -88,11 +89,12 @@ func main() {
 	}
 	builders := builder.Config{Registry: client, Options: opts, Version: version,
 		Lifecycle: builder.NewLifecycleSource(opts.ResyncInterval), Signing: own.signing, MaxLayers: own.maxLayers}
-	// One set of Secret watches for the five controllers.
+	// One set of Secret watches for the six controllers.
 	ctx = reconciler.WithSecretWatches(ctx)
 	ctx, drain := turns.WithDrain(ctx)
 	sharedmain.MainWithConfig(ctx, component, cfg,
 		clusterstore.NewController(client, opts),
+		buildpack.NewController(client, opts),
 		clusterstack.NewController(client, opts),
 		clusterlifecycle.NewController(client, opts),
 		builder.NewBuilderController(builders),

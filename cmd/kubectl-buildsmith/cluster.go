@@ -41,6 +41,7 @@ type kind struct {
 
 var kinds = []kind{
 	{name: "clusterstore", resource: "clusterstores"},
+	{name: "buildpack", resource: "buildpacks", namespaced: true},
 	{name: "clusterstack", resource: "clusterstacks"},
 	{name: "clusterlifecycle", resource: "clusterlifecycles"},
 	{name: "clusterbuilder", resource: "clusterbuilders"},
@@ -103,7 +104,7 @@ func (k kind) object(u *unstructured.Unstructured) (object, error) {
 	}
 	o := object{ref: k.name + "/" + u.GetName(), namespace: u.GetNamespace(), status: &view.Status.ConditionedStatus}
 	switch k.name {
-	case "clusterstore":
+	case "clusterstore", "buildpack":
 		o.image = fmt.Sprintf("%d buildpacks", len(view.Status.Buildpacks))
 	case "clusterstack":
 		o.image = view.Status.RunImage.LatestImage

@@ -234,7 +234,7 @@ func (d *demo) startController(ctx context.Context) error {
 func (d *demo) waitReady(ctx context.Context) error {
 	last := ""
 	_, err := localhost.Poll(ctx, d.timeout, time.Second, "every object to be Ready", func() (bool, string) {
-		out, err := d.kubectl(ctx, "", "get", "clusterstore,clusterstack,clusterlifecycle,builder,clusterbuilder", "-A")
+		out, err := d.kubectl(ctx, "", "get", "clusterstore,buildpack,clusterstack,clusterlifecycle,builder,clusterbuilder", "-A")
 		if err != nil {
 			return false, err.Error()
 		}

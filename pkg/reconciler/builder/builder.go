@@ -26,6 +26,8 @@ type Core struct {
 	reconciler.Base
 	Stacks listers.ClusterStackLister
 	Stores listers.ClusterStoreLister
+	// Buildpacks are the namespaces' own sources of buildpacks.
+	Buildpacks listers.BuildpackLister
 	// Lifecycles are the ClusterLifecycles builders may name; Lifecycle
 	// is the default of those that name none.
 	Lifecycles listers.ClusterLifecycleLister

@@ -12,6 +12,7 @@ import (
 	"github.com/buildsmith/buildsmith/pkg/apis/build/v1alpha1"
 	buildsmithclient "github.com/buildsmith/buildsmith/pkg/client/injection/client"
 	builderinformer "github.com/buildsmith/buildsmith/pkg/client/injection/informers/build/v1alpha1/builder"
+	buildpackinformer "github.com/buildsmith/buildsmith/pkg/client/injection/informers/build/v1alpha1/buildpack"
 	clusterbuilderinformer "github.com/buildsmith/buildsmith/pkg/client/injection/informers/build/v1alpha1/clusterbuilder"
 	clusterlifecycleinformer "github.com/buildsmith/buildsmith/pkg/client/injection/informers/build/v1alpha1/clusterlifecycle"
 	clusterstackinformer "github.com/buildsmith/buildsmith/pkg/client/injection/informers/build/v1alpha1/clusterstack"
@@ -91,6 +92,7 @@ func newCore[T reconciler.Object](ctx context.Context, cmw configmap.Watcher, cf
 		Base:       reconciler.NewBase(ctx, impl, w),
 		Stacks:     clusterstackinformer.Get(ctx).Lister(),
 		Stores:     clusterstoreinformer.Get(ctx).Lister(),
+		Buildpacks: buildpackinformer.Get(ctx).Lister(),
 		Lifecycles: clusterlifecycleinformer.Get(ctx).Lister(),
 		Tracker:    tracker.New(impl.EnqueueKey, controller.GetTrackerLease(ctx)),
 		Lifecycle:  cfg.Lifecycle,
@@ -98,7 +100,7 @@ func newCore[T reconciler.Object](ctx context.Context, cmw configmap.Watcher, cf
 		MaxLayers:  cfg.MaxLayers,
 	}
 	core.keys.configure(cfg.Signing, core.Credentials.Keychains.Secrets)
-	// Stacks, stores and lifecycles: the builders that use them are
+	// Stacks, stores, Buildpacks and lifecycles: the builders that use them are
 	// reconciled when they change in what builders read (a stack becoming
 	// Ready wakes the builders waiting on it; its re-check failing and
 	// passing, which leaves it Ready, wakes nobody).
@@ -106,6 +108,8 @@ func newCore[T reconciler.Object](ctx context.Context, cmw configmap.Watcher, cf
 		controller.EnsureTypeMeta(core.Tracker.OnChanged, v1alpha1.SchemeGroupVersion.WithKind("ClusterStack"))))
 	clusterstoreinformer.Get(ctx).Informer().AddEventHandler(reconciler.OnUsableChange(
 		controller.EnsureTypeMeta(core.Tracker.OnChanged, v1alpha1.SchemeGroupVersion.WithKind("ClusterStore"))))
+	buildpackinformer.Get(ctx).Informer().AddEventHandler(reconciler.OnUsableChange(
+		controller.EnsureTypeMeta(core.Tracker.OnChanged, v1alpha1.SchemeGroupVersion.WithKind("Buildpack"))))
 	clusterlifecycleinformer.Get(ctx).Informer().AddEventHandler(reconciler.OnUsableChange(
 		controller.EnsureTypeMeta(core.Tracker.OnChanged, v1alpha1.SchemeGroupVersion.WithKind("ClusterLifecycle"))))
 	// A new default lifecycle image changes the builders that name no

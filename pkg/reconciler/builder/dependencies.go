@@ -22,20 +22,26 @@ const (
 	ReasonLifecycleNotReady = "LifecycleNotReady"
 )
 
-// ready returns the dependency of obj that get finds by name if it is Ready
-// for its current generation, and tracks it either way (a stack becoming
-// Ready wakes the builders waiting on it).
-func ready[T reconciler.Object](r *Core, obj object, kind, name string, get func(string) (T, error), reason string) (T, error) {
+// ready returns the dependency of obj that get finds by name (in
+// namespace, "" for a cluster kind) if it is Ready for its current
+// generation, and tracks it either way (a stack becoming Ready wakes the
+// builders waiting on it).
+func ready[T reconciler.Object](r *Core, obj object, kind, namespace, name string, get func(string) (T, error), reason string) (T, error) {
 	var none T
-	_ = r.Tracker.TrackReference(tracker.Reference{APIVersion: v1alpha1.SchemeGroupVersion.String(), Kind: kind, Name: name}, obj)
+	_ = r.Tracker.TrackReference(tracker.Reference{APIVersion: v1alpha1.SchemeGroupVersion.String(), Kind: kind,
+		Namespace: namespace, Name: name}, obj)
+	named := name
+	if namespace != "" {
+		named = namespace + "/" + name
+	}
 	dep, err := get(name)
 	if apierrors.IsNotFound(err) {
-		return none, failure.Waitingf(reason, "%s %s not found", kind, name)
+		return none, failure.Waitingf(reason, "%s %s not found", kind, named)
 	} else if err != nil {
 		return none, err
 	}
 	if status := dep.Conditions(); !status.IsReady() || status.ObservedGeneration != dep.GetGeneration() {
-		return none, failure.Waitingf(reason, "%s %s is not Ready%s", kind, name, why(*status))
+		return none, failure.Waitingf(reason, "%s %s is not Ready%s", kind, named, why(*status))
 	}
 	return dep, nil
 }
@@ -55,7 +61,7 @@ func (r *Core) lifecycle(ctx context.Context, obj object, reg registry.Access, r
 		image, err := r.Lifecycle.Image(ctx, reg)
 		return image, "the lifecycle image", err
 	}
-	lc, err := ready(r, obj, "ClusterLifecycle", ref.Name, r.Lifecycles.Get, ReasonLifecycleNotReady)
+	lc, err := ready(r, obj, "ClusterLifecycle", "", ref.Name, r.Lifecycles.Get, ReasonLifecycleNotReady)
 	if err != nil {
 		return clusterlifecycle.Image{}, "", err
 	}
@@ -63,47 +69,84 @@ func (r *Core) lifecycle(ctx context.Context, obj object, reg registry.Access, r
 	return image, "ClusterLifecycle " + lc.Name, err
 }
 
-// stores returns the builder's ClusterStores, spec.store first, each Ready.
-func (r *Core) stores(obj object, spec *v1alpha1.BuilderSpec) ([]*v1alpha1.ClusterStore, error) {
-	refs := storeRefs(spec)
-	stores := make([]*v1alpha1.ClusterStore, len(refs))
-	for i, ref := range refs {
-		store, err := ready(r, obj, "ClusterStore", ref.Name, r.Stores.Get, ReasonStoreNotReady)
-		if err != nil {
-			return nil, err
-		}
-		stores[i] = store
-	}
-	return stores, nil
+// source is one of a builder's sources of buildpacks, Ready.
+type source struct {
+	ref        v1alpha1.SourceRef // its kind always set
+	generation int64
+	buildpacks []v1alpha1.StoreBuildpack
+	extensions []v1alpha1.StoreBuildpack
 }
 
-// storeRefs are a builder's sources in order: spec.store, then spec.sources.
-func storeRefs(spec *v1alpha1.BuilderSpec) []v1alpha1.StoreRef {
-	refs := []v1alpha1.StoreRef{spec.Store}
-	for _, source := range spec.Sources {
-		refs = append(refs, v1alpha1.StoreRef{Kind: "ClusterStore", Name: source.Name})
+// sources returns the builder's sources, spec.store first, each Ready: a
+// ClusterStore, or a Buildpack of the builder's namespace.
+func (r *Core) sources(obj object, spec *v1alpha1.BuilderSpec) ([]source, error) {
+	refs := sourceRefs(spec)
+	out := make([]source, len(refs))
+	for i, ref := range refs {
+		switch ref.Kind {
+		case "Buildpack":
+			bp, err := ready(r, obj, ref.Kind, obj.GetNamespace(), ref.Name, r.Buildpacks.Buildpacks(obj.GetNamespace()).Get, ReasonStoreNotReady)
+			if err != nil {
+				return nil, err
+			}
+			out[i] = source{ref: ref, generation: bp.Generation, buildpacks: bp.Status.Buildpacks, extensions: bp.Status.Extensions}
+		default:
+			store, err := ready(r, obj, ref.Kind, "", ref.Name, r.Stores.Get, ReasonStoreNotReady)
+			if err != nil {
+				return nil, err
+			}
+			out[i] = source{ref: ref, generation: store.Generation, buildpacks: store.Status.Buildpacks, extensions: store.Status.Extensions}
+		}
+	}
+	return out, nil
+}
+
+// generation is the generation of the source ref of a builder in
+// namespace, as the informers have it; false when it is not there.
+func (r *Core) generation(namespace string, ref v1alpha1.SourceRef) (int64, bool) {
+	if ref.Kind == "Buildpack" {
+		if bp, err := r.Buildpacks.Buildpacks(namespace).Get(ref.Name); err == nil {
+			return bp.Generation, true
+		}
+		return 0, false
+	}
+	if store, err := r.Stores.Get(ref.Name); err == nil {
+		return store.Generation, true
+	}
+	return 0, false
+}
+
+// sourceRefs are a builder's sources in order, each with its kind:
+// spec.store, then spec.sources.
+func sourceRefs(spec *v1alpha1.BuilderSpec) []v1alpha1.SourceRef {
+	refs := []v1alpha1.SourceRef{{Kind: "ClusterStore", Name: spec.Store.Name}}
+	for _, s := range spec.Sources {
+		if s.Kind == "" {
+			s.Kind = "ClusterStore"
+		}
+		refs = append(refs, s)
 	}
 	return refs
 }
 
-// poolOf pools what stores hold (cnb.Merge: the first source has a module
+// poolOf pools what sources hold (cnb.Merge: the first source has a module
 // several offer).
-func poolOf(stores []*v1alpha1.ClusterStore) cnb.Pool {
-	sources := make([]cnb.Source, len(stores))
-	for i, s := range stores {
-		sources[i] = cnb.Source{Name: "ClusterStore/" + s.Name, Buildpacks: s.Status.Buildpacks, Extensions: s.Status.Extensions}
+func poolOf(sources []source) cnb.Pool {
+	pooled := make([]cnb.Source, len(sources))
+	for i, s := range sources {
+		pooled[i] = cnb.Source{Name: s.ref.Kind + "/" + s.ref.Name, Buildpacks: s.buildpacks, Extensions: s.extensions}
 	}
-	return cnb.Merge(sources...)
+	return cnb.Merge(pooled...)
 }
 
-// observedStoreGeneration is the generation of the i-th of a builder's
-// stores, named name, that status was built from (0: none).
-func observedStoreGeneration(status *v1alpha1.BuilderStatus, i int, name string) int64 {
+// observedSourceGeneration is the generation of the i-th of a builder's
+// sources, ref, that status was built from (0: none).
+func observedSourceGeneration(status *v1alpha1.BuilderStatus, i int, ref v1alpha1.SourceRef) int64 {
 	if i == 0 {
 		return status.ObservedStoreGeneration
 	}
 	for _, s := range status.Sources {
-		if s.Kind == "ClusterStore" && s.Name == name {
+		if s.Kind == ref.Kind && s.Name == ref.Name {
 			return s.Generation
 		}
 	}

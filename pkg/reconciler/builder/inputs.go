@@ -19,9 +19,9 @@ import (
 type inputs struct {
 	tag   name.Tag
 	stack *v1alpha1.ClusterStack
-	// stores are the builder's sources (spec.store, then spec.sources),
-	// pooled: what the order is resolved against.
-	stores   []*v1alpha1.ClusterStore
+	// sources are the builder's sources of buildpacks (spec.store, then
+	// spec.sources), pooled: what the order is resolved against.
+	sources  []source
 	pool     cnb.Pool
 	registry registry.Access // with the builder's credentials
 	keys     []signingKey    // of the builder's ServiceAccount
@@ -39,7 +39,7 @@ type inputs struct {
 	fingerprint string
 }
 
-// resolveInputs validates the spec and resolves the stack, the stores, the
+// resolveInputs validates the spec and resolves the stack, the sources, the
 // credentials, the order and the platforms to build.
 func (r *Core) resolveInputs(ctx context.Context, obj object, spec *v1alpha1.BuilderSpec,
 	account *v1alpha1.ServiceAccountRef) (*inputs, error) {
@@ -51,13 +51,13 @@ func (r *Core) resolveInputs(ctx context.Context, obj object, spec *v1alpha1.Bui
 	if in.tag, err = name.NewTag(spec.Tag); err != nil {
 		return nil, failure.Permanentf(reconciler.ReasonInvalidSpec, "spec.tag: %v", err)
 	}
-	if in.stack, err = ready(r, obj, "ClusterStack", spec.Stack.Name, r.Stacks.Get, ReasonStackNotReady); err != nil {
+	if in.stack, err = ready(r, obj, "ClusterStack", "", spec.Stack.Name, r.Stacks.Get, ReasonStackNotReady); err != nil {
 		return nil, err
 	}
-	if in.stores, err = r.stores(obj, spec); err != nil {
+	if in.sources, err = r.sources(obj, spec); err != nil {
 		return nil, err
 	}
-	in.pool = poolOf(in.stores)
+	in.pool = poolOf(in.sources)
 	if err := cnb.ValidateEnv(buildEnv(spec.Env)); err != nil {
 		return nil, err
 	}
@@ -114,11 +114,11 @@ func (in *inputs) status(status *v1alpha1.BuilderStatus) v1alpha1.BuilderStatus 
 		Lifecycle: v1alpha1.LifecycleStatus{Image: in.lifecycle.Ref.String(),
 			Version: in.builds[0].lifecycle.Version, APIs: in.builds[0].lifecycle.APIs},
 		ObservedStackGeneration: in.stack.Generation,
-		ObservedStoreGeneration: in.stores[0].Generation,
+		ObservedStoreGeneration: in.sources[0].generation,
 		Fingerprint:             in.fingerprint,
 	}
-	for _, store := range in.stores {
-		next.Sources = append(next.Sources, v1alpha1.ObservedSource{Kind: "ClusterStore", Name: store.Name, Generation: store.Generation})
+	for _, s := range in.sources {
+		next.Sources = append(next.Sources, v1alpha1.ObservedSource{Kind: s.ref.Kind, Name: s.ref.Name, Generation: s.generation})
 	}
 	for _, bp := range in.resolved.Buildpacks {
 		next.BuilderMetadata = append(next.BuilderMetadata, v1alpha1.BuildpackMetadata{ID: bp.ID, Version: bp.Version, Homepage: bp.Homepage,
@@ -139,7 +139,7 @@ func (in *inputs) orderExtensions() []v1alpha1.OrderEntry {
 // was written, as far as can be told without a registry: a failure while
 // resolving them is then part of an update, not a re-check (see
 // reconciler.Updating). It compares what the status records — the stack's
-// and stores' generations, the stack's run image, the lifecycle image's
+// and sources' generations, the stack's run image, the lifecycle image's
 // repository (its digest, for a ClusterLifecycle) — and a push not recorded
 // yet. A stack whose build image moved under the same tag shows only in the
 // fingerprint, which needs the image read.
@@ -151,8 +151,8 @@ func (r *Core) inputsMoved(key types.NamespacedName, spec *v1alpha1.BuilderSpec,
 		(stack.Generation != status.ObservedStackGeneration || runImageName(stack, spec) != status.Stack.RunImage) {
 		return true
 	}
-	for i, ref := range storeRefs(spec) {
-		if store, err := r.Stores.Get(ref.Name); err == nil && store.Generation != observedStoreGeneration(status, i, ref.Name) {
+	for i, ref := range sourceRefs(spec) {
+		if generation, ok := r.generation(key.Namespace, ref); ok && generation != observedSourceGeneration(status, i, ref) {
 			return true
 		}
 	}

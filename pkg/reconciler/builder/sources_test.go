@@ -112,3 +112,41 @@ func (x *fixture) readyStore(t *testing.T, name string, generation int64, repo s
 	store.Status.MarkReady()
 	return store
 }
+
+// TestBuilderBuildpackSource: a Builder draws from a Buildpack of its own
+// namespace beside ClusterStores; one of another namespace is not there for
+// it.
+func TestBuilderBuildpackSource(t *testing.T) {
+	x := newFixture(t)
+	lifecycle := x.f.Addr + "/lifecycle:0.21.0"
+	own := x.readyStore(t, "own", 4, "apps/php:1", registrytest.Buildpack{ID: "example/php", Version: "8.0.0", API: "0.10"})
+	buildpack := func(namespace string) *v1alpha1.Buildpack {
+		return &v1alpha1.Buildpack{ObjectMeta: metav1.ObjectMeta{Name: "php", Namespace: namespace, Generation: 4},
+			Spec:   v1alpha1.BuildpackSpec{Image: x.f.Addr + "/apps/php:1"},
+			Status: v1alpha1.BuildpackStatus{ConditionedStatus: own.Status.ConditionedStatus, Buildpacks: own.Status.Buildpacks}}
+	}
+	b := x.builder(func(b *v1alpha1.Builder) {
+		b.Spec.Sources = []v1alpha1.SourceRef{{Kind: "Buildpack", Name: "php"}}
+		b.Spec.Order = []v1alpha1.OrderEntry{{Group: []v1alpha1.BuildpackRef{{ID: "example/php"}, {ID: "example/go"}}}}
+	})
+
+	got, events, err, _ := x.run(t, b, lifecycle, buildpack("apps"))
+	rt.Check(t, got, err, events, rt.Outcome{Ready: corev1.ConditionTrue, Requeue: rt.Resync,
+		MinDelay: 8 * time.Minute, MaxDelay: 12 * time.Minute, EventReasons: []string{"Ready"}})
+	wantMetadata := []v1alpha1.BuildpackMetadata{
+		{ID: "example/go", Version: "1.1.0", Source: "ClusterStore/default"},
+		{ID: "example/php", Version: "8.0.0", Source: "Buildpack/php"},
+	}
+	if diff := cmp.Diff(wantMetadata, got.Status.BuilderMetadata); diff != "" {
+		t.Errorf("status.builderMetadata (-want +got):\n%s", diff)
+	}
+	wantSources := []v1alpha1.ObservedSource{{Kind: "ClusterStore", Name: "default", Generation: 5}, {Kind: "Buildpack", Name: "php", Generation: 4}}
+	if diff := cmp.Diff(wantSources, got.Status.Sources); diff != "" {
+		t.Errorf("status.sources (-want +got):\n%s", diff)
+	}
+
+	elsewhere, events, err, _ := x.run(t, b, lifecycle, buildpack("other"))
+	rt.Check(t, elsewhere, err, events, rt.Outcome{Ready: corev1.ConditionFalse, Reason: ReasonStoreNotReady, Reconciling: true,
+		Requeue: rt.Poll, MinDelay: 48 * time.Second, MaxDelay: 72 * time.Second, EventReasons: []string{ReasonStoreNotReady},
+		MessageContains: "Buildpack apps/php not found"})
+}

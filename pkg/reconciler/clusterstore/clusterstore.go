@@ -48,7 +48,7 @@ func (r *Reconciler) reconcile(ctx context.Context, store *v1alpha1.ClusterStore
 	g.SetLimit(parallelReads)
 	for i, source := range store.Spec.Sources {
 		g.Go(func() error {
-			errs[i] = readSource(ctx, r.Registry.As(keychain), source.Image, &perSource[i])
+			perSource[i], errs[i] = ReadPackage(ctx, r.Registry.As(keychain), source.Image)
 			return nil
 		})
 	}
@@ -77,18 +77,18 @@ func (r *Reconciler) reconcile(ctx context.Context, store *v1alpha1.ClusterStore
 	return nil
 }
 
-// readSource reads one buildpackage or extension package and lists its
-// buildpacks and extensions into out, each with the platforms the package
-// has it for: an index is read platform by platform (each has its own
-// layers).
-func readSource(ctx context.Context, reg registry.Access, image string, out *cnb.Package) error {
+// ReadPackage reads one buildpackage or extension package and lists its
+// buildpacks and extensions, each with the platforms the package has it
+// for: an index is read platform by platform (each has its own layers).
+// Buildpacks read their image with it too.
+func ReadPackage(ctx context.Context, reg registry.Access, image string) (cnb.Package, error) {
 	ref, err := name.ParseReference(image)
 	if err != nil { // Validate parsed it already
-		return failure.Permanentf(registry.ReasonInvalidReference, "%v", err)
+		return cnb.Package{}, failure.Permanentf(registry.ReasonInvalidReference, "%v", err)
 	}
 	img, err := reg.ReadImage(ctx, ref, nil)
 	if err != nil {
-		return err
+		return cnb.Package{}, err
 	}
 	if len(img.Platforms) <= 1 {
 		pkg, err := cnb.ReadPackage(img.Ref.String(), img.Config, img.Manifest)
@@ -98,23 +98,21 @@ func readSource(ctx context.Context, reg registry.Access, image string, out *cnb
 				modules[i].Platforms = platforms
 			}
 		}
-		*out = pkg
-		return err
+		return pkg, err
 	}
 	buildpacks := make([]cnb.PlatformBuildpacks, len(img.Platforms))
 	extensions := make([]cnb.PlatformBuildpacks, len(img.Platforms))
 	for i, p := range img.Platforms {
 		child, err := reg.ReadImage(ctx, img.Ref, &p)
 		if err != nil {
-			return err
+			return cnb.Package{}, err
 		}
 		pkg, err := cnb.ReadPackage(img.Ref.String(), child.Config, child.Manifest)
 		if err != nil {
-			return fmt.Errorf("%s: %w", cnb.PlatformOf(p), err)
+			return cnb.Package{}, fmt.Errorf("%s: %w", cnb.PlatformOf(p), err)
 		}
 		buildpacks[i] = cnb.PlatformBuildpacks{Platform: cnb.PlatformOf(p), Buildpacks: pkg.Buildpacks}
 		extensions[i] = cnb.PlatformBuildpacks{Platform: cnb.PlatformOf(p), Buildpacks: pkg.Extensions}
 	}
-	*out = cnb.Package{Buildpacks: cnb.IndexBuildpacks(buildpacks), Extensions: cnb.IndexBuildpacks(extensions)}
-	return nil
+	return cnb.Package{Buildpacks: cnb.IndexBuildpacks(buildpacks), Extensions: cnb.IndexBuildpacks(extensions)}, nil
 }

@@ -24,6 +24,7 @@ import (
 	fakeclient "github.com/buildsmith/buildsmith/pkg/client/clientset/versioned/fake"
 	fakebuildsmithclient "github.com/buildsmith/buildsmith/pkg/client/injection/client/fake"
 	fakebuilderinformer "github.com/buildsmith/buildsmith/pkg/client/injection/informers/build/v1alpha1/builder/fake"
+	fakebuildpackinformer "github.com/buildsmith/buildsmith/pkg/client/injection/informers/build/v1alpha1/buildpack/fake"
 	fakeclusterbuilderinformer "github.com/buildsmith/buildsmith/pkg/client/injection/informers/build/v1alpha1/clusterbuilder/fake"
 	fakeclusterlifecycleinformer "github.com/buildsmith/buildsmith/pkg/client/injection/informers/build/v1alpha1/clusterlifecycle/fake"
 	fakeclusterstackinformer "github.com/buildsmith/buildsmith/pkg/client/injection/informers/build/v1alpha1/clusterstack/fake"
@@ -62,6 +63,9 @@ func Setup(t *testing.T, objects ...runtime.Object) (context.Context, *Clients) 
 		case *v1alpha1.ClusterBuilder:
 			ours = append(ours, o)
 			err = fakeclusterbuilderinformer.Get(ctx).Informer().GetIndexer().Add(o)
+		case *v1alpha1.Buildpack:
+			ours = append(ours, o)
+			err = fakebuildpackinformer.Get(ctx).Informer().GetIndexer().Add(o)
 		case *corev1.ServiceAccount:
 			kube = append(kube, o)
 			err = fakeserviceaccountinformer.Get(ctx).Informer().GetIndexer().Add(o)

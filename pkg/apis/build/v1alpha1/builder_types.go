@@ -58,8 +58,8 @@ type BuilderSpec struct {
 	Stack StackRef `json:"stack"`
 	// Store is the builder's first source of buildpacks and extensions.
 	Store StoreRef `json:"store"`
-	// Sources are further ClusterStores the order draws from, after
-	// Store. Where several offer a buildpack of the same id and version,
+	// Sources are further sources the order draws from, after Store:
+	// ClusterStores and, for a Builder, Buildpacks of its namespace. Where several offer a buildpack of the same id and version,
 	// the first of Store, Sources[0], Sources[1]… has it; status says
 	// which source each buildpack came from.
 	// +optional

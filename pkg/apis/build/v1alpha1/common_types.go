@@ -41,8 +41,9 @@ type StoreRef struct {
 // inside a list would make every re-apply of a manifest without it a change
 // (a list is replaced whole by a merge patch).
 type SourceRef struct {
-	// Kind is ClusterStore, also when empty.
-	// +kubebuilder:validation:Enum=ClusterStore
+	// Kind is ClusterStore (also when empty) or, for a Builder, Buildpack:
+	// one in the Builder's namespace.
+	// +kubebuilder:validation:Enum=ClusterStore;Buildpack
 	// +optional
 	Kind string `json:"kind,omitempty"`
 	// +kubebuilder:validation:MinLength=1

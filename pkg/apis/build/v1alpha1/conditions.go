@@ -120,6 +120,7 @@ var (
 	_ duckv1.KRShaped = (*ClusterLifecycle)(nil)
 	_ duckv1.KRShaped = (*Builder)(nil)
 	_ duckv1.KRShaped = (*ClusterBuilder)(nil)
+	_ duckv1.KRShaped = (*Buildpack)(nil)
 )
 
 // GetConditionSet implements duckv1.KRShaped.
@@ -191,3 +192,17 @@ func (b *Builder) Conditions() *ConditionedStatus { return &b.Status.Conditioned
 
 // Conditions returns the condition helpers of the object's status.
 func (b *ClusterBuilder) Conditions() *ConditionedStatus { return &b.Status.ConditionedStatus }
+
+// GetConditionSet implements duckv1.KRShaped.
+func (*Buildpack) GetConditionSet() apis.ConditionSet { return conditionSet }
+
+// GetStatus implements duckv1.KRShaped.
+func (b *Buildpack) GetStatus() *duckv1.Status { return &b.Status.Status }
+
+// GetGroupVersionKind implements kmeta.OwnerRefable.
+func (*Buildpack) GetGroupVersionKind() schema.GroupVersionKind {
+	return SchemeGroupVersion.WithKind("Buildpack")
+}
+
+// Conditions returns the condition helpers of the object's status.
+func (b *Buildpack) Conditions() *ConditionedStatus { return &b.Status.ConditionedStatus }

@@ -16,6 +16,13 @@ func (*ClusterStore) SetDefaults(context.Context) {}
 func (*ClusterStack) SetDefaults(context.Context) {}
 
 // SetDefaults implements apis.Defaultable.
+func (b *Buildpack) SetDefaults(context.Context) {
+	if b.Spec.ServiceAccountName == "" {
+		b.Spec.ServiceAccountName = DefaultServiceAccountName
+	}
+}
+
+// SetDefaults implements apis.Defaultable.
 func (*ClusterLifecycle) SetDefaults(context.Context) {}
 
 // SetDefaults implements apis.Defaultable.

@@ -33,6 +33,7 @@ func addKnownTypes(scheme *runtime.Scheme) error {
 		&ClusterLifecycle{}, &ClusterLifecycleList{},
 		&Builder{}, &BuilderList{},
 		&ClusterBuilder{}, &ClusterBuilderList{},
+		&Buildpack{}, &BuildpackList{},
 	)
 	metav1.AddToGroupVersion(scheme, SchemeGroupVersion)
 	return nil

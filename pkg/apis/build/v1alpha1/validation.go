@@ -95,7 +95,7 @@ func (c *ClusterLifecycle) Validate(context.Context) *apis.FieldError {
 
 // Validate implements apis.Validatable.
 func (b *Builder) Validate(context.Context) *apis.FieldError {
-	errs := b.Spec.BuilderSpec.validate()
+	errs := b.Spec.BuilderSpec.validate(true)
 	if name := b.Spec.ServiceAccountName; name != "" {
 		errs = errs.Also(validateObjectName(name, "serviceAccountName"))
 	}
@@ -103,19 +103,30 @@ func (b *Builder) Validate(context.Context) *apis.FieldError {
 }
 
 // Validate implements apis.Validatable.
+func (b *Buildpack) Validate(context.Context) *apis.FieldError {
+	_, errs := validateImage(b.Spec.Image)
+	if b.Spec.ServiceAccountName != "" {
+		errs = errs.Also(validateObjectName(b.Spec.ServiceAccountName, "serviceAccountName"))
+	}
+	return errs.ViaField("spec")
+}
+
+// Validate implements apis.Validatable.
 func (b *ClusterBuilder) Validate(context.Context) *apis.FieldError {
-	errs := b.Spec.BuilderSpec.validate()
+	errs := b.Spec.BuilderSpec.validate(false)
 	if b.Spec.ServiceAccountRef != nil {
 		errs = errs.Also(b.Spec.ServiceAccountRef.validate().ViaField("serviceAccountRef"))
 	}
 	return errs.ViaField("spec")
 }
 
-func (s *BuilderSpec) validate() *apis.FieldError {
+// validate checks a builder's spec; namespaced: a Builder's (which may
+// draw from its namespace's Buildpacks).
+func (s *BuilderSpec) validate(namespaced bool) *apis.FieldError {
 	errs := validateTag(s.Tag)
 	errs = errs.Also(validateRef(s.Stack.Kind, "ClusterStack", s.Stack.Name).ViaField("stack"))
 	errs = errs.Also(validateRef(s.Store.Kind, "ClusterStore", s.Store.Name).ViaField("store"))
-	errs = errs.Also(s.validateSources())
+	errs = errs.Also(s.validateSources(namespaced))
 	if s.Lifecycle != nil {
 		errs = errs.Also(validateRef(s.Lifecycle.Kind, "ClusterLifecycle", s.Lifecycle.Name).ViaField("lifecycle"))
 	}
@@ -218,21 +229,34 @@ func validateImage(image string) (name.Reference, *apis.FieldError) {
 	return ref, nil
 }
 
-// validateSources checks spec.sources: ClusterStores, each named once
-// (spec.store included).
-func (s *BuilderSpec) validateSources() *apis.FieldError {
+// validateSources checks spec.sources: ClusterStores and, for a Builder,
+// Buildpacks of its namespace, each named once (spec.store included).
+func (s *BuilderSpec) validateSources(namespaced bool) *apis.FieldError {
 	list := fieldErrorList{field: "sources"}
-	named := map[string]string{s.Store.Name: "store"}
+	named := map[SourceRef]string{{Kind: "ClusterStore", Name: s.Store.Name}: "store"}
 	for i, source := range s.Sources {
-		if err := validateRef(source.Kind, "ClusterStore", source.Name); err != nil {
+		kind := source.Kind
+		if kind == "" {
+			kind = "ClusterStore"
+		}
+		switch {
+		case kind != "ClusterStore" && kind != "Buildpack":
+			list.add(i, apis.ErrInvalidValue(source.Kind, "kind", "must be ClusterStore or Buildpack"))
+			continue
+		case kind == "Buildpack" && !namespaced:
+			list.add(i, apis.ErrInvalidValue(source.Kind, "kind", "a ClusterBuilder draws from ClusterStores only: a Buildpack belongs to one namespace"))
+			continue
+		}
+		if err := validateObjectName(source.Name, "name"); err != nil {
 			list.add(i, err)
 			continue
 		}
-		if first, dup := named[source.Name]; dup {
-			list.add(i, apis.ErrGeneric(fmt.Sprintf("duplicate source: ClusterStore %s is %s already", source.Name, first), "name"))
+		key := SourceRef{Kind: kind, Name: source.Name}
+		if first, dup := named[key]; dup {
+			list.add(i, apis.ErrGeneric(fmt.Sprintf("duplicate source: %s %s is %s already", kind, source.Name, first), "name"))
 			continue
 		}
-		named[source.Name] = fmt.Sprintf("sources[%d]", i)
+		named[key] = fmt.Sprintf("sources[%d]", i)
 	}
 	return list.result()
 }

@@ -127,6 +127,32 @@ func TestValidate(t *testing.T) {
 			},
 		},
 		{
+			name: "builder drawing from a Buildpack of its namespace",
+			obj: builder(func(s *NamespacedBuilderSpec) {
+				s.Sources = []SourceRef{{Kind: "Buildpack", Name: "default"}, {Kind: "Buildpack", Name: "team"}}
+			}),
+		},
+		{
+			name: "cluster builder naming a Buildpack, and a Buildpack twice",
+			obj: clusterBuilder(func(s *ClusterBuilderSpec) {
+				s.Sources = []SourceRef{{Kind: "Buildpack", Name: "team"}}
+			}),
+			want: []string{"invalid value: Buildpack: spec.sources[0].kind"},
+		},
+		{
+			name: "a Buildpack named twice",
+			obj: builder(func(s *NamespacedBuilderSpec) {
+				s.Sources = []SourceRef{{Kind: "Buildpack", Name: "team"}, {Kind: "Buildpack", Name: "team"}}
+			}),
+			want: []string{"duplicate source: Buildpack team is sources[0] already: spec.sources[1].name"},
+		},
+		{name: "valid buildpack", obj: &Buildpack{Spec: BuildpackSpec{Image: "registry.example.com/bp/go:1"}}},
+		{
+			name: "buildpack without an image, with a bad ServiceAccount",
+			obj:  &Buildpack{Spec: BuildpackSpec{ServiceAccountName: "Not_A_Name"}},
+			want: []string{"invalid value: Not_A_Name: spec.serviceAccountName", "missing field(s): spec.image"},
+		},
+		{
 			name: "builder with system buildpacks",
 			obj: builder(func(s *NamespacedBuilderSpec) {
 				s.System = &SystemBuildpacks{Pre: []SystemBuildpackRef{{ID: "a"}}, Post: []SystemBuildpackRef{{ID: "b", Version: "1.0.0"}}}

@@ -43,6 +43,8 @@ func (f *sharedInformerFactory) ForResource(resource schema.GroupVersionResource
 	// Group=buildsmith.dev, Version=v1alpha1
 	case v1alpha1.SchemeGroupVersion.WithResource("builders"):
 		return &genericInformer{resource: resource.GroupResource(), informer: f.Buildsmith().V1alpha1().Builders().Informer()}, nil
+	case v1alpha1.SchemeGroupVersion.WithResource("buildpacks"):
+		return &genericInformer{resource: resource.GroupResource(), informer: f.Buildsmith().V1alpha1().Buildpacks().Informer()}, nil
 	case v1alpha1.SchemeGroupVersion.WithResource("clusterbuilders"):
 		return &genericInformer{resource: resource.GroupResource(), informer: f.Buildsmith().V1alpha1().ClusterBuilders().Informer()}, nil
 	case v1alpha1.SchemeGroupVersion.WithResource("clusterlifecycles"):

@@ -14,6 +14,14 @@ type BuilderListerExpansion interface{}
 // BuilderNamespaceLister.
 type BuilderNamespaceListerExpansion interface{}
 
+// BuildpackListerExpansion allows custom methods to be added to
+// BuildpackLister.
+type BuildpackListerExpansion interface{}
+
+// BuildpackNamespaceListerExpansion allows custom methods to be added to
+// BuildpackNamespaceLister.
+type BuildpackNamespaceListerExpansion interface{}
+
 // ClusterBuilderListerExpansion allows custom methods to be added to
 // ClusterBuilderLister.
 type ClusterBuilderListerExpansion interface{}

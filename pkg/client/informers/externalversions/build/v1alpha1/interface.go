@@ -14,6 +14,8 @@ import (
 type Interface interface {
 	// Builders returns a BuilderInformer.
 	Builders() BuilderInformer
+	// Buildpacks returns a BuildpackInformer.
+	Buildpacks() BuildpackInformer
 	// ClusterBuilders returns a ClusterBuilderInformer.
 	ClusterBuilders() ClusterBuilderInformer
 	// ClusterLifecycles returns a ClusterLifecycleInformer.
@@ -38,6 +40,11 @@ func New(f internalinterfaces.SharedInformerFactory, namespace string, tweakList
 // Builders returns a BuilderInformer.
 func (v *version) Builders() BuilderInformer {
 	return &builderInformer{factory: v.factory, namespace: v.namespace, tweakListOptions: v.tweakListOptions}
+}
+
+// Buildpacks returns a BuildpackInformer.
+func (v *version) Buildpacks() BuildpackInformer {
+	return &buildpackInformer{factory: v.factory, namespace: v.namespace, tweakListOptions: v.tweakListOptions}
 }
 
 // ClusterBuilders returns a ClusterBuilderInformer.

@@ -17,6 +17,7 @@ import (
 type BuildsmithV1alpha1Interface interface {
 	RESTClient() rest.Interface
 	BuildersGetter
+	BuildpacksGetter
 	ClusterBuildersGetter
 	ClusterLifecyclesGetter
 	ClusterStacksGetter
@@ -30,6 +31,10 @@ type BuildsmithV1alpha1Client struct {
 
 func (c *BuildsmithV1alpha1Client) Builders(namespace string) BuilderInterface {
 	return newBuilders(c, namespace)
+}
+
+func (c *BuildsmithV1alpha1Client) Buildpacks(namespace string) BuildpackInterface {
+	return newBuildpacks(c, namespace)
 }
 
 func (c *BuildsmithV1alpha1Client) ClusterBuilders() ClusterBuilderInterface {

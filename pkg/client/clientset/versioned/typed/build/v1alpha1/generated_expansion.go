@@ -8,6 +8,8 @@ package v1alpha1
 
 type BuilderExpansion interface{}
 
+type BuildpackExpansion interface{}
+
 type ClusterBuilderExpansion interface{}
 
 type ClusterLifecycleExpansion interface{}

@@ -20,6 +20,10 @@ func (c *FakeBuildsmithV1alpha1) Builders(namespace string) v1alpha1.BuilderInte
 	return newFakeBuilders(c, namespace)
 }
 
+func (c *FakeBuildsmithV1alpha1) Buildpacks(namespace string) v1alpha1.BuildpackInterface {
+	return newFakeBuildpacks(c, namespace)
+}
+
 func (c *FakeBuildsmithV1alpha1) ClusterBuilders() v1alpha1.ClusterBuilderInterface {
 	return newFakeClusterBuilders(c)
 }
