@@ -98,10 +98,12 @@ Reads kpack manifests (experimental.kpack.pivotal.io/v1alpha1 Store, Stack,
 CustomBuilder, CustomClusterBuilder; kpack.io/v1alpha1 and v1alpha2
 ClusterStore, ClusterStack, Builder, ClusterBuilder, Buildpack,
 ClusterBuildpack) and writes the buildsmith manifests to stdout. Other
-documents are copied unchanged. Buildpacks and ClusterBuildpacks become
-sources of the stores of the builders that use them; a builder without a
-store gets one. Include the objects' status (kubectl get -o yaml) so that
-builder entries naming a Buildpack without an id can be converted.
+documents are copied unchanged. A Buildpack stays a Buildpack, a
+ClusterBuildpack becomes a ClusterStore of its one image, and the builders
+that name them draw from them in spec.sources; a builder without a store
+takes the first ClusterBuildpack's. Include the objects' status (kubectl
+get -o yaml) so that builder entries naming a Buildpack without an id can be
+converted.
 
 The input is YAML documents separated by ---, Lists (kubectl get -o yaml,
 or -o json), or JSON objects one after another (jq '.items[]'); every

@@ -5,99 +5,33 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/google/go-containerregistry/pkg/name"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/buildsmith/buildsmith/pkg/apis/build/v1alpha1"
 )
 
-// buildpack is a Buildpack or ClusterBuildpack of the input: a buildpackage
-// image that kpack builders may name in their order.
-type buildpack struct {
-	from    *object
-	image   string
-	account *v1alpha1.ServiceAccountRef // reads the image; nil: anonymously
-	// listed are the buildpacks its status lists; roots are the ids of
-	// those no other's order names: what kpack uses for an entry that names
-	// the object without an id.
-	listed []v1alpha1.BuildpackRef
-	roots  []string
-	// usedIn are the ClusterStores its image was put in, for the report.
-	usedIn []string
-}
-
-func (c *converter) readBuildpack(o *object) {
-	clusterScoped := o.kind == "ClusterBuildpack"
-	status := mapAt(o.doc.obj, "status") // metadata drops it
-	meta := metadata(o, clusterScoped)
-	if _, dup := c.buildpacks[o.objectID]; dup {
-		o.omit("", "not converted: the input has %s twice; the first is used", o.path())
-		return
-	}
-	spec := o.root.mapping("spec")
-	bp := &buildpack{from: o, image: spec.str("image")}
-	if clusterScoped {
-		bp.account = serviceAccountRef(spec, "serviceAccountRef")
-	} else if account := spec.str("serviceAccountName"); account != "" {
-		if meta.Namespace != "" {
-			bp.account = &v1alpha1.ServiceAccountRef{Name: account, Namespace: meta.Namespace}
-		} else {
-			o.warn("spec.serviceAccountName", "the object has no namespace, so the ServiceAccount cannot be named from a ClusterStore; dropped")
-		}
-	}
-	bp.listed, bp.roots = statusBuildpacks(status)
-	// A bad image would make the whole store it goes into invalid.
-	if bp.image == "" {
-		o.warn("spec.image", "missing: builders that name this object get no buildpackage from it")
-	} else if _, err := name.ParseReference(bp.image); err != nil {
-		o.warn("spec.image", "%v: builders that name this object get no buildpackage from it", err)
-		bp.image = ""
-	}
-	c.buildpacks[o.objectID] = bp
-	c.buildpackList = append(c.buildpackList, bp)
-	o.root.leftovers()
-}
-
-// statusBuildpacks reads the buildpacks a Buildpack's status lists, and the
-// ids of the roots among them.
-func statusBuildpacks(status map[string]any) (listed []v1alpha1.BuildpackRef, roots []string) {
-	named := map[string]bool{} // ids in some buildpack's order
-	for _, item := range asList(status["buildpacks"]) {
-		bp := asMap(item)
-		id, _ := bp["id"].(string)
-		version, _ := bp["version"].(string)
-		if id == "" {
-			continue
-		}
-		listed = append(listed, v1alpha1.BuildpackRef{ID: id, Version: version})
-		for _, entry := range asList(bp["order"]) {
-			for _, ref := range asList(asMap(entry)["group"]) {
-				if id, _ := asMap(ref)["id"].(string); id != "" {
-					named[id] = true
-				}
-			}
-		}
-	}
-	for _, bp := range listed {
-		if !named[bp.ID] && !slices.Contains(roots, bp.ID) {
-			roots = append(roots, bp.ID)
-		}
-	}
-	return listed, roots
-}
-
 // maxAdditionalLabels is the maxProperties of additionalLabels in the
 // Builder and ClusterBuilder CRDs.
 const maxAdditionalLabels = 256
 
-// fold is an order entry whose buildpack kpack takes from a Buildpack or
-// ClusterBuildpack: that object's image goes into the builder's store.
-type fold struct {
+// maxSources is the maxItems of spec.sources in the Builder and
+// ClusterBuilder CRDs.
+const maxSources = 16
+
+// use is an order entry whose buildpack kpack takes from a Buildpack or
+// ClusterBuildpack: one that names the object, or whose id kpack finds in
+// its status. The builder draws from the object: it is in spec.sources (or,
+// for a builder without a store, may be spec.store).
+type use struct {
 	field      string // the order entry
 	id         string
-	bp         *buildpack // nil: not in the input (or without an image)
 	named      objectID   // the object the entry names; empty: kpack finds the id in bp
+	bp         *buildpack // the object; nil: not in the input
 	idInStatus bool       // the id came from the object's status
+	// source is the object as the builder names it; empty for an id found
+	// in no object, in the order of a builder without a store.
+	source v1alpha1.SourceRef
 }
 
 func (c *converter) convertBuilder(o *object) {
@@ -114,16 +48,7 @@ func (c *converter) convertBuilder(o *object) {
 		AdditionalLabels: spec.stringMap("additionalLabels"),
 	}
 	storeName := refName(spec, "store", "ClusterStore")
-	generated := storeName == ""
-	if generated {
-		// ClusterStores are cluster-wide: two namespaces may have a Builder
-		// of the same name.
-		storeName = meta.Name + "-buildpacks"
-		if !clusterScoped && meta.Namespace != "" {
-			storeName = meta.Namespace + "-" + storeName
-		}
-	}
-	common.Store = v1alpha1.StoreRef{Kind: "ClusterStore", Name: storeName}
+	storeless := storeName == ""
 	common.Lifecycle = c.lifecycle(o, spec)
 
 	var builder buildsmithObject
@@ -134,12 +59,28 @@ func (c *converter) convertBuilder(o *object) {
 		builder = &v1alpha1.Builder{TypeMeta: typeMeta("Builder"), ObjectMeta: meta,
 			Spec: v1alpha1.NamespacedBuilderSpec{ServiceAccountName: serviceAccountName(spec)}}
 	}
-	order, folds := c.order(o, spec, meta.Namespace, generated)
+	order, uses := c.order(o, spec, meta.Namespace, clusterScoped, storeless)
 	common.Order = order
+	var storeFrom *use          // the ClusterBuildpack whose store became spec.store
+	var generateFrom *buildpack // the Buildpack whose image makes spec.store
+	if !o.omitted && storeless {
+		storeName, storeFrom, generateFrom = c.storeFor(o, meta, uses)
+	}
+	if !o.omitted {
+		common.Sources = sourcesOf(storeName, uses)
+		if n := len(common.Sources); n > maxSources { // the CRD's limit; Validate leaves it to the schema
+			o.omit("spec.order", "not converted: it draws from %d Buildpacks and ClusterBuildpacks besides its store, more than buildsmith's %d further sources (spec.sources)", n, maxSources)
+		}
+	}
+	common.Store = v1alpha1.StoreRef{Kind: "ClusterStore", Name: storeName}
 	if o.omitted {
 		// The order's problems are reported; the rest of the builder is
 		// checked on, so that all of its problems are.
 		common.Order = []v1alpha1.OrderEntry{{Group: []v1alpha1.BuildpackRef{{ID: "reported"}}}}
+		common.Sources = nil
+		if storeless {
+			common.Store.Name = "reported"
+		}
 	}
 	switch b := builder.(type) {
 	case *v1alpha1.ClusterBuilder:
@@ -147,7 +88,7 @@ func (c *converter) convertBuilder(o *object) {
 	case *v1alpha1.Builder:
 		b.Spec.BuilderSpec = common
 	}
-	// Checked before any store changes for it.
+	// Checked before a store is generated for it.
 	if err := validate(builder); err != nil {
 		o.omit("", "not converted: not a valid %s: %v", builder.GetObjectKind().GroupVersionKind().Kind, err)
 	}
@@ -157,13 +98,15 @@ func (c *converter) convertBuilder(o *object) {
 	if o.omitted {
 		return
 	}
-	if generated {
-		if !c.generateStore(o, storeName, folds) {
+	switch {
+	case generateFrom != nil:
+		if !c.generateStore(o, storeName, generateFrom) {
 			return
 		}
-	} else {
-		c.fold(o, storeName, c.stores[storeName], folds)
+	case storeFrom != nil:
+		o.warn("spec.store", "missing (buildsmith needs a store): ClusterStore %s, of %s, the first source its order draws from", storeName, storeFrom.objectPath())
 	}
+	c.reportUses(o, storeName, uses)
 	c.emit(o, builder)
 }
 
@@ -226,12 +169,12 @@ func (c *converter) lifecycle(o *object, spec *fields) *v1alpha1.LifecycleRef {
 }
 
 // order converts a builder's order. Entries naming a Buildpack or
-// ClusterBuildpack become id entries; the returned folds say which images
-// the builder's store needs. When an entry cannot be converted, the builder
-// is omitted.
-func (c *converter) order(o *object, spec *fields, namespace string, generated bool) ([]v1alpha1.OrderEntry, []fold) {
+// ClusterBuildpack become id entries; the returned uses say which objects
+// the builder draws from. When an entry cannot be converted, the builder is
+// omitted.
+func (c *converter) order(o *object, spec *fields, namespace string, clusterScoped, storeless bool) ([]v1alpha1.OrderEntry, []use) {
 	var order []v1alpha1.OrderEntry
-	var folds []fold
+	var uses []use
 	for _, entry := range spec.list("order") {
 		var group []v1alpha1.BuildpackRef
 		for _, ref := range entry.list("group") {
@@ -240,18 +183,21 @@ func (c *converter) order(o *object, spec *fields, namespace string, generated b
 			switch {
 			case kind != "" || objectName != "":
 				// On past an entry that fails, to report every one that does.
-				if f, ok := c.byName(o, ref.path, objectID{kind, namespace, objectName}, &r); ok {
-					folds = append(folds, f)
+				if u, ok := c.byName(o, ref.path, objectID{kind, namespace, objectName}, clusterScoped, &r); ok {
+					uses = append(uses, u)
 				}
 			case r.ID == "":
 				o.omit(ref.path, "not converted: the entry has neither an id nor a Buildpack or ClusterBuildpack name")
 			default:
 				// kpack looks for an id in the namespace's Buildpacks, the
 				// ClusterBuildpacks and the builder's store, if it has one;
-				// buildsmith only in the store, so one found in the input
-				// goes into it. Without a store, one not found is warned of.
-				if bp := c.findByID(namespace, r); bp != nil || generated {
-					folds = append(folds, fold{field: ref.path, id: r.ID, bp: bp})
+				// buildsmith in the builder's store and sources, so an
+				// object of the input holding it becomes a source. Without
+				// a store, one found nowhere is warned of.
+				if bp := c.findByID(namespace, clusterScoped, r); bp != nil {
+					uses = append(uses, use{field: ref.path, id: r.ID, bp: bp, source: bp.source})
+				} else if storeless {
+					uses = append(uses, use{field: ref.path, id: r.ID})
 				}
 			}
 			group = append(group, r)
@@ -261,24 +207,29 @@ func (c *converter) order(o *object, spec *fields, namespace string, generated b
 	if o.omitted {
 		return nil, nil
 	}
-	return order, folds
+	return order, uses
 }
 
 // byName resolves an entry that names a Buildpack or ClusterBuildpack: it
-// sets the entry's id if it has none, and returns what to fold into the
-// store. ok is false when the builder was omitted.
-func (c *converter) byName(o *object, field string, id objectID, r *v1alpha1.BuildpackRef) (f fold, ok bool) {
+// sets the entry's id if it has none, and returns the source the builder
+// draws from for it. ok is false when the builder was omitted.
+func (c *converter) byName(o *object, field string, id objectID, clusterScoped bool, r *v1alpha1.BuildpackRef) (u use, ok bool) {
 	switch id.kind {
 	case "ClusterBuildpack":
 		id.namespace = ""
 	case "Buildpack": // in the builder's namespace
 	default:
 		o.omit(field+".kind", "not converted: %q: expected Buildpack or ClusterBuildpack", id.kind)
-		return fold{}, false
+		return use{}, false
 	}
 	if id.name == "" {
 		o.omit(field+".name", "not converted: missing, with kind %s", id.kind)
-		return fold{}, false
+		return use{}, false
+	}
+	if id.kind == "Buildpack" && clusterScoped {
+		o.omit(field, "not converted: it names Buildpack %s, and a ClusterBuilder may not draw from a Buildpack, which belongs to one namespace; "+
+			"make it a Builder in that namespace, or put the buildpackage into a ClusterStore (a ClusterBuildpack becomes one)", id.name)
+		return use{}, false
 	}
 	bp := c.buildpacks[id]
 	idInStatus := false
@@ -294,144 +245,143 @@ func (c *converter) byName(o *object, field string, id objectID, r *v1alpha1.Bui
 		}
 		if why != "" {
 			o.omit(field, "not converted: the entry has no id and %s, so its buildpack cannot be known offline; give the entry an id, or add the %s with its status (kubectl get -o yaml) to the input", why, id.kind)
-			return fold{}, false
+			return use{}, false
 		}
 		r.ID, idInStatus = bp.roots[0], true
 	}
-	if bp != nil && bp.image == "" {
-		bp = nil
+	u = use{field: field, id: r.ID, named: id, bp: bp, idInStatus: idInStatus}
+	switch {
+	case bp != nil:
+		u.source = bp.source
+	case id.kind == "Buildpack":
+		u.source = v1alpha1.SourceRef{Kind: "Buildpack", Name: id.name}
+	default:
+		u.source = v1alpha1.SourceRef{Kind: "ClusterStore", Name: c.clusterStoreName(id.name)}
 	}
-	return fold{field: field, id: r.ID, bp: bp, named: id, idInStatus: idInStatus}, true
+	return u, true
 }
 
-// findByID returns the first Buildpack of the namespace, else the first
-// ClusterBuildpack, whose status lists the buildpack: where kpack looks for
-// it. nil when there is none.
-func (c *converter) findByID(namespace string, r v1alpha1.BuildpackRef) *buildpack {
-	for _, kind := range []string{"Buildpack", "ClusterBuildpack"} {
-		for _, bp := range c.buildpackList {
-			if bp.from.kind != kind || bp.image == "" || (kind == "Buildpack" && bp.from.namespace != namespace) {
-				continue
-			}
-			if slices.ContainsFunc(bp.listed, func(l v1alpha1.BuildpackRef) bool {
-				return l.ID == r.ID && (r.Version == "" || l.Version == r.Version)
-			}) {
-				return bp
-			}
+// objectPath names the object a use draws from.
+func (u *use) objectPath() string {
+	if u.named != (objectID{}) {
+		return u.named.path()
+	}
+	return u.bp.from.path()
+}
+
+// storeFor chooses the store of a builder that has none (kpack allows it,
+// buildsmith does not): the ClusterStore of the first ClusterBuildpack its
+// order draws from (from), which is then not in spec.sources; for a
+// Builder that draws from Buildpacks only, a ClusterStore generated from the
+// first Buildpack of the input with a usable image (generateFrom),
+// <namespace>-<name>-buildpacks. Otherwise the builder is omitted.
+func (c *converter) storeFor(o *object, meta metav1.ObjectMeta, uses []use) (storeName string, from *use, generateFrom *buildpack) {
+	for i := range uses {
+		if uses[i].source.Kind == "ClusterStore" {
+			return uses[i].source.Name, &uses[i], nil
 		}
 	}
-	return nil
-}
-
-// generateStore makes the ClusterStore of a builder that has none, from the
-// images its order needs. false: the builder was omitted.
-func (c *converter) generateStore(o *object, storeName string, folds []fold) bool {
-	if _, taken := c.stores[storeName]; taken {
-		o.omit("spec.store", "not converted: it has no store, and the name of the one it would get, %s, is taken", storeName)
-		return false
-	}
-	if msgs := validation.IsDNS1123Subdomain(storeName); len(msgs) > 0 {
-		o.omit("spec.store", "not converted: it has no store, and the one it would get cannot be named %s: %s", storeName, strings.Join(msgs, "; "))
-		return false
-	}
-	store := &v1alpha1.ClusterStore{TypeMeta: typeMeta("ClusterStore")}
-	store.Name = storeName
-	for _, f := range folds {
-		if f.bp == nil {
+	for _, u := range uses {
+		if u.bp == nil || u.bp.from.role != toBuildpack || u.bp.from.omitted {
 			continue
 		}
-		c.addSource(store, f.bp.image)
-		if store.Spec.ServiceAccountRef == nil && f.bp.account != nil {
-			store.Spec.ServiceAccountRef = f.bp.account
-			if f.bp.from.kind == "Buildpack" {
-				// A tenant's credentials on a cluster object.
-				o.warn("spec.store", "the generated ClusterStore %s uses the ServiceAccount %s/%s of %s: a cluster object with "+
-					"a namespace's credentials, which a controller run with --cluster-credential-namespaces refuses unless "+
-					"that namespace is listed (ServiceAccountNotAllowed); creating it takes the right to create ClusterStores",
-					storeName, f.bp.account.Namespace, f.bp.account.Name, f.bp.from.path())
-			}
+		// ClusterStores are cluster-wide: two namespaces may have a
+		// Builder of the same name.
+		storeName = meta.Name + "-buildpacks"
+		if meta.Namespace != "" {
+			storeName = meta.Namespace + "-" + storeName
 		}
+		if c.storeNames[storeName] {
+			o.omit("spec.store", "not converted: it has no store, its order draws from no ClusterBuildpack, and the name of the ClusterStore it would get, %s, is taken", storeName)
+			return "", nil, nil
+		}
+		if msgs := validation.IsDNS1123Subdomain(storeName); len(msgs) > 0 {
+			o.omit("spec.store", "not converted: it has no store, its order draws from no ClusterBuildpack, and the ClusterStore it would get cannot be named %s: %s", storeName, strings.Join(msgs, "; "))
+			return "", nil, nil
+		}
+		return storeName, nil, u.bp
 	}
-	if len(store.Spec.Sources) == 0 {
-		o.omit("spec.store", "not converted: it has no store, and none of its buildpacks comes from a Buildpack or ClusterBuildpack of the input with a usable image; give it a store")
-		return false
+	o.omit("spec.store", "not converted: it has no store, and none can be made for it: its order draws from no ClusterBuildpack, "+
+		"nor from a Buildpack of the input with a usable image; give it a store")
+	return "", nil, nil
+}
+
+// sourcesOf lists the sources of a builder's uses, each once, in the order
+// of first use, without its store.
+func sourcesOf(storeName string, uses []use) []v1alpha1.SourceRef {
+	var sources []v1alpha1.SourceRef
+	for _, u := range uses {
+		s := u.source
+		if s == (v1alpha1.SourceRef{}) || s.Kind == "ClusterStore" && s.Name == storeName || slices.Contains(sources, s) {
+			continue
+		}
+		sources = append(sources, s)
 	}
+	return sources
+}
+
+// generateStore makes the ClusterStore of a builder that has none and
+// draws from Buildpacks only: the first one's image, read with its
+// ServiceAccount. The Buildpack stays in spec.sources. false: the builder
+// was omitted.
+func (c *converter) generateStore(o *object, storeName string, bp *buildpack) bool {
+	store := &v1alpha1.ClusterStore{TypeMeta: typeMeta("ClusterStore")}
+	store.Name = storeName
+	store.Spec.Sources = []v1alpha1.ImageSource{{Image: bp.image}}
+	store.Spec.ServiceAccountRef = bp.account
 	if err := validate(store); err != nil {
 		o.omit("spec.store", "not converted: it has no store, and the one made for it is not valid: %v", err)
 		return false
 	}
-	c.stores[storeName] = store
+	c.storeNames[storeName] = true
 	c.outputs = append(c.outputs, &output{from: o, converted: store})
-	o.warn("spec.store", "missing (buildsmith needs a store): generated ClusterStore %s", storeName)
-	c.fold(o, storeName, store, folds)
+	if bp.account == nil && bp.accountName != "" {
+		o.warn("spec.store", "the generated ClusterStore %s reads its source anonymously: %s names ServiceAccount %s, but no namespace to find it in",
+			storeName, bp.from.path(), bp.accountName)
+	}
+	if bp.account != nil {
+		// A tenant's credentials on a cluster object.
+		o.warn("spec.store", "the generated ClusterStore %s uses the ServiceAccount %s/%s of %s: a cluster object with "+
+			"a namespace's credentials, which a controller run with --cluster-credential-namespaces refuses unless "+
+			"that namespace is listed (ServiceAccountNotAllowed); creating it takes the right to create ClusterStores",
+			storeName, bp.account.Namespace, bp.account.Name, bp.from.path())
+	}
+	o.warn("spec.store", "missing (buildsmith needs a store), and its order draws from no ClusterBuildpack: the image %s of %s, which stays in spec.sources, "+
+		"is the one source of generated ClusterStore %s", bp.image, bp.from.path(), storeName)
 	return true
 }
 
-// fold puts the images of folds into a store (nil: the store is not among
-// the converted objects) and says so at each entry.
-func (c *converter) fold(o *object, storeName string, store *v1alpha1.ClusterStore, folds []fold) {
-	for _, f := range folds {
-		var what string
+// reportUses says, at each entry drawing from a Buildpack or
+// ClusterBuildpack, what it became.
+func (c *converter) reportUses(o *object, storeName string, uses []use) {
+	for _, u := range uses {
+		if u.source == (v1alpha1.SourceRef{}) {
+			o.warn(u.field, "buildpack %s is in no Buildpack or ClusterBuildpack of the input, where kpack looks for it when a builder has no store; "+
+				"name a source that holds it in spec.sources", u.id)
+			continue
+		}
+		field := "spec.sources"
+		if u.source.Kind == "ClusterStore" && u.source.Name == storeName {
+			field = "spec.store"
+		}
+		source := fmt.Sprintf("%s names %s %s", field, u.source.Kind, u.source.Name)
 		switch {
-		case f.named != objectID{} && f.bp == nil:
-			o.warn(f.field, "%s is not in the input, or has no image: replaced by buildpack id %s; add its buildpackage to ClusterStore %s", f.named.path(), f.id, storeName)
-			continue
-		case f.bp == nil:
-			o.warn(f.field, "buildpack %s is in no Buildpack or ClusterBuildpack of the input, where kpack looks for it when a builder has no store; add its buildpackage to ClusterStore %s", f.id, storeName)
-			continue
-		case f.named != objectID{}:
-			what = fmt.Sprintf("%s replaced by buildpack id %s", f.named.path(), f.id)
-			if f.idInStatus {
-				what += " (from its status)"
-			}
+		case u.named == objectID{}:
+			o.warn(u.field, "buildpack %s: kpack finds it in %s; %s", u.id, u.bp.from.path(), source)
+		case u.bp == nil && u.named.kind == "ClusterBuildpack":
+			o.warn(u.field, "%s is not in the input: replaced by buildpack id %s, which buildsmith looks up in spec.store and spec.sources; "+
+				"%s, the ClusterStore it becomes: convert it too, or the builder waits for it", u.named.path(), u.id, source)
+		case u.bp == nil:
+			o.warn(u.field, "%s is not in the input: replaced by buildpack id %s, which buildsmith looks up in spec.store and spec.sources; "+
+				"%s: convert it too, or the builder waits for it", u.named.path(), u.id, source)
 		default:
-			what = fmt.Sprintf("buildpack %s: kpack finds it in %s", f.id, f.bp.from.path())
-		}
-		usedIn := storeName
-		if store == nil {
-			o.warn(f.field, "%s; add its image %s to ClusterStore %s, which is not among the converted objects", what, f.bp.image, storeName)
-			usedIn += " (by hand: not converted here)"
-		} else {
-			c.addSource(store, f.bp.image)
-			o.warn(f.field, "%s; its image %s is a source of ClusterStore %s", what, f.bp.image, storeName)
-		}
-		if !slices.Contains(f.bp.usedIn, usedIn) {
-			f.bp.usedIn = append(f.bp.usedIn, usedIn)
-		}
-		if store == nil {
-			if f.bp.account != nil {
-				o.warn(f.field, "%s reads its image with ServiceAccount %s/%s; ClusterStore %s is not among the converted objects: give it credentials for %s if it needs them",
-					f.bp.from.path(), f.bp.account.Namespace, f.bp.account.Name, storeName, f.bp.image)
+			fromStatus := ""
+			if u.idInStatus {
+				fromStatus = " (from its status)"
 			}
-			continue
+			o.warn(u.field, "%s replaced by buildpack id %s%s, which buildsmith looks up in spec.store and spec.sources; %s",
+				u.named.path(), u.id, fromStatus, source)
 		}
-		if f.bp.account != nil && (store.Spec.ServiceAccountRef == nil || *store.Spec.ServiceAccountRef != *f.bp.account) {
-			o.warn(f.field, "%s reads its image with ServiceAccount %s/%s; ClusterStore %s reads its sources %s: give it credentials for %s if it needs them",
-				f.bp.from.path(), f.bp.account.Namespace, f.bp.account.Name, storeName, accountText(store.Spec.ServiceAccountRef), f.bp.image)
-		}
-	}
-}
-
-func accountText(ref *v1alpha1.ServiceAccountRef) string {
-	if ref == nil {
-		return "anonymously"
-	}
-	return "with ServiceAccount " + ref.Namespace + "/" + ref.Name
-}
-
-// reportBuildpacks says, on each Buildpack and ClusterBuildpack of the
-// input, what became of it: they are not in the output themselves.
-func (c *converter) reportBuildpacks() {
-	for _, bp := range c.buildpackList {
-		switch {
-		case bp.image == "":
-			bp.from.warn("", "consumed: without a usable image, it is in no ClusterStore")
-			continue
-		case len(bp.usedIn) == 0:
-			bp.from.warn("", "consumed: no converted builder uses it, so its image %s is in no ClusterStore", bp.image)
-			continue
-		}
-		bp.from.warn("", "consumed: its image %s is a source of ClusterStore %s", bp.image, strings.Join(bp.usedIn, ", "))
 	}
 }
 

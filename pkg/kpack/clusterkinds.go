@@ -6,8 +6,7 @@ import (
 	"github.com/buildsmith/buildsmith/pkg/apis/build/v1alpha1"
 )
 
-// convertStore makes the ClusterStore of a kpack store; the first of each
-// name is the one that the builders naming it add their Buildpacks' images to.
+// convertStore makes the ClusterStore of a kpack store.
 func (c *converter) convertStore(o *object) {
 	store := &v1alpha1.ClusterStore{TypeMeta: typeMeta("ClusterStore"), ObjectMeta: metadata(o, true)}
 	spec := o.root.mapping("spec")
@@ -16,9 +15,6 @@ func (c *converter) convertStore(o *object) {
 		if image := source.str("image"); !c.addSource(store, image) {
 			o.warn(source.path, "same image as an earlier source; dropped")
 		}
-	}
-	if _, taken := c.stores[store.Name]; !taken {
-		c.stores[store.Name] = store
 	}
 	c.emit(o, store)
 }

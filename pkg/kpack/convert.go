@@ -7,8 +7,9 @@
 //	    CustomBuilder → Builder, CustomClusterBuilder → ClusterBuilder
 //	kpack.io/v1alpha1 and v1alpha2: ClusterStore, ClusterStack, Builder and
 //	    ClusterBuilder → the same kinds
-//	kpack.io: Buildpack and ClusterBuildpack → folded into the stores of the
-//	    builders that use them (they are not in the output)
+//	kpack.io: Buildpack → Buildpack (same namespace and name, image and
+//	    serviceAccountName); ClusterBuildpack → ClusterStore of that one
+//	    image, read with its serviceAccountRef
 //
 // Names, namespaces, labels and annotations are kept. Every other document
 // (other kinds, other apiVersions) is passed through unchanged; those of
@@ -19,22 +20,45 @@
 // separate documents. Every object of the input is read: what is not one
 // is an error, never skipped.
 //
+// A ClusterBuildpack's ClusterStore has its name, unless a ClusterStore of
+// the input has it or a builder of the input names a store of it (kpack
+// lets a ClusterStore and a ClusterBuildpack share a name; here they would
+// be one object). It is then <name>-clusterbuildpack, or, while that is
+// taken too (by such a store or another ClusterBuildpack), the same with
+// -2, -3… appended; a warning on the ClusterBuildpack gives the name. So a
+// ClusterStore of the input keeps its name, and a builder keeps the store
+// it names.
+//
 // kpack's builders may refer to buildpacks by object (kind Buildpack or
-// ClusterBuildpack and a name); buildsmith's builders take every buildpack
-// from one ClusterStore, by id. Such an entry becomes an id entry, and the
-// object's image a source of the builder's store: of its ClusterStore in the
-// input, which every builder using that store then sees (as kpack's
-// ClusterBuildpacks are seen by every builder), or, for a store not in the
-// input, a warning saying what to add to it. The id is the entry's own,
-// else that of the root buildpack in the object's status (present in the
-// output of kubectl get -o yaml); when neither is there, the id cannot be
-// known offline and the builder is left out of the output. A builder without
-// a store (kpack allows it, buildsmith does not) gets one, generated and
-// named after it: <name>-buildpacks for a ClusterBuilder, and
-// <namespace>-<name>-buildpacks for a Builder, as ClusterStores are
-// cluster-wide. Its sources are the images of the Buildpacks and
-// ClusterBuildpacks its order names, or in whose status kpack would have
-// found the ids it lists.
+// ClusterBuildpack and a name); buildsmith's builders by id, from their
+// store and further sources (spec.sources). Such an entry becomes an id
+// entry (its version kept), and the object a source of the builder: the
+// Buildpack itself (kind Buildpack: a Buildpack of the builder's
+// namespace), or the ClusterBuildpack's ClusterStore; each once, in the
+// order of first use. buildsmith resolves the id against the store and all
+// the sources together, so the buildpack may come from another source than
+// the object named: each such entry's warning says so. A ClusterBuilder may not draw from a Buildpack, which
+// belongs to one namespace: a ClusterBuilder naming one is left out. The
+// id is the entry's own, else that of the root buildpack in the object's
+// status (present in the output of kubectl get -o yaml); when neither is
+// there, the id cannot be known offline and the builder is left out of the
+// output. An entry with an id alone draws, in kpack, from the namespace's
+// Buildpacks and the ClusterBuildpacks too: the first of the input whose
+// status lists the id (a Buildpack of the builder's namespace before a
+// ClusterBuildpack, and no Buildpack for a ClusterBuilder) becomes a
+// source as well. An object named but not in the input is a source all
+// the same (a Buildpack by its name, a ClusterBuildpack by the name its
+// ClusterStore gets), with a warning to convert it too.
+//
+// A builder without a store (kpack allows it, buildsmith does not) takes
+// as its store the ClusterStore of the first ClusterBuildpack its order
+// draws from, which is then not among its sources. A Builder that draws
+// from Buildpacks only gets a generated ClusterStore,
+// <namespace>-<name>-buildpacks (ClusterStores are cluster-wide), whose
+// one source is the image of the first of them in the input, read with its
+// ServiceAccount, with a warning, since that puts a namespace's
+// buildpackage and credentials on a cluster object; the Buildpack stays a
+// source. A builder that draws from neither is left out.
 //
 // An object that cannot be converted, or whose result buildsmith's CRDs or
 // Validate would refuse, is left out with a warning saying why (Omitted).
@@ -75,8 +99,7 @@ type Warning struct {
 	Field   string
 	Message string
 	// Omitted says the object could not be converted: nothing in the output
-	// stands for it. (Buildpacks and ClusterBuildpacks, folded into stores,
-	// are not omitted.)
+	// stands for it.
 	Omitted bool
 
 	seq int // the object's position in the input: warnings are sorted by it
@@ -115,10 +138,12 @@ func Convert(in io.Reader) (out []byte, warnings []Warning, err error) {
 		return nil, nil, errors.New("the input holds no objects (empty, only comments, or a List without items)")
 	}
 	c := &converter{
-		stores:     map[string]*v1alpha1.ClusterStore{},
-		buildpacks: map[objectID]*buildpack{},
-		lifecycles: map[string]bool{},
-		sourceKeys: map[*v1alpha1.ClusterStore]map[string]bool{},
+		storeNames:             map[string]bool{},
+		clusterBuildpackNames:  map[string]bool{},
+		clusterBuildpackStores: map[string]string{},
+		buildpacks:             map[objectID]*buildpack{},
+		lifecycles:             map[string]bool{},
+		sourceKeys:             map[*v1alpha1.ClusterStore]map[string]bool{},
 	}
 	objects := make([]*object, len(docs))
 	for i := range docs {
@@ -127,8 +152,9 @@ func Convert(in io.Reader) (out []byte, warnings []Warning, err error) {
 		}
 		objects[i] = c.newObject(&docs[i])
 	}
-	// Builders go last: they add sources to stores and look up Buildpacks
-	// and ClusterLifecycles, wherever those are in the input.
+	c.reserveStoreNames(objects)
+	// Builders go last: they look up Buildpacks, ClusterBuildpacks and
+	// ClusterLifecycles, wherever those are in the input.
 	for _, o := range objects {
 		if !o.role.isBuilder() {
 			c.convert(o)
@@ -139,12 +165,10 @@ func Convert(in io.Reader) (out []byte, warnings []Warning, err error) {
 			c.convert(o)
 		}
 	}
-	c.reportBuildpacks()
 	// Back to the order of the input; a generated store shares its
 	// builder's position and was added just before it.
 	sort.SliceStable(c.outputs, func(i, j int) bool { return c.outputs[i].from.doc.seq < c.outputs[j].from.doc.seq })
-	// Everything is validated again at the end: builders may have added
-	// sources to stores.
+	// Everything is validated again at the end, as it is written.
 	for _, result := range c.outputs {
 		if result.converted != nil && !result.omitted {
 			if err := validate(result.converted); err != nil {
@@ -171,7 +195,7 @@ type output struct {
 	omitted   bool
 }
 
-// buildsmithObject is one of the four kinds the converter makes.
+// buildsmithObject is one of the kinds the converter makes.
 type buildsmithObject interface {
 	GetObjectKind() schema.ObjectKind
 	GetName() string
@@ -182,8 +206,15 @@ type buildsmithObject interface {
 type converter struct {
 	outputs  []*output
 	warnings []Warning
-	// stores are the ClusterStores converted or generated, by name.
-	stores map[string]*v1alpha1.ClusterStore
+	// storeNames are the names of ClusterStores: the input's, those its
+	// builders name, and those made of ClusterBuildpacks or generated
+	// (reserveStoreNames).
+	storeNames map[string]bool
+	// clusterBuildpackNames are the names of the input's ClusterBuildpacks;
+	// clusterBuildpackStores the name of each one's ClusterStore
+	// (clusterStoreName).
+	clusterBuildpackNames  map[string]bool
+	clusterBuildpackStores map[string]string
 	// buildpacks are the Buildpacks and ClusterBuildpacks of the input,
 	// by kind, namespace and name, and in the order of the input.
 	buildpacks    map[objectID]*buildpack
@@ -204,8 +235,8 @@ func (c *converter) convert(o *object) {
 		c.convertLifecycle(o)
 	case toBuilder, toClusterBuilder:
 		c.convertBuilder(o)
-	case toStoreSource:
-		c.readBuildpack(o)
+	case toBuildpack, toClusterBuildpack:
+		c.convertBuildpack(o)
 	default:
 		c.passThrough(o)
 	}
@@ -240,17 +271,22 @@ func validate(obj buildsmithObject) error {
 	return nil
 }
 
-// warnUnconvertedRefs warns on each builder that names a store, stack or
-// lifecycle the input holds but the output does not (left out, or passed
-// through unconverted, as an old experimental kind is): applied as it is,
-// the builder would wait for an object nothing creates.
+// warnUnconvertedRefs warns on each builder that names a store, stack,
+// lifecycle or source the input holds but the output does not (left out,
+// or passed through unconverted, as an old experimental kind is): applied
+// as it is, the builder would wait for an object nothing creates.
 func (c *converter) warnUnconvertedRefs() {
-	converted, leftOut := map[string]bool{}, map[string]bool{}
+	converted, leftOut := map[objectID]bool{}, map[objectID]*object{}
 	for _, result := range c.outputs {
-		if result.converted != nil && !result.omitted {
-			converted[result.converted.GetObjectKind().GroupVersionKind().Kind+"/"+result.converted.GetName()] = true
-		} else if kind := clusterKindOf(result.from); kind != "" {
-			leftOut[kind+"/"+result.from.name] = true
+		switch obj := result.converted; {
+		case obj != nil && !result.omitted:
+			converted[objectID{obj.GetObjectKind().GroupVersionKind().Kind, obj.GetNamespace(), obj.GetName()}] = true
+		case obj != nil:
+			leftOut[objectID{obj.GetObjectKind().GroupVersionKind().Kind, obj.GetNamespace(), obj.GetName()}] = result.from
+		default:
+			if kind := clusterKindOf(result.from); kind != "" {
+				leftOut[objectID{kind, "", result.from.name}] = result.from
+			}
 		}
 	}
 	for _, result := range c.outputs {
@@ -258,15 +294,31 @@ func (c *converter) warnUnconvertedRefs() {
 		if spec == nil {
 			continue
 		}
-		type ref struct{ field, kind, name string }
-		refs := []ref{{"spec.store", "ClusterStore", spec.Store.Name}, {"spec.stack", "ClusterStack", spec.Stack.Name}}
+		type ref struct {
+			field string
+			id    objectID
+		}
+		refs := []ref{{"spec.store", objectID{"ClusterStore", "", spec.Store.Name}}, {"spec.stack", objectID{"ClusterStack", "", spec.Stack.Name}}}
 		if spec.Lifecycle != nil {
-			refs = append(refs, ref{"spec.lifecycle", "ClusterLifecycle", spec.Lifecycle.Name})
+			refs = append(refs, ref{"spec.lifecycle", objectID{"ClusterLifecycle", "", spec.Lifecycle.Name}})
+		}
+		for i, source := range spec.Sources {
+			id := objectID{"ClusterStore", "", source.Name}
+			if source.Kind == "Buildpack" {
+				id = objectID{"Buildpack", result.converted.GetNamespace(), source.Name}
+			}
+			refs = append(refs, ref{fmt.Sprintf("spec.sources[%d]", i), id})
 		}
 		for _, r := range refs {
-			if id := r.kind + "/" + r.name; leftOut[id] && !converted[id] {
+			from := leftOut[r.id]
+			switch {
+			case from == nil || converted[r.id]:
+			case from.role == toClusterBuildpack:
+				result.from.warn(r.field, "%s of the input, which becomes %s, is not in the output (see its warning): this builder waits for a %s of that name applied otherwise",
+					from.path(), r.id.path(), r.id.kind)
+			default:
 				result.from.warn(r.field, "%s of the input is not in the output (see its warning): this builder waits for a %s of that name applied otherwise",
-					id, r.kind)
+					r.id.path(), r.id.kind)
 			}
 		}
 	}

@@ -160,6 +160,26 @@ spec:
   - image: index.docker.io/paketobuildpacks/builder-jammy-base
 `
 
+// wantJavaBuildpack is javaBuildpack converted: the same namespace, name,
+// image and ServiceAccount; no server-set metadata, no status.
+const wantJavaBuildpack = `apiVersion: buildsmith.dev/v1alpha1
+kind: Buildpack
+metadata: {name: java, namespace: apps}
+spec:
+  image: gcr.io/paketo-buildpacks/java:8.9.0
+  serviceAccountName: default
+`
+
+// wantNodeStore is nodeClusterBuildpack converted: a ClusterStore of its
+// one image.
+const wantNodeStore = `apiVersion: buildsmith.dev/v1alpha1
+kind: ClusterStore
+metadata: {name: nodejs}
+spec:
+  sources:
+  - image: gcr.io/paketo-buildpacks/nodejs:1.2.3
+`
+
 func TestConvert(t *testing.T) {
 	tests := []struct {
 		name string
@@ -268,18 +288,7 @@ spec:
       version: 1.2.3
       optional: true
 `),
-		want: docs(`
-apiVersion: buildsmith.dev/v1alpha1
-kind: ClusterStore
-metadata: {name: sample-cluster-store}
-spec:
-  serviceAccountRef: {name: sample-sa, namespace: sample-namespace}
-  sources:
-  - image: gcr.io/cf-build-service-public/node-engine-buildpackage
-  - image: index.docker.io/paketobuildpacks/builder-jammy-base
-  - image: gcr.io/paketo-buildpacks/java:8.9.0
-  - image: gcr.io/paketo-buildpacks/nodejs:1.2.3
-`, `
+		want: docs(wantClusterStore, wantJavaBuildpack, wantNodeStore, `
 apiVersion: buildsmith.dev/v1alpha1
 kind: Builder
 metadata: {name: my-builder, namespace: apps}
@@ -288,6 +297,9 @@ spec:
   serviceAccountName: builder-sa
   stack: {kind: ClusterStack, name: base}
   store: {kind: ClusterStore, name: sample-cluster-store}
+  sources:
+  - {kind: Buildpack, name: java}
+  - {kind: ClusterStore, name: nodejs}
   additionalLabels: {custom-label: custom-value}
   order:
   - group:
@@ -298,14 +310,13 @@ spec:
     - {id: paketo-buildpacks/nodejs, version: 1.2.3, optional: true}
 `),
 		warnings: []string{
-			"Buildpack/apps/java: consumed: its image gcr.io/paketo-buildpacks/java:8.9.0 is a source of ClusterStore sample-cluster-store",
-			"ClusterBuildpack/nodejs: consumed: its image gcr.io/paketo-buildpacks/nodejs:1.2.3 is a source of ClusterStore sample-cluster-store",
-			"Builder/apps/my-builder: spec.order[1].group[0]: Buildpack/apps/java replaced by buildpack id paketo-buildpacks/java (from its status); its image gcr.io/paketo-buildpacks/java:8.9.0 is a source of ClusterStore sample-cluster-store",
-			"Builder/apps/my-builder: spec.order[1].group[0]: Buildpack/apps/java reads its image with ServiceAccount apps/default; ClusterStore sample-cluster-store reads its sources with ServiceAccount sample-namespace/sample-sa: give it credentials for gcr.io/paketo-buildpacks/java:8.9.0 if it needs them",
-			"Builder/apps/my-builder: spec.order[1].group[1]: ClusterBuildpack/nodejs replaced by buildpack id paketo-buildpacks/nodejs; its image gcr.io/paketo-buildpacks/nodejs:1.2.3 is a source of ClusterStore sample-cluster-store",
+			"Builder/apps/my-builder: spec.order[1].group[0]: Buildpack/apps/java replaced by buildpack id paketo-buildpacks/java (from its status), " +
+				"which buildsmith looks up in spec.store and spec.sources; spec.sources names Buildpack java",
+			"Builder/apps/my-builder: spec.order[1].group[1]: ClusterBuildpack/nodejs replaced by buildpack id paketo-buildpacks/nodejs, " +
+				"which buildsmith looks up in spec.store and spec.sources; spec.sources names ClusterStore nodejs",
 		},
 	}, {
-		name: "a builder without a store gets one, from the objects its order names or kpack would find its ids in",
+		name: "a builder without a store takes its first ClusterBuildpack's ClusterStore; a Buildpack kpack would find an id in is a source",
 		in: docs(javaBuildpack, nodeClusterBuildpack, `
 apiVersion: kpack.io/v1alpha2
 kind: Builder
@@ -320,43 +331,33 @@ spec:
     - id: paketo-buildpacks/jvm
     - id: paketo-buildpacks/procfile
 `),
-		want: `
-apiVersion: buildsmith.dev/v1alpha1
-kind: ClusterStore
-metadata: {name: apps-storeless-buildpacks}
-spec:
-  serviceAccountRef: {name: default, namespace: apps}
-  sources:
-  - image: gcr.io/paketo-buildpacks/nodejs:1.2.3
-  - image: gcr.io/paketo-buildpacks/java:8.9.0
----
+		want: docs(wantJavaBuildpack, wantNodeStore, `
 apiVersion: buildsmith.dev/v1alpha1
 kind: Builder
 metadata: {name: storeless, namespace: apps}
 spec:
   tag: gcr.io/sample/storeless
   stack: {kind: ClusterStack, name: base}
-  store: {kind: ClusterStore, name: apps-storeless-buildpacks}
+  store: {kind: ClusterStore, name: nodejs}
+  sources:
+  - {kind: Buildpack, name: java}
   order:
   - group:
     - id: paketo-buildpacks/nodejs
   - group:
     - id: paketo-buildpacks/jvm
     - id: paketo-buildpacks/procfile
-`,
+`),
 		warnings: []string{
-			"Buildpack/apps/java: consumed: its image gcr.io/paketo-buildpacks/java:8.9.0 is a source of ClusterStore apps-storeless-buildpacks",
-			"ClusterBuildpack/nodejs: consumed: its image gcr.io/paketo-buildpacks/nodejs:1.2.3 is a source of ClusterStore apps-storeless-buildpacks",
-			"Builder/apps/storeless: spec.store: the generated ClusterStore apps-storeless-buildpacks uses the ServiceAccount apps/default of Buildpack/apps/java: " +
-				"a cluster object with a namespace's credentials, which a controller run with --cluster-credential-namespaces refuses unless " +
-				"that namespace is listed (ServiceAccountNotAllowed); creating it takes the right to create ClusterStores",
-			"Builder/apps/storeless: spec.store: missing (buildsmith needs a store): generated ClusterStore apps-storeless-buildpacks",
-			"Builder/apps/storeless: spec.order[0].group[0]: ClusterBuildpack/nodejs replaced by buildpack id paketo-buildpacks/nodejs; its image gcr.io/paketo-buildpacks/nodejs:1.2.3 is a source of ClusterStore apps-storeless-buildpacks",
-			"Builder/apps/storeless: spec.order[1].group[0]: buildpack paketo-buildpacks/jvm: kpack finds it in Buildpack/apps/java; its image gcr.io/paketo-buildpacks/java:8.9.0 is a source of ClusterStore apps-storeless-buildpacks",
-			"Builder/apps/storeless: spec.order[1].group[1]: buildpack paketo-buildpacks/procfile is in no Buildpack or ClusterBuildpack of the input, where kpack looks for it when a builder has no store; add its buildpackage to ClusterStore apps-storeless-buildpacks",
+			"Builder/apps/storeless: spec.store: missing (buildsmith needs a store): ClusterStore nodejs, of ClusterBuildpack/nodejs, the first source its order draws from",
+			"Builder/apps/storeless: spec.order[0].group[0]: ClusterBuildpack/nodejs replaced by buildpack id paketo-buildpacks/nodejs, " +
+				"which buildsmith looks up in spec.store and spec.sources; spec.store names ClusterStore nodejs",
+			"Builder/apps/storeless: spec.order[1].group[0]: buildpack paketo-buildpacks/jvm: kpack finds it in Buildpack/apps/java; spec.sources names Buildpack java",
+			"Builder/apps/storeless: spec.order[1].group[1]: buildpack paketo-buildpacks/procfile is in no Buildpack or ClusterBuildpack of the input, " +
+				"where kpack looks for it when a builder has no store; name a source that holds it in spec.sources",
 		},
 	}, {
-		name: "a ClusterBuilder's generated store is named after it",
+		name: "a ClusterBuilder without a store, using a ClusterBuildpack",
 		in: docs(nodeClusterBuildpack, `
 apiVersion: kpack.io/v1alpha2
 kind: ClusterBuilder
@@ -368,29 +369,22 @@ spec:
   - group:
     - {name: nodejs, kind: ClusterBuildpack, id: paketo-buildpacks/nodejs}
 `),
-		want: `
-apiVersion: buildsmith.dev/v1alpha1
-kind: ClusterStore
-metadata: {name: node-buildpacks}
-spec:
-  sources:
-  - image: gcr.io/paketo-buildpacks/nodejs:1.2.3
----
+		want: docs(wantNodeStore, `
 apiVersion: buildsmith.dev/v1alpha1
 kind: ClusterBuilder
 metadata: {name: node}
 spec:
   tag: gcr.io/sample/node
   stack: {kind: ClusterStack, name: base}
-  store: {kind: ClusterStore, name: node-buildpacks}
+  store: {kind: ClusterStore, name: nodejs}
   order:
   - group:
     - id: paketo-buildpacks/nodejs
-`,
+`),
 		warnings: []string{
-			"ClusterBuildpack/nodejs: consumed: its image gcr.io/paketo-buildpacks/nodejs:1.2.3 is a source of ClusterStore node-buildpacks",
-			"ClusterBuilder/node: spec.store: missing (buildsmith needs a store): generated ClusterStore node-buildpacks",
-			"ClusterBuilder/node: spec.order[0].group[0]: ClusterBuildpack/nodejs replaced by buildpack id paketo-buildpacks/nodejs; its image gcr.io/paketo-buildpacks/nodejs:1.2.3 is a source of ClusterStore node-buildpacks",
+			"ClusterBuilder/node: spec.store: missing (buildsmith needs a store): ClusterStore nodejs, of ClusterBuildpack/nodejs, the first source its order draws from",
+			"ClusterBuilder/node: spec.order[0].group[0]: ClusterBuildpack/nodejs replaced by buildpack id paketo-buildpacks/nodejs, " +
+				"which buildsmith looks up in spec.store and spec.sources; spec.store names ClusterStore nodejs",
 		},
 	}, {
 		name: "a builder without a store and nothing to make one from is left out",
@@ -405,7 +399,8 @@ spec:
     - id: paketo-buildpacks/nodejs
 `,
 		warnings: []string{
-			"omitted: ClusterBuilder/lonely: spec.store: not converted: it has no store, and none of its buildpacks comes from a Buildpack or ClusterBuildpack of the input with a usable image; give it a store",
+			"omitted: ClusterBuilder/lonely: spec.store: not converted: it has no store, and none can be made for it: " +
+				"its order draws from no ClusterBuildpack, nor from a Buildpack of the input with a usable image; give it a store",
 		},
 	}, {
 		name: "a builder naming a store and a stack of the input that are not in the output says so",
@@ -551,13 +546,18 @@ spec:
   - group:
     - {name: ruby, kind: Buildpack}
 `),
-		want: wantClusterStore,
+		want: docs(wantClusterStore, `
+apiVersion: buildsmith.dev/v1alpha1
+kind: Buildpack
+metadata: {name: ruby, namespace: apps}
+spec:
+  image: gcr.io/paketo-buildpacks/ruby
+`),
 		warnings: []string{
-			"Buildpack/apps/ruby: consumed: no converted builder uses it, so its image gcr.io/paketo-buildpacks/ruby is in no ClusterStore",
 			"omitted: Builder/apps/b: spec.order[0].group[0]: not converted: the entry has no id and the status of Buildpack/apps/ruby lists no buildpacks, so its buildpack cannot be known offline; give the entry an id, or add the Buildpack with its status (kubectl get -o yaml) to the input",
 		},
 	}, {
-		name: "nor one naming a Buildpack with several root buildpacks; a Buildpack with a bad image gives none",
+		name: "nor one naming a ClusterBuildpack with several root buildpacks; one with a bad image is left out, and a builder using it says so",
 		in: docs(`
 apiVersion: kpack.io/v1alpha2
 kind: ClusterBuildpack
@@ -595,30 +595,99 @@ spec:
   - group:
     - {name: broken, kind: ClusterBuildpack, id: example/broken}
 `),
+		want: `apiVersion: buildsmith.dev/v1alpha1
+kind: ClusterStore
+metadata: {name: builder-image}
+spec:
+  sources:
+  - image: index.docker.io/paketobuildpacks/builder-jammy-base
+---
+apiVersion: buildsmith.dev/v1alpha1
+kind: ClusterBuilder
+metadata: {name: uses-broken}
+spec:
+  tag: gcr.io/sample/uses-broken
+  stack: {kind: ClusterStack, name: base}
+  store: {kind: ClusterStore, name: broken}
+  order:
+  - group:
+    - id: example/broken
+`,
 		warnings: []string{
-			"ClusterBuildpack/builder-image: consumed: no converted builder uses it, so its image index.docker.io/paketobuildpacks/builder-jammy-base is in no ClusterStore",
-			"ClusterBuildpack/broken: spec.image: could not parse reference: gcr.io/UPPER/case: builders that name this object get no buildpackage from it",
-			"ClusterBuildpack/broken: consumed: without a usable image, it is in no ClusterStore",
+			"omitted: ClusterBuildpack/broken: spec.image: not converted: could not parse reference: gcr.io/UPPER/case",
 			"omitted: ClusterBuilder/several: spec.order[0].group[0]: not converted: the entry has no id and the status of ClusterBuildpack/builder-image lists several root buildpacks (paketo-buildpacks/go, paketo-buildpacks/java), so its buildpack cannot be known offline; give the entry an id, or add the ClusterBuildpack with its status (kubectl get -o yaml) to the input",
-			"omitted: ClusterBuilder/uses-broken: spec.store: not converted: it has no store, and none of its buildpacks comes from a Buildpack or ClusterBuildpack of the input with a usable image; give it a store",
+			"ClusterBuilder/uses-broken: spec.store: missing (buildsmith needs a store): ClusterStore broken, of ClusterBuildpack/broken, the first source its order draws from",
+			"ClusterBuilder/uses-broken: spec.order[0].group[0]: ClusterBuildpack/broken replaced by buildpack id example/broken, " +
+				"which buildsmith looks up in spec.store and spec.sources; spec.store names ClusterStore broken",
+			"ClusterBuilder/uses-broken: spec.store: ClusterBuildpack/broken of the input, which becomes ClusterStore/broken, is not in the output (see its warning): " +
+				"this builder waits for a ClusterStore of that name applied otherwise",
 		},
 	}, {
-		name: "a generated store's name may not be taken",
-		in: docs(strings.Replace(clusterStore, "sample-cluster-store", "node-buildpacks", 1), nodeClusterBuildpack, `
+		name: "a Builder without a store that draws from Buildpacks only gets a generated ClusterStore of the first one's image",
+		in: docs(javaBuildpack, strings.Replace(javaBuildpack, "name: java\n", "name: java-too\n", 1), `
 apiVersion: kpack.io/v1alpha2
-kind: ClusterBuilder
-metadata: {name: node}
+kind: Builder
+metadata: {name: jvm, namespace: apps}
 spec:
-  tag: gcr.io/sample/node
+  tag: gcr.io/sample/jvm
   stack: {name: base, kind: ClusterStack}
   order:
   - group:
-    - {name: nodejs, kind: ClusterBuildpack, id: paketo-buildpacks/nodejs}
+    - {name: java, kind: Buildpack}
+    - {name: java-too, kind: Buildpack, id: paketo-buildpacks/jvm}
 `),
-		want: strings.Replace(wantClusterStore, "sample-cluster-store", "node-buildpacks", 1),
+		want: docs(wantJavaBuildpack, strings.Replace(wantJavaBuildpack, "name: java,", "name: java-too,", 1), `
+apiVersion: buildsmith.dev/v1alpha1
+kind: ClusterStore
+metadata: {name: apps-jvm-buildpacks}
+spec:
+  serviceAccountRef: {name: default, namespace: apps}
+  sources:
+  - image: gcr.io/paketo-buildpacks/java:8.9.0
+---
+apiVersion: buildsmith.dev/v1alpha1
+kind: Builder
+metadata: {name: jvm, namespace: apps}
+spec:
+  tag: gcr.io/sample/jvm
+  stack: {kind: ClusterStack, name: base}
+  store: {kind: ClusterStore, name: apps-jvm-buildpacks}
+  sources:
+  - {kind: Buildpack, name: java}
+  - {kind: Buildpack, name: java-too}
+  order:
+  - group:
+    - id: paketo-buildpacks/java
+    - id: paketo-buildpacks/jvm
+`),
 		warnings: []string{
-			"ClusterBuildpack/nodejs: consumed: no converted builder uses it, so its image gcr.io/paketo-buildpacks/nodejs:1.2.3 is in no ClusterStore",
-			"omitted: ClusterBuilder/node: spec.store: not converted: it has no store, and the name of the one it would get, node-buildpacks, is taken",
+			"Builder/apps/jvm: spec.store: the generated ClusterStore apps-jvm-buildpacks uses the ServiceAccount apps/default of Buildpack/apps/java: " +
+				"a cluster object with a namespace's credentials, which a controller run with --cluster-credential-namespaces refuses unless " +
+				"that namespace is listed (ServiceAccountNotAllowed); creating it takes the right to create ClusterStores",
+			"Builder/apps/jvm: spec.store: missing (buildsmith needs a store), and its order draws from no ClusterBuildpack: the image gcr.io/paketo-buildpacks/java:8.9.0 " +
+				"of Buildpack/apps/java, which stays in spec.sources, is the one source of generated ClusterStore apps-jvm-buildpacks",
+			"Builder/apps/jvm: spec.order[0].group[0]: Buildpack/apps/java replaced by buildpack id paketo-buildpacks/java (from its status), " +
+				"which buildsmith looks up in spec.store and spec.sources; spec.sources names Buildpack java",
+			"Builder/apps/jvm: spec.order[0].group[1]: Buildpack/apps/java-too replaced by buildpack id paketo-buildpacks/jvm, " +
+				"which buildsmith looks up in spec.store and spec.sources; spec.sources names Buildpack java-too",
+		},
+	}, {
+		name: "a generated store's name may not be taken",
+		in: docs(strings.Replace(clusterStore, "sample-cluster-store", "apps-jvm-buildpacks", 1), javaBuildpack, `
+apiVersion: kpack.io/v1alpha2
+kind: Builder
+metadata: {name: jvm, namespace: apps}
+spec:
+  tag: gcr.io/sample/jvm
+  stack: {name: base, kind: ClusterStack}
+  order:
+  - group:
+    - {name: java, kind: Buildpack}
+`),
+		want: docs(strings.Replace(wantClusterStore, "sample-cluster-store", "apps-jvm-buildpacks", 1), wantJavaBuildpack),
+		warnings: []string{
+			"omitted: Builder/apps/jvm: spec.store: not converted: it has no store, its order draws from no ClusterBuildpack, " +
+				"and the name of the ClusterStore it would get, apps-jvm-buildpacks, is taken",
 		},
 	}, {
 		name: "an entry with an id naming a Buildpack that is not in the input, store not in the input either",
@@ -641,17 +710,22 @@ spec:
   tag: gcr.io/sample/b
   stack: {kind: ClusterStack, name: base}
   store: {kind: ClusterStore, name: elsewhere}
+  sources:
+  - {kind: Buildpack, name: ruby}
+  - {kind: ClusterStore, name: java}
   order:
   - group:
     - id: paketo-buildpacks/ruby
     - id: paketo-buildpacks/java
 `,
 		warnings: []string{
-			"Builder/apps/b: spec.order[0].group[0]: Buildpack/apps/ruby is not in the input, or has no image: replaced by buildpack id paketo-buildpacks/ruby; add its buildpackage to ClusterStore elsewhere",
-			"Builder/apps/b: spec.order[0].group[1]: ClusterBuildpack/java is not in the input, or has no image: replaced by buildpack id paketo-buildpacks/java; add its buildpackage to ClusterStore elsewhere",
+			"Builder/apps/b: spec.order[0].group[0]: Buildpack/apps/ruby is not in the input: replaced by buildpack id paketo-buildpacks/ruby, " +
+				"which buildsmith looks up in spec.store and spec.sources; spec.sources names Buildpack ruby: convert it too, or the builder waits for it",
+			"Builder/apps/b: spec.order[0].group[1]: ClusterBuildpack/java is not in the input: replaced by buildpack id paketo-buildpacks/java, " +
+				"which buildsmith looks up in spec.store and spec.sources; spec.sources names ClusterStore java, the ClusterStore it becomes: convert it too, or the builder waits for it",
 		},
 	}, {
-		name: "a Buildpack in the input whose builder's store is not",
+		name: "a ClusterBuildpack in the input whose builder's store is not",
 		in: docs(nodeClusterBuildpack, `
 apiVersion: kpack.io/v1alpha2
 kind: Builder
@@ -664,20 +738,329 @@ spec:
   - group:
     - {name: nodejs, kind: ClusterBuildpack, id: paketo-buildpacks/nodejs}
 `),
-		want: `apiVersion: buildsmith.dev/v1alpha1
+		want: docs(wantNodeStore, `
+apiVersion: buildsmith.dev/v1alpha1
 kind: Builder
 metadata: {name: b, namespace: apps}
 spec:
   tag: gcr.io/sample/b
   stack: {kind: ClusterStack, name: base}
   store: {kind: ClusterStore, name: elsewhere}
+  sources:
+  - {kind: ClusterStore, name: nodejs}
   order:
   - group:
     - id: paketo-buildpacks/nodejs
+`),
+		warnings: []string{
+			"Builder/apps/b: spec.order[0].group[0]: ClusterBuildpack/nodejs replaced by buildpack id paketo-buildpacks/nodejs, " +
+				"which buildsmith looks up in spec.store and spec.sources; spec.sources names ClusterStore nodejs",
+		},
+	}, {
+		name: "a ClusterBuilder with a store using a ClusterBuildpack, read with its ServiceAccount",
+		in: docs(`
+apiVersion: kpack.io/v1alpha2
+kind: ClusterBuildpack
+metadata:
+  name: go
+  labels: {team: platform}
+spec:
+  image: gcr.io/paketo-buildpacks/go:4.13.2
+  serviceAccountRef: {name: reader, namespace: kpack}
+`, experimentalStore, `
+apiVersion: kpack.io/v1alpha2
+kind: ClusterBuilder
+metadata: {name: go}
+spec:
+  tag: gcr.io/sample/go
+  stack: {name: base, kind: ClusterStack}
+  store: {name: sample-store, kind: ClusterStore}
+  order:
+  - group:
+    - {name: go, kind: ClusterBuildpack, id: paketo-buildpacks/go, version: 4.13.2}
+`),
+		want: docs(`
+apiVersion: buildsmith.dev/v1alpha1
+kind: ClusterStore
+metadata:
+  name: go
+  labels: {team: platform}
+spec:
+  serviceAccountRef: {name: reader, namespace: kpack}
+  sources:
+  - image: gcr.io/paketo-buildpacks/go:4.13.2
+`, wantExperimentalStore, `
+apiVersion: buildsmith.dev/v1alpha1
+kind: ClusterBuilder
+metadata: {name: go}
+spec:
+  tag: gcr.io/sample/go
+  stack: {kind: ClusterStack, name: base}
+  store: {kind: ClusterStore, name: sample-store}
+  sources:
+  - {kind: ClusterStore, name: go}
+  order:
+  - group:
+    - {id: paketo-buildpacks/go, version: 4.13.2}
+`),
+		warnings: []string{
+			"ClusterBuilder/go: spec.order[0].group[0]: ClusterBuildpack/go replaced by buildpack id paketo-buildpacks/go, " +
+				"which buildsmith looks up in spec.store and spec.sources; spec.sources names ClusterStore go",
+		},
+	}, {
+		name: "a ClusterBuilder naming a Buildpack is left out; one whose id kpack would find in a Buildpack does not draw from it",
+		in: docs(javaBuildpack, strings.Replace(javaBuildpack, "  namespace: apps\n", "", 1), `
+apiVersion: kpack.io/v1alpha2
+kind: ClusterBuilder
+metadata: {name: tenant}
+spec:
+  tag: gcr.io/sample/tenant
+  stack: {name: base, kind: ClusterStack}
+  store: {name: s, kind: ClusterStore}
+  order:
+  - group:
+    - {name: java, kind: Buildpack, id: paketo-buildpacks/java}
+`, `
+apiVersion: kpack.io/v1alpha2
+kind: ClusterBuilder
+metadata: {name: by-id}
+spec:
+  tag: gcr.io/sample/by-id
+  stack: {name: base, kind: ClusterStack}
+  store: {name: s, kind: ClusterStore}
+  order:
+  - group:
+    - {id: paketo-buildpacks/jvm}
+`),
+		want: docs(wantJavaBuildpack, strings.Replace(wantJavaBuildpack, ", namespace: apps", "", 1), `
+apiVersion: buildsmith.dev/v1alpha1
+kind: ClusterBuilder
+metadata: {name: by-id}
+spec:
+  tag: gcr.io/sample/by-id
+  stack: {kind: ClusterStack, name: base}
+  store: {kind: ClusterStore, name: s}
+  order:
+  - group:
+    - id: paketo-buildpacks/jvm
+`),
+		warnings: []string{
+			"omitted: ClusterBuilder/tenant: spec.order[0].group[0]: not converted: it names Buildpack java, and a ClusterBuilder may not draw from a Buildpack, " +
+				"which belongs to one namespace; make it a Builder in that namespace, or put the buildpackage into a ClusterStore (a ClusterBuildpack becomes one)",
+		},
+	}, {
+		name: "two builders sharing a ClusterBuildpack: one ClusterStore, named by both",
+		in: docs(nodeClusterBuildpack, `
+apiVersion: kpack.io/v1alpha2
+kind: Builder
+metadata: {name: a, namespace: team-a}
+spec:
+  tag: gcr.io/sample/a
+  stack: {name: base, kind: ClusterStack}
+  store: {name: s, kind: ClusterStore}
+  order:
+  - group:
+    - {name: nodejs, kind: ClusterBuildpack, id: paketo-buildpacks/nodejs}
+  - group:
+    - {name: nodejs, kind: ClusterBuildpack, id: paketo-buildpacks/nodejs, version: 1.2.3}
+`, `
+apiVersion: kpack.io/v1alpha2
+kind: ClusterBuilder
+metadata: {name: b}
+spec:
+  tag: gcr.io/sample/b
+  stack: {name: base, kind: ClusterStack}
+  store: {name: s, kind: ClusterStore}
+  order:
+  - group:
+    - {name: nodejs, kind: ClusterBuildpack, id: paketo-buildpacks/nodejs}
+`),
+		want: docs(wantNodeStore, `
+apiVersion: buildsmith.dev/v1alpha1
+kind: Builder
+metadata: {name: a, namespace: team-a}
+spec:
+  tag: gcr.io/sample/a
+  stack: {kind: ClusterStack, name: base}
+  store: {kind: ClusterStore, name: s}
+  sources:
+  - {kind: ClusterStore, name: nodejs}
+  order:
+  - group:
+    - id: paketo-buildpacks/nodejs
+  - group:
+    - {id: paketo-buildpacks/nodejs, version: 1.2.3}
+`, `
+apiVersion: buildsmith.dev/v1alpha1
+kind: ClusterBuilder
+metadata: {name: b}
+spec:
+  tag: gcr.io/sample/b
+  stack: {kind: ClusterStack, name: base}
+  store: {kind: ClusterStore, name: s}
+  sources:
+  - {kind: ClusterStore, name: nodejs}
+  order:
+  - group:
+    - id: paketo-buildpacks/nodejs
+`),
+		warnings: []string{
+			"Builder/team-a/a: spec.order[0].group[0]: ClusterBuildpack/nodejs replaced by buildpack id paketo-buildpacks/nodejs, " +
+				"which buildsmith looks up in spec.store and spec.sources; spec.sources names ClusterStore nodejs",
+			"Builder/team-a/a: spec.order[1].group[0]: ClusterBuildpack/nodejs replaced by buildpack id paketo-buildpacks/nodejs, " +
+				"which buildsmith looks up in spec.store and spec.sources; spec.sources names ClusterStore nodejs",
+			"ClusterBuilder/b: spec.order[0].group[0]: ClusterBuildpack/nodejs replaced by buildpack id paketo-buildpacks/nodejs, " +
+				"which buildsmith looks up in spec.store and spec.sources; spec.sources names ClusterStore nodejs",
+		},
+	}, {
+		name: "Buildpacks and ClusterBuildpacks no builder uses are converted all the same",
+		in: docs(`
+apiVersion: kpack.io/v1alpha2
+kind: Buildpack
+metadata:
+  name: certs
+  namespace: team-b
+  labels: {app.kubernetes.io/part-of: certs}
+  annotations:
+    kubectl.kubernetes.io/last-applied-configuration: '{}'
+    owner: team-b
+  uid: 7e6d5c4b-3a29-4817-a6f5-e4d3c2b1a098
+spec:
+  image: registry.example.com/team-b/certs:1.0.0
+  serviceAccountName: reader
+  cache: {size: 1Gi}
+status:
+  buildpacks:
+  - {id: example/certs, version: 1.0.0}
+`, nodeClusterBuildpack),
+		want: docs(`
+apiVersion: buildsmith.dev/v1alpha1
+kind: Buildpack
+metadata:
+  name: certs
+  namespace: team-b
+  labels: {app.kubernetes.io/part-of: certs}
+  annotations: {owner: team-b}
+spec:
+  image: registry.example.com/team-b/certs:1.0.0
+  serviceAccountName: reader
+`, wantNodeStore),
+		warnings: []string{
+			"Buildpack/team-b/certs: spec.cache: buildsmith has no such field; dropped",
+		},
+	}, {
+		name: "a Buildpack without a usable image is left out, and a builder naming it says so",
+		in: `apiVersion: kpack.io/v1alpha2
+kind: Buildpack
+metadata: {name: nothing, namespace: apps}
+spec:
+  serviceAccountName: reader
+---
+apiVersion: kpack.io/v1alpha2
+kind: Builder
+metadata: {name: b, namespace: apps}
+spec:
+  tag: gcr.io/sample/b
+  stack: {name: base, kind: ClusterStack}
+  store: {name: s, kind: ClusterStore}
+  order:
+  - group:
+    - {name: nothing, kind: Buildpack, id: example/nothing}
+`,
+		want: `apiVersion: buildsmith.dev/v1alpha1
+kind: Builder
+metadata: {name: b, namespace: apps}
+spec:
+  tag: gcr.io/sample/b
+  stack: {kind: ClusterStack, name: base}
+  store: {kind: ClusterStore, name: s}
+  sources:
+  - {kind: Buildpack, name: nothing}
+  order:
+  - group:
+    - id: example/nothing
 `,
 		warnings: []string{
-			"ClusterBuildpack/nodejs: consumed: its image gcr.io/paketo-buildpacks/nodejs:1.2.3 is a source of ClusterStore elsewhere (by hand: not converted here)",
-			"Builder/apps/b: spec.order[0].group[0]: ClusterBuildpack/nodejs replaced by buildpack id paketo-buildpacks/nodejs; add its image gcr.io/paketo-buildpacks/nodejs:1.2.3 to ClusterStore elsewhere, which is not among the converted objects",
+			"omitted: Buildpack/apps/nothing: spec.image: not converted: missing",
+			"Builder/apps/b: spec.order[0].group[0]: Buildpack/apps/nothing replaced by buildpack id example/nothing, " +
+				"which buildsmith looks up in spec.store and spec.sources; spec.sources names Buildpack nothing",
+			"Builder/apps/b: spec.sources[0]: Buildpack/apps/nothing of the input is not in the output (see its warning): " +
+				"this builder waits for a Buildpack of that name applied otherwise",
+		},
+	}, {
+		name: "a ClusterBuildpack named as a ClusterStore of the input is renamed",
+		in: docs(clusterStore, strings.Replace(nodeClusterBuildpack, "name: nodejs", "name: sample-cluster-store", 1), `
+apiVersion: kpack.io/v1alpha2
+kind: ClusterBuilder
+metadata: {name: b}
+spec:
+  tag: gcr.io/sample/b
+  stack: {name: base, kind: ClusterStack}
+  store: {name: sample-cluster-store, kind: ClusterStore}
+  order:
+  - group:
+    - {name: sample-cluster-store, kind: ClusterBuildpack, id: paketo-buildpacks/nodejs}
+`),
+		want: docs(wantClusterStore, strings.Replace(wantNodeStore, "name: nodejs", "name: sample-cluster-store-clusterbuildpack", 1), `
+apiVersion: buildsmith.dev/v1alpha1
+kind: ClusterBuilder
+metadata: {name: b}
+spec:
+  tag: gcr.io/sample/b
+  stack: {kind: ClusterStack, name: base}
+  store: {kind: ClusterStore, name: sample-cluster-store}
+  sources:
+  - {kind: ClusterStore, name: sample-cluster-store-clusterbuildpack}
+  order:
+  - group:
+    - id: paketo-buildpacks/nodejs
+`),
+		warnings: []string{
+			"ClusterBuildpack/sample-cluster-store: metadata.name: a ClusterStore of the input has this name, or a builder of the input names a store of it: " +
+				"becomes ClusterStore sample-cluster-store-clusterbuildpack",
+			"ClusterBuilder/b: spec.order[0].group[0]: ClusterBuildpack/sample-cluster-store replaced by buildpack id paketo-buildpacks/nodejs, " +
+				"which buildsmith looks up in spec.store and spec.sources; spec.sources names ClusterStore sample-cluster-store-clusterbuildpack",
+		},
+	}, {
+		name: "a ClusterBuildpack named as a store a builder names is renamed, past the names of other ClusterBuildpacks",
+		in: docs(strings.Replace(nodeClusterBuildpack, "name: nodejs", "name: default", 1),
+			strings.Replace(nodeClusterBuildpack, "name: nodejs", "name: default-clusterbuildpack", 1), `
+apiVersion: kpack.io/v1alpha2
+kind: Builder
+metadata: {name: b, namespace: apps}
+spec:
+  tag: gcr.io/sample/b
+  stack: {name: base, kind: ClusterStack}
+  store: {name: default, kind: ClusterStore}
+  order:
+  - group:
+    - {name: default, kind: ClusterBuildpack, id: paketo-buildpacks/nodejs}
+    - {name: default-clusterbuildpack, kind: ClusterBuildpack, id: paketo-buildpacks/npm}
+`),
+		want: docs(strings.Replace(wantNodeStore, "name: nodejs", "name: default-clusterbuildpack-2", 1),
+			strings.Replace(wantNodeStore, "name: nodejs", "name: default-clusterbuildpack", 1), `
+apiVersion: buildsmith.dev/v1alpha1
+kind: Builder
+metadata: {name: b, namespace: apps}
+spec:
+  tag: gcr.io/sample/b
+  stack: {kind: ClusterStack, name: base}
+  store: {kind: ClusterStore, name: default}
+  sources:
+  - {kind: ClusterStore, name: default-clusterbuildpack-2}
+  - {kind: ClusterStore, name: default-clusterbuildpack}
+  order:
+  - group:
+    - id: paketo-buildpacks/nodejs
+    - id: paketo-buildpacks/npm
+`),
+		warnings: []string{
+			"ClusterBuildpack/default: metadata.name: a ClusterStore of the input has this name, or a builder of the input names a store of it: " +
+				"becomes ClusterStore default-clusterbuildpack-2",
+			"Builder/apps/b: spec.order[0].group[0]: ClusterBuildpack/default replaced by buildpack id paketo-buildpacks/nodejs, " +
+				"which buildsmith looks up in spec.store and spec.sources; spec.sources names ClusterStore default-clusterbuildpack-2",
+			"Builder/apps/b: spec.order[0].group[1]: ClusterBuildpack/default-clusterbuildpack replaced by buildpack id paketo-buildpacks/npm, " +
+				"which buildsmith looks up in spec.store and spec.sources; spec.sources names ClusterStore default-clusterbuildpack",
 		},
 	}, {
 		name: "bad order entries",
@@ -1050,6 +1433,8 @@ func checkValid(t *testing.T, out []byte) {
 			obj = &v1alpha1.Builder{}
 		case "ClusterBuilder":
 			obj = &v1alpha1.ClusterBuilder{}
+		case "Buildpack":
+			obj = &v1alpha1.Buildpack{}
 		default:
 			t.Fatalf("output document %d: unknown kind %s", i+1, head.Kind)
 		}
@@ -1184,5 +1569,55 @@ func TestTooManyLabels(t *testing.T) {
 	want := "CustomBuilder/default/my-custom-builder: spec.additionalLabels: not converted: 257 labels, more than buildsmith's 256"
 	if len(out) != 0 || len(warnings) != 1 || !warnings[0].Omitted || warnings[0].String() != want {
 		t.Errorf("output %q, warnings %v; want none and one omission: %s", out, warnings, want)
+	}
+}
+
+// TestSourcesLimit: a builder draws from at most 16 further sources, as
+// the CRDs allow: one whose order names more Buildpacks and
+// ClusterBuildpacks is left out.
+func TestSourcesLimit(t *testing.T) {
+	for _, n := range []int{maxSources, maxSources + 1} {
+		var in strings.Builder
+		for i := range n {
+			kind := "Buildpack"
+			if i%2 == 1 {
+				kind = "ClusterBuildpack"
+			}
+			fmt.Fprintf(&in, "apiVersion: kpack.io/v1alpha2\nkind: %s\nmetadata: {name: bp-%d, namespace: apps}\n"+
+				"spec: {image: registry.example.com/bp-%d}\n---\n", kind, i, i)
+		}
+		in.WriteString("apiVersion: kpack.io/v1alpha2\nkind: Builder\nmetadata: {name: b, namespace: apps}\n" +
+			"spec:\n  tag: gcr.io/sample/b\n  stack: {name: base}\n  store: {name: s}\n  order:\n  - group:\n")
+		for i := range n {
+			kind := "Buildpack"
+			if i%2 == 1 {
+				kind = "ClusterBuildpack"
+			}
+			fmt.Fprintf(&in, "    - {name: bp-%d, kind: %s, id: example/bp-%d}\n", i, kind, i)
+		}
+		out, warnings, err := Convert(strings.NewReader(in.String()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkValid(t, out)
+		var omitted []string
+		for _, w := range warnings {
+			if w.Omitted {
+				omitted = append(omitted, w.String())
+			}
+		}
+		builders := strings.Count(string(out), "kind: Builder\n")
+		switch n {
+		case maxSources:
+			if builders != 1 || len(omitted) > 0 || strings.Count(string(out), "\n  - kind: ") != n {
+				t.Errorf("%d sources: %d builders, omitted %q; want the builder, with %d sources:\n%s", n, builders, omitted, n, out)
+			}
+		default:
+			want := "Builder/apps/b: spec.order: not converted: it draws from 17 Buildpacks and ClusterBuildpacks besides its store, " +
+				"more than buildsmith's 16 further sources (spec.sources)"
+			if builders != 0 || len(omitted) != 1 || omitted[0] != want {
+				t.Errorf("%d sources: %d builders, omitted %q; want none, omitted %q", n, builders, omitted, want)
+			}
+		}
 	}
 }

@@ -19,7 +19,8 @@ const (
 	toClusterLifecycle
 	toBuilder
 	toClusterBuilder
-	toStoreSource // a Buildpack or ClusterBuildpack: its image goes into stores
+	toBuildpack        // a Buildpack: becomes buildsmith's Buildpack
+	toClusterBuildpack // a ClusterBuildpack: becomes a ClusterStore of one source
 )
 
 func (r role) isBuilder() bool { return r == toBuilder || r == toClusterBuilder }
@@ -49,8 +50,10 @@ func roleOf(apiVersion, kind string) role {
 			return toClusterBuilder
 		case "ClusterLifecycle":
 			return toClusterLifecycle
-		case "Buildpack", "ClusterBuildpack":
-			return toStoreSource
+		case "Buildpack":
+			return toBuildpack
+		case "ClusterBuildpack":
+			return toClusterBuildpack
 		}
 	}
 	return passThrough

@@ -14,9 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/remote"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/buildsmith/buildsmith/pkg/apis/build/v1alpha1"
@@ -73,15 +71,7 @@ func TestBuilderRunsTheRealLifecycle(t *testing.T) {
 	// Configuring it reconciles the builder at once (the poll interval is
 	// a minute; the test allows 20 s).
 	useLifecycleImage(t, f.Addr+"/buildsmith/lifecycle:0.21.0")
-	var builder *v1alpha1.Builder
-	eventually(t, 20*time.Second, "Builder Ready", func() (bool, string) {
-		b, err := bs.Builders(ns).Get(ctx, "conformance", metav1.GetOptions{})
-		if err != nil {
-			return false, err.Error()
-		}
-		builder = b
-		return b.Status.IsReady() && b.Status.LatestImage != "", fmt.Sprintf("%+v", b.Status.Conditions)
-	})
+	builder := readyBuilder(t, ns, "conformance", 20*time.Second)
 	// The controller's informers keep no managedFields (DropManagedFields);
 	// its status updates, sent without them, must not wipe the server's.
 	statusManaged := false
@@ -98,14 +88,7 @@ func TestBuilderRunsTheRealLifecycle(t *testing.T) {
 	}
 
 	// Pull the builder image and unpack it.
-	ref, err := name.NewDigest(builder.Status.LatestImage)
-	if err != nil {
-		t.Fatal(err)
-	}
-	img, err := remote.Image(ref)
-	if err != nil {
-		t.Fatal(err)
-	}
+	img := pullImage(t, builder.Status.LatestImage)
 	marker := buildApp(t, img, "example/hello")
 	if strings.TrimSpace(marker) != "built hello.txt from the builder's env" {
 		t.Errorf("bin/build did not run as expected: %q", marker)

@@ -3,16 +3,13 @@ package e2e
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/remote"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/buildsmith/buildsmith/pkg/apis/build/v1alpha1"
@@ -48,15 +45,7 @@ func TestImageExtensions(t *testing.T) {
 	objects.createBuilder(t, ns, "extended", v1alpha1.NamespacedBuilderSpec{BuilderSpec: v1alpha1.BuilderSpec{Order: helloOrder(),
 		OrderExtensions: []v1alpha1.OrderEntry{{Group: []v1alpha1.BuildpackRef{{ID: "example/curl"}}}}}})
 
-	var builder *v1alpha1.Builder
-	eventually(t, 30*time.Second, "Builder Ready", func() (bool, string) {
-		b, err := client.BuildsmithV1alpha1().Builders(ns).Get(ctx, "extended", metav1.GetOptions{})
-		if err != nil {
-			return false, err.Error()
-		}
-		builder = b
-		return b.Status.IsReady() && b.Status.LatestImage != "", fmt.Sprintf("%+v", b.Status.Conditions)
-	})
+	builder := readyBuilder(t, ns, "extended", 30*time.Second)
 	store, err := client.BuildsmithV1alpha1().ClusterStores().Get(ctx, "extensions", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -67,14 +56,7 @@ func TestImageExtensions(t *testing.T) {
 	if got := builder.Status.OrderExtensions; len(got) != 1 || got[0].Group[0] != (v1alpha1.BuildpackRef{ID: "example/curl", Version: "1.0.0"}) {
 		t.Errorf("status.orderExtensions: %+v", got)
 	}
-	ref, err := name.NewDigest(builder.Status.LatestImage)
-	if err != nil {
-		t.Fatal(err)
-	}
-	img, err := remote.Image(ref)
-	if err != nil {
-		t.Fatal(err)
-	}
+	img := pullImage(t, builder.Status.LatestImage)
 	cf, err := img.ConfigFile()
 	if err != nil {
 		t.Fatal(err)

@@ -73,7 +73,8 @@ spec:
 		t.Fatalf("kubectl buildsmith convert: %v\n%s", err, warnings.String())
 	}
 	t.Logf("convert said:\n%s", warnings.String())
-	// The generated store and the folded ClusterBuildpack are announced.
+	// The store the builder takes from its ClusterBuildpack, and the
+	// order entry that names it, are announced.
 	for _, want := range []string{"spec.store", "ClusterBuildpack/hello"} {
 		if !strings.Contains(warnings.String(), want) {
 			t.Errorf("convert's warnings do not mention %s:\n%s", want, warnings.String())

@@ -8,10 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
-	"github.com/google/go-containerregistry/pkg/v1/remote"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/buildsmith/buildsmith/pkg/apis/build/v1alpha1"
@@ -96,14 +94,7 @@ func TestClusterLifecycle(t *testing.T) {
 		return pinned.Status.Lifecycle.Image == lc.Status.Image.LatestImage && def.Status.Lifecycle.Image != ""
 	})
 	// The ClusterLifecycle's lifecycle runs from the builder.
-	ref, err := name.NewDigest(pinned.Status.LatestImage)
-	if err != nil {
-		t.Fatal(err)
-	}
-	img, err := remote.Image(ref)
-	if err != nil {
-		t.Fatal(err)
-	}
+	img := pullImage(t, pinned.Status.LatestImage)
 	if marker := buildApp(t, img, "example/hello"); marker == "" {
 		t.Error("the pinned builder's lifecycle built nothing")
 	}

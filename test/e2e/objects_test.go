@@ -2,10 +2,13 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
+	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	corev1 "k8s.io/api/core/v1"
@@ -176,4 +179,34 @@ func (w builderWorkspace) args() []string {
 	return []string{"-app", w.app, "-layers", w.layers, "-platform", w.platform,
 		"-buildpacks", filepath.Join(w.rootfs, "cnb/buildpacks"),
 		"-group", filepath.Join(w.layers, "group.toml"), "-plan", filepath.Join(w.layers, "plan.toml"), "-log-level", "debug"}
+}
+
+// readyBuilder waits up to timeout for the Builder ns/name to be Ready with
+// an image, and returns it.
+func readyBuilder(t *testing.T, ns, name string, timeout time.Duration) *v1alpha1.Builder {
+	t.Helper()
+	var builder *v1alpha1.Builder
+	eventually(t, timeout, "Builder Ready", func() (bool, string) {
+		b, err := client.BuildsmithV1alpha1().Builders(ns).Get(context.Background(), name, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		builder = b
+		return b.Status.IsReady() && b.Status.LatestImage != "", fmt.Sprintf("%+v", b.Status.Conditions)
+	})
+	return builder
+}
+
+// pullImage reads the image at digestRef, a repository@digest reference.
+func pullImage(t *testing.T, digestRef string) v1.Image {
+	t.Helper()
+	ref, err := name.NewDigest(digestRef)
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := remote.Image(ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return img
 }

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -9,10 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/remote"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/buildsmith/buildsmith/pkg/apis/build/v1alpha1"
 	"github.com/buildsmith/buildsmith/test/registrytest"
@@ -35,7 +31,6 @@ func TestSystemBuildpacks(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Fatal("this test drops to uid 1000 to run the lifecycle (which refuses root) and must run as root")
 	}
-	ctx := context.Background()
 	f := registrytest.New(t)
 	objects := storeStack{Addr: f.Addr, Name: "system",
 		Buildpackages: []string{"buildpacks/hello:1.0.0", "buildpacks/pre:1.0.0", "buildpacks/post:1.0.0"}, StackID: "io.buildpacks.stacks.test"}
@@ -52,26 +47,11 @@ func TestSystemBuildpacks(t *testing.T) {
 	objects.createBuilder(t, ns, "system", v1alpha1.NamespacedBuilderSpec{BuilderSpec: v1alpha1.BuilderSpec{Order: helloOrder(),
 		System: &v1alpha1.SystemBuildpacks{Pre: []v1alpha1.SystemBuildpackRef{{ID: "example/pre"}}, Post: []v1alpha1.SystemBuildpackRef{{ID: "example/post"}}}}})
 
-	var builder *v1alpha1.Builder
-	eventually(t, 30*time.Second, "Builder Ready", func() (bool, string) {
-		b, err := client.BuildsmithV1alpha1().Builders(ns).Get(ctx, "system", metav1.GetOptions{})
-		if err != nil {
-			return false, err.Error()
-		}
-		builder = b
-		return b.Status.IsReady() && b.Status.LatestImage != "", fmt.Sprintf("%+v", b.Status.Conditions)
-	})
+	builder := readyBuilder(t, ns, "system", 30*time.Second)
 	if s := builder.Status.System; s == nil || len(s.Pre) != 1 || s.Pre[0].Version != "1.0.0" || len(s.Post) != 1 || s.Post[0].Version != "1.0.0" {
 		t.Errorf("status.system: %+v", s)
 	}
-	ref, err := name.NewDigest(builder.Status.LatestImage)
-	if err != nil {
-		t.Fatal(err)
-	}
-	img, err := remote.Image(ref)
-	if err != nil {
-		t.Fatal(err)
-	}
+	img := pullImage(t, builder.Status.LatestImage)
 
 	w := unpackBuilder(t, img)
 	rootfs, layers, common := w.rootfs, w.layers, w.args()

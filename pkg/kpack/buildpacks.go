@@ -1,0 +1,212 @@
+package kpack
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/buildsmith/buildsmith/pkg/apis/build/v1alpha1"
+)
+
+// clusterBuildpackSuffix makes the name of a ClusterBuildpack's ClusterStore
+// when its own is taken (clusterStoreName).
+const clusterBuildpackSuffix = "-clusterbuildpack"
+
+// buildpack is a Buildpack or ClusterBuildpack of the input: a buildpackage
+// image that kpack builders may name in their order. A Buildpack becomes
+// buildsmith's Buildpack, of the same namespace and name; a ClusterBuildpack
+// a ClusterStore of that one image, named by clusterStoreName. Builders that
+// draw from it name it in spec.sources (source).
+type buildpack struct {
+	from   *object
+	source v1alpha1.SourceRef
+	// image and account are what a store generated from a Buildpack gets
+	// (generateStore): the image, and who reads it (nil: anonymously, also
+	// when the Buildpack names a ServiceAccount, accountName, but has no
+	// namespace to find it in).
+	image       string
+	account     *v1alpha1.ServiceAccountRef
+	accountName string
+	// listed are the buildpacks its status lists; roots are the ids of
+	// those no other's order names: what kpack uses for an entry that names
+	// the object without an id.
+	listed []v1alpha1.BuildpackRef
+	roots  []string
+}
+
+// reserveStoreNames records, before anything is converted, the names a
+// ClusterBuildpack's ClusterStore may not take: those of the input's
+// ClusterStores (any apiVersion, converted or not) and of the stores its
+// builders name; then names the ClusterStore of each ClusterBuildpack, in
+// the order of the input (clusterStoreName).
+func (c *converter) reserveStoreNames(objects []*object) {
+	for _, o := range objects {
+		apiVersion, _ := o.doc.obj["apiVersion"].(string)
+		switch {
+		case clusterKindOf(o) == "ClusterStore", apiVersion == v1alpha1.SchemeGroupVersion.String() && o.kind == "ClusterStore":
+			c.storeNames[o.name] = true
+		case o.role.isBuilder():
+			switch store := mapAt(o.doc.obj, "spec")["store"].(type) {
+			case string:
+				c.storeNames[store] = true
+			case map[string]any:
+				if name, _ := store["name"].(string); name != "" {
+					c.storeNames[name] = true
+				}
+			}
+		case o.role == toClusterBuildpack:
+			c.clusterBuildpackNames[o.name] = true
+		}
+	}
+	for _, o := range objects {
+		if o.role == toClusterBuildpack && o.name != "" {
+			c.clusterStoreName(o.name)
+		}
+	}
+}
+
+// clusterStoreName is the name of the ClusterStore a ClusterBuildpack
+// becomes: its own, unless a ClusterStore of the input has it or a builder
+// of the input names a store of it; then <name>-clusterbuildpack, or, if
+// that is taken too (by such a store, another ClusterBuildpack, or a
+// ClusterStore named so far), <name>-clusterbuildpack-2, -3…. Those of the
+// input's ClusterBuildpacks are named first, in the order of the input; one
+// a builder names that is not in the input gets the name converting it with
+// this input would give it.
+func (c *converter) clusterStoreName(clusterBuildpack string) string {
+	if storeName, ok := c.clusterBuildpackStores[clusterBuildpack]; ok {
+		return storeName
+	}
+	storeName := clusterBuildpack
+	if c.storeNames[storeName] {
+		storeName = clusterBuildpack + clusterBuildpackSuffix
+		for i := 2; c.storeNames[storeName] || c.clusterBuildpackNames[storeName]; i++ {
+			storeName = fmt.Sprintf("%s%s-%d", clusterBuildpack, clusterBuildpackSuffix, i)
+		}
+	}
+	c.clusterBuildpackStores[clusterBuildpack] = storeName
+	c.storeNames[storeName] = true
+	return storeName
+}
+
+// convertBuildpack converts a Buildpack to buildsmith's Buildpack, and a
+// ClusterBuildpack to a ClusterStore of its image, and keeps what builders
+// need to know of it.
+func (c *converter) convertBuildpack(o *object) {
+	clusterScoped := o.role == toClusterBuildpack
+	status := mapAt(o.doc.obj, "status") // metadata drops it
+	meta := metadata(o, clusterScoped)
+	spec := o.root.mapping("spec")
+	bp := &buildpack{from: o, image: spec.str("image")}
+	bp.listed, bp.roots = statusBuildpacks(status)
+
+	var converted buildsmithObject
+	if clusterScoped {
+		store := &v1alpha1.ClusterStore{TypeMeta: typeMeta("ClusterStore"), ObjectMeta: meta}
+		store.Spec.ServiceAccountRef = serviceAccountRef(spec, "serviceAccountRef")
+		if bp.image != "" {
+			store.Spec.Sources = []v1alpha1.ImageSource{{Image: bp.image}}
+		}
+		if meta.Name != "" {
+			store.Name = c.clusterStoreName(meta.Name)
+		}
+		if store.Name != meta.Name {
+			o.warn("metadata.name", "a ClusterStore of the input has this name, or a builder of the input names a store of it: becomes ClusterStore %s", store.Name)
+		}
+		bp.source = v1alpha1.SourceRef{Kind: "ClusterStore", Name: store.Name}
+		bp.account = store.Spec.ServiceAccountRef
+		converted = store
+	} else {
+		b := &v1alpha1.Buildpack{TypeMeta: typeMeta("Buildpack"), ObjectMeta: meta}
+		bp.accountName = spec.str("serviceAccountName")
+		b.Spec.Image, b.Spec.ServiceAccountName = bp.image, bp.accountName
+		bp.source = v1alpha1.SourceRef{Kind: "Buildpack", Name: meta.Name}
+		if bp.accountName != "" && meta.Namespace != "" {
+			bp.account = &v1alpha1.ServiceAccountRef{Name: bp.accountName, Namespace: meta.Namespace}
+		}
+		converted = b
+	}
+	// As builders name it: a ClusterBuildpack without the namespace
+	// metadata dropped.
+	id := objectID{o.kind, meta.Namespace, meta.Name}
+	if _, dup := c.buildpacks[id]; !dup && id.name != "" {
+		// A second of the same name is an error (checkDuplicates).
+		c.buildpacks[id] = bp
+		c.buildpackList = append(c.buildpackList, bp)
+	}
+
+	_, imageErr := name.ParseReference(bp.image)
+	switch {
+	case bp.image == "":
+		o.omit("spec.image", "not converted: missing")
+	case imageErr != nil:
+		o.omit("spec.image", "not converted: %v", imageErr)
+	case converted.GetName() != meta.Name && len(validation.IsDNS1123Subdomain(converted.GetName())) > 0:
+		o.omit("metadata.name", "not converted: its ClusterStore cannot be named %s: %s",
+			converted.GetName(), validation.IsDNS1123Subdomain(converted.GetName())[0])
+	default:
+		if err := validate(converted); err != nil {
+			o.omit("", "not converted: not a valid %s: %v", converted.GetObjectKind().GroupVersionKind().Kind, err)
+		}
+	}
+	if o.omitted {
+		// Kept, left out, so that builders naming it are told
+		// (warnUnconvertedRefs).
+		c.outputs = append(c.outputs, &output{from: o, converted: converted, omitted: true})
+		return
+	}
+	c.emit(o, converted)
+}
+
+// statusBuildpacks reads the buildpacks a Buildpack's status lists, and the
+// ids of the roots among them.
+func statusBuildpacks(status map[string]any) (listed []v1alpha1.BuildpackRef, roots []string) {
+	named := map[string]bool{} // ids in some buildpack's order
+	for _, item := range asList(status["buildpacks"]) {
+		bp := asMap(item)
+		id, _ := bp["id"].(string)
+		version, _ := bp["version"].(string)
+		if id == "" {
+			continue
+		}
+		listed = append(listed, v1alpha1.BuildpackRef{ID: id, Version: version})
+		for _, entry := range asList(bp["order"]) {
+			for _, ref := range asList(asMap(entry)["group"]) {
+				if id, _ := asMap(ref)["id"].(string); id != "" {
+					named[id] = true
+				}
+			}
+		}
+	}
+	for _, bp := range listed {
+		if !named[bp.ID] && !slices.Contains(roots, bp.ID) {
+			roots = append(roots, bp.ID)
+		}
+	}
+	return listed, roots
+}
+
+// findByID returns where kpack looks for a buildpack an entry names by id
+// alone: the first converted Buildpack of the builder's namespace (not for
+// a ClusterBuilder), else the first converted ClusterBuildpack, whose
+// status lists it. nil when there is none.
+func (c *converter) findByID(namespace string, clusterScoped bool, r v1alpha1.BuildpackRef) *buildpack {
+	for _, kind := range []string{"Buildpack", "ClusterBuildpack"} {
+		if kind == "Buildpack" && clusterScoped {
+			continue
+		}
+		for _, bp := range c.buildpackList {
+			if bp.from.kind != kind || bp.from.omitted || (kind == "Buildpack" && bp.from.namespace != namespace) {
+				continue
+			}
+			if slices.ContainsFunc(bp.listed, func(l v1alpha1.BuildpackRef) bool {
+				return l.ID == r.ID && (r.Version == "" || l.Version == r.Version)
+			}) {
+				return bp
+			}
+		}
+	}
+	return nil
+}
