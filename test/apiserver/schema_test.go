@@ -88,6 +88,18 @@ spec: {sources: registry.example.com/bp:1}`,
 		manifest: `{kind: Builder, spec: {tag: t, stack: {name: s}, store: {name: s}, order: [{group: [{id: a}]}], additionalLabels: {io.buildpacks.stack.id: x}}}`,
 		want:     []string{"spec.additionalLabels", "may not set io.buildpacks.* labels"},
 	}, {
+		name:     "cluster builder drawing from a Buildpack",
+		manifest: `{kind: ClusterBuilder, spec: {tag: t, stack: {name: s}, store: {name: s}, sources: [{name: t}, {kind: Buildpack, name: b}], order: [{group: [{id: a}]}]}}`,
+		want:     []string{"a ClusterBuilder draws from ClusterStores only"},
+	}, {
+		name:     "builder source of another kind",
+		manifest: `{kind: Builder, spec: {tag: t, stack: {name: s}, store: {name: s}, sources: [{kind: Store, name: b}], order: [{group: [{id: a}]}]}}`,
+		want:     []string{"spec.sources[0].kind", "Unsupported value"},
+	}, {
+		name:     "buildpack without image",
+		manifest: `{kind: Buildpack, spec: {serviceAccountName: x}}`,
+		want:     []string{"spec.image", "Required value"},
+	}, {
 		name:     "builder label value is a number",
 		manifest: `{kind: Builder, spec: {tag: t, stack: {name: s}, store: {name: s}, order: [{group: [{id: a}]}], additionalLabels: {team: 1}}}`,
 		want:     []string{"spec.additionalLabels.team", "must be of type string"},
@@ -118,7 +130,7 @@ spec: {sources: registry.example.com/bp:1}`,
 			u.SetName("rejected-" + strings.ToLower(strings.ReplaceAll(tc.name, " ", "-")))
 			resource := v1alpha1.SchemeGroupVersion.WithResource(strings.ToLower(u.GetKind()) + "s")
 			var err error
-			if u.GetKind() == "Builder" {
+			if u.GetKind() == "Builder" || u.GetKind() == "Buildpack" {
 				u.SetNamespace("default")
 				_, err = dynamicClient.Resource(resource).Namespace("default").Create(context.Background(), u, metav1.CreateOptions{})
 			} else {

@@ -1,10 +1,15 @@
 package buildpack
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -12,6 +17,7 @@ import (
 	"github.com/buildsmith/buildsmith/pkg/apis/build/v1alpha1"
 	"github.com/buildsmith/buildsmith/pkg/cnb"
 	"github.com/buildsmith/buildsmith/pkg/reconciler"
+	"github.com/buildsmith/buildsmith/pkg/reconciler/clusterstore"
 	rt "github.com/buildsmith/buildsmith/pkg/reconciler/reconcilertest"
 	"github.com/buildsmith/buildsmith/pkg/registry"
 	"github.com/buildsmith/buildsmith/test/registrytest"
@@ -22,15 +28,35 @@ import (
 // namespace's ServiceAccount; a failure keeps the last lists.
 func TestReconcile(t *testing.T) {
 	f := registrytest.New(t)
-	goImage := f.PushBuildpackage("team/go:1", registrytest.Buildpack{ID: "example/go", Version: "1.0.0", API: "0.10"},
+	f.PushBuildpackage("team/go:1", registrytest.Buildpack{ID: "example/go", Version: "1.0.0", API: "0.10"},
 		registrytest.Buildpack{ID: "example/go", Version: "1.1.0", API: "0.11"})
-	goDigest, _ := goImage.Digest()
 	f.PushImage("stack/build:1", nil)
 	curl, err := sampleimages.ExtensionPackage(sampleimages.Extension{ID: "example/curl", Version: "1.0.0", Detect: "exit 0\n", Generate: "true\n"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	f.Write("team/curl:1", curl)
+	// Indexes of 33 platforms, one of them named 33 times (read once).
+	var many []v1.Platform
+	for i := range 33 {
+		many = append(many, v1.Platform{OS: "linux", Architecture: "arm", Variant: fmt.Sprintf("v%d", i)})
+	}
+	for repo, platforms := range map[string][]v1.Platform{"team/wide:1": many, "team/narrow:1": many[:1]} {
+		idx, err := sampleimages.BuildpackageIndex(platforms, sampleimages.Buildpack{ID: "example/wide", Version: "1.0.0", Detect: "exit 0\n", Build: "exit 0\n"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if repo == "team/narrow:1" {
+			m, _ := idx.IndexManifest()
+			child, _ := idx.Image(m.Manifests[0].Digest)
+			for range 32 {
+				idx = mutate.AppendManifests(idx, mutate.IndexAddendum{Add: child, Descriptor: v1.Descriptor{Platform: &many[0]}})
+			}
+		}
+		if err := remote.WriteIndex(f.Ref(repo), idx); err != nil {
+			t.Fatal(err)
+		}
+	}
 	previous := []v1alpha1.StoreBuildpack{{ID: "example/old", Version: "0.1.0", DiffID: "sha256:1", Digest: "sha256:2"}}
 	ready := rt.Outcome{Ready: corev1.ConditionTrue, Requeue: rt.Resync, MinDelay: 8 * time.Minute, MaxDelay: 12 * time.Minute, EventReasons: []string{"Ready"}}
 
@@ -57,6 +83,11 @@ func TestReconcile(t *testing.T) {
 		{name: "not a buildpackage", image: "stack/build:1",
 			want: rt.Outcome{Ready: corev1.ConditionFalse, Reason: cnb.ReasonInvalidBuildpackage, Stalled: true, Requeue: rt.NoRequeue,
 				EventReasons: []string{cnb.ReasonInvalidBuildpackage}}},
+		{name: "an index of too many platforms", image: "team/wide:1",
+			want: rt.Outcome{Ready: corev1.ConditionFalse, Reason: clusterstore.ReasonTooManyPlatforms, Stalled: true, Requeue: rt.NoRequeue,
+				EventReasons: []string{clusterstore.ReasonTooManyPlatforms}, MessageContains: "an index of 33 platforms, more than the 32"}},
+		{name: "an index naming one platform many times", image: "team/narrow:1", want: ready,
+			wantBuildpacks: []string{"example/wide@1.0.0"}},
 		{name: "missing", image: "team/ruby:1",
 			want: rt.Outcome{Ready: corev1.ConditionFalse, Reason: registry.ReasonImageNotFound, Reconciling: true,
 				Requeue: rt.Poll, MinDelay: 48 * time.Second, MaxDelay: 72 * time.Second, EventReasons: []string{registry.ReasonImageNotFound}}},
@@ -108,7 +139,7 @@ func TestReconcile(t *testing.T) {
 				t.Errorf("extensions (-want +got):\n%s", diff)
 			}
 			for _, m := range got.Status.Buildpacks {
-				if m.StoreImage.Image != f.Addr+"/team/go@"+goDigest.String() || m.DiffID == "" || len(m.Platforms) != 1 {
+				if !strings.HasPrefix(m.StoreImage.Image, f.Addr+"/"+strings.Split(tc.image, ":")[0]+"@sha256:") || m.DiffID == "" || len(m.Platforms) != 1 {
 					t.Errorf("buildpack %s@%s: from %q, diffId %q, platforms %v; want by digest, with both", m.ID, m.Version,
 						m.StoreImage.Image, m.DiffID, m.Platforms)
 				}

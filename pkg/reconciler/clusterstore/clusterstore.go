@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"golang.org/x/sync/errgroup"
 	pkgreconciler "knative.dev/pkg/reconciler"
 
@@ -19,6 +20,16 @@ import (
 
 // parallelReads bounds how many sources of one store are read at once.
 const parallelReads = 4
+
+// maxPackagePlatforms bounds the platforms of a buildpackage index read
+// one by one. A tenant's Buildpack names the image, and each platform's
+// lists are held until they are merged: a 4 MiB index can name tens of
+// thousands of entries. Real buildpackages have two to four.
+const maxPackagePlatforms = 32
+
+// ReasonTooManyPlatforms: a buildpackage index names more platforms than
+// maxPackagePlatforms.
+const ReasonTooManyPlatforms = "TooManyPlatforms"
 
 // Reconciler reconciles ClusterStores.
 type Reconciler struct{ reconciler.Base }
@@ -100,9 +111,14 @@ func ReadPackage(ctx context.Context, reg registry.Access, image string) (cnb.Pa
 		}
 		return pkg, err
 	}
-	buildpacks := make([]cnb.PlatformBuildpacks, len(img.Platforms))
-	extensions := make([]cnb.PlatformBuildpacks, len(img.Platforms))
-	for i, p := range img.Platforms {
+	platforms := distinctPlatforms(img.Platforms)
+	if len(platforms) > maxPackagePlatforms {
+		return cnb.Package{}, failure.Permanentf(ReasonTooManyPlatforms, "%s is an index of %d platforms, more than the %d a buildpackage may have",
+			image, len(platforms), maxPackagePlatforms)
+	}
+	buildpacks := make([]cnb.PlatformBuildpacks, len(platforms))
+	extensions := make([]cnb.PlatformBuildpacks, len(platforms))
+	for i, p := range platforms {
 		child, err := reg.ReadImage(ctx, img.Ref, &p)
 		if err != nil {
 			return cnb.Package{}, err
@@ -115,4 +131,18 @@ func ReadPackage(ctx context.Context, reg registry.Access, image string) (cnb.Pa
 		extensions[i] = cnb.PlatformBuildpacks{Platform: cnb.PlatformOf(p), Buildpacks: pkg.Extensions}
 	}
 	return cnb.Package{Buildpacks: cnb.IndexBuildpacks(buildpacks), Extensions: cnb.IndexBuildpacks(extensions)}, nil
+}
+
+// distinctPlatforms drops the platforms an index names again: the same
+// platform reads the same image.
+func distinctPlatforms(platforms []v1.Platform) []v1.Platform {
+	seen := map[string]bool{}
+	var out []v1.Platform
+	for _, p := range platforms {
+		if key := cnb.PlatformOf(p).String(); !seen[key] {
+			seen[key] = true
+			out = append(out, p)
+		}
+	}
+	return out
 }

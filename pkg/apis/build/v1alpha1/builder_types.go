@@ -205,6 +205,8 @@ type NamespacedBuilderSpec struct {
 }
 
 // ClusterBuilderSpec is the spec of a ClusterBuilder.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.sources) || self.sources.all(s, !has(s.kind) || s.kind != 'Buildpack')",message="a ClusterBuilder draws from ClusterStores only: a Buildpack belongs to one namespace"
 type ClusterBuilderSpec struct {
 	BuilderSpec `json:",inline"`
 	// ServiceAccountRef names the ServiceAccount whose secrets hold the
