@@ -1,6 +1,8 @@
 package builder
 
 import (
+	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -8,8 +10,12 @@ import (
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"knative.dev/pkg/configmap"
+	"knative.dev/pkg/controller"
 
 	"github.com/buildsmith/buildsmith/pkg/apis/build/v1alpha1"
+	fakebuildpackinformer "github.com/buildsmith/buildsmith/pkg/client/injection/informers/build/v1alpha1/buildpack/fake"
 	"github.com/buildsmith/buildsmith/pkg/cnb"
 	rt "github.com/buildsmith/buildsmith/pkg/reconciler/reconcilertest"
 	"github.com/buildsmith/buildsmith/test/registrytest"
@@ -149,4 +155,59 @@ func TestBuilderBuildpackSource(t *testing.T) {
 	rt.Check(t, elsewhere, err, events, rt.Outcome{Ready: corev1.ConditionFalse, Reason: ReasonStoreNotReady, Reconciling: true,
 		Requeue: rt.Poll, MinDelay: 48 * time.Second, MaxDelay: 72 * time.Second, EventReasons: []string{ReasonStoreNotReady},
 		MessageContains: "Buildpack apps/php not found"})
+}
+
+// TestBuilderWatchesItsBuildpack: a Builder is an observer of the Buildpack
+// it draws from (so that the Buildpack becoming Ready or changing wakes it),
+// not of one of the same name elsewhere, and a new generation of it counts
+// as its inputs moving.
+func TestBuilderWatchesItsBuildpack(t *testing.T) {
+	x := newFixture(t)
+	lifecycle := x.f.Addr + "/lifecycle:0.21.0"
+	own := x.readyStore(t, "own", 4, "apps/php:1", registrytest.Buildpack{ID: "example/php", Version: "8.0.0", API: "0.10"})
+	buildpack := func(namespace string, generation int64) *v1alpha1.Buildpack {
+		bp := &v1alpha1.Buildpack{TypeMeta: metav1.TypeMeta{APIVersion: v1alpha1.SchemeGroupVersion.String(), Kind: "Buildpack"},
+			ObjectMeta: metav1.ObjectMeta{Name: "php", Namespace: namespace, Generation: generation},
+			Spec:       v1alpha1.BuildpackSpec{Image: x.f.Addr + "/apps/php:1"},
+			Status:     v1alpha1.BuildpackStatus{ConditionedStatus: own.Status.ConditionedStatus, Buildpacks: own.Status.Buildpacks}}
+		bp.Status.ObservedGeneration = generation
+		return bp
+	}
+	b := x.builder(func(b *v1alpha1.Builder) {
+		b.Spec.Sources = []v1alpha1.SourceRef{{Kind: "Buildpack", Name: "php"}}
+		b.Spec.Order = []v1alpha1.OrderEntry{{Group: []v1alpha1.BuildpackRef{{ID: "example/php"}}}}
+	})
+	ctx, clients := rt.Setup(t, b, x.stack, x.store, buildpack("apps", 4),
+		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default", Namespace: "apps"}})
+	var r *BuilderReconciler
+	impl := rt.Controller(ctx, func(ctx context.Context, cmw configmap.Watcher) *controller.Impl {
+		impl, rec := newBuilderController(ctx, cmw, x.config())
+		r = rec
+		return impl
+	}, lifecycleConfigMap(lifecycle))
+	if err := rt.Sync(impl).Reconcile(ctx, "apps/go"); err != nil {
+		if requeue, _ := controller.IsRequeueKey(err); !requeue {
+			t.Fatal(err)
+		}
+	}
+	key := types.NamespacedName{Namespace: "apps", Name: "go"}
+	if got := r.Tracker.GetObservers(buildpack("apps", 4)); !slices.Contains(got, key) {
+		t.Errorf("observers of Buildpack apps/php: %v, want %v among them", got, key)
+	}
+	if got := r.Tracker.GetObservers(buildpack("other", 4)); len(got) != 0 {
+		t.Errorf("observers of Buildpack other/php: %v, want none", got)
+	}
+	built, err := clients.Buildsmith.BuildsmithV1alpha1().Builders("apps").Get(ctx, "go", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.inputsMoved(key, &built.Spec.BuilderSpec, &built.Status) {
+		t.Error("inputs moved right after the builder was built from them")
+	}
+	if err := fakebuildpackinformer.Get(ctx).Informer().GetIndexer().Update(buildpack("apps", 5)); err != nil {
+		t.Fatal(err)
+	}
+	if !r.inputsMoved(key, &built.Spec.BuilderSpec, &built.Status) {
+		t.Error("a new generation of the Buildpack does not count as the inputs moving")
+	}
 }
