@@ -19,30 +19,12 @@ import (
 )
 
 // registryTraits remembers what pushes learned of each registry: whether it
-// refuses an image manifest naming a blob the repository lacks, and whether
-// it ignores a blob sent whole in the POST that opens an upload.
-//
-// Manifest checks. The distribution registry refuses such a manifest with
-// MANIFEST_BLOB_UNKNOWN; go-containerregistry's test registry takes it. Only
-// where a registry was seen to refuse does a push take the blob memory's word
-// and skip asking: elsewhere a wrong memory (a blob garbage-collected since)
-// would give a builder with a missing layer, and nothing would say so.
-//
-// The probe, per registry and manifest family (OCI, Docker), is two manifests
-// of that family PUT by digest into the repository pushed to, each naming a
-// blob no registry holds: once as a layer, once as the config (beside a blob
-// just uploaded in the other role). Refused both times for the missing blob,
-// the registry checks both roles. A registry that accepts one keeps an
-// untagged manifest of a few hundred bytes, which the probe deletes where the
-// registry allows. Any other answer (a failure, a refusal for something
-// else) is inconclusive: not trusted, and not asked again for a while. A
-// verdict is asked again after a day (a registry is upgraded, a name moves).
-//
-// The single POST. The distribution spec lets a client send a blob whole in
-// the POST that opens its upload (?digest=): one request instead of two.
-// Registries that do not take it answer 202 and a location, as for any POST,
-// and the bytes are sent again in the PUT; such a registry is remembered and
-// sent no more bodies in a POST. Only small blobs are sent so (smallBlob).
+// refuses an image manifest naming a blob the repository lacks (probed per
+// registry and manifest family, probeChecks; only then does a push take the
+// blob memory's word: docs/design.md § Pushes, "Why trusting it is safe"),
+// and whether it ignores a small blob sent whole in the POST that opens its
+// upload (the distribution registry answers 202 and wants the bytes again
+// in a PUT: it is sent no more such bodies).
 type registryTraits struct {
 	clock       clock.PassiveClock
 	mu          sync.Mutex

@@ -255,8 +255,8 @@ func led(p *controllertest.Process) []string {
 }
 
 // reconcilers is how many reconcilers the controller runs: ClusterStore,
-// ClusterStack, ClusterLifecycle, Builder, ClusterBuilder.
-const reconcilers = 5
+// Buildpack, ClusterStack, ClusterLifecycle, Builder, ClusterBuilder.
+const reconcilers = 6
 
 // leadEach: the replica leads n buckets of each reconciler.
 func leadEach(p *controllertest.Process, n float64) bool {
