@@ -229,13 +229,13 @@ func merge(kind string, sources [][]v1alpha1.StoreBuildpack) ([]v1alpha1.StoreBu
 	}
 	if len(out) > MaxStoreBuildpacks {
 		return nil, failure.Permanentf(ReasonTooManyBuildpacks,
-			"the sources hold %d %ss, more than the %d a store lists: split them over several stores", len(out), kind, MaxStoreBuildpacks)
+			"the sources hold %d %ss, more than the %d one status lists: split them over several stores or Buildpacks, which a builder draws from together (spec.sources)", len(out), kind, MaxStoreBuildpacks)
 	}
 	// Entries carry what the buildpackages' labels say (stacks, mixins,
 	// targets, orders), which a label of up to maxLabelSize can make large.
 	if b, err := json.Marshal(out); err == nil && len(b) > MaxStoreStatusBytes {
 		return nil, failure.Permanentf(ReasonTooManyBuildpacks,
-			"the sources' %d %ss take %d KiB in status, more than the %d KiB a store lists: split them over several stores",
+			"the sources' %d %ss take %d KiB in status, more than the %d KiB one status lists: split them over several stores or Buildpacks, which a builder draws from together (spec.sources)",
 			len(out), kind, len(b)>>10, MaxStoreStatusBytes>>10)
 	}
 	SortBuildpacks(out)
@@ -251,13 +251,13 @@ func CheckStoreSize(buildpacks, extensions []v1alpha1.StoreBuildpack) error {
 	}
 	if n := len(buildpacks) + len(extensions); n > MaxStoreBuildpacks {
 		return failure.Permanentf(ReasonTooManyBuildpacks,
-			"the sources hold %d buildpacks and extensions, more than the %d a store lists: split them over several stores", n, MaxStoreBuildpacks)
+			"the sources hold %d buildpacks and extensions, more than the %d one status lists: split them over several stores or Buildpacks, which a builder draws from together (spec.sources)", n, MaxStoreBuildpacks)
 	}
 	b, _ := json.Marshal(buildpacks)
 	e, _ := json.Marshal(extensions)
 	if size := len(b) + len(e); size > MaxStoreStatusBytes {
 		return failure.Permanentf(ReasonTooManyBuildpacks,
-			"the sources' buildpacks and extensions take %d KiB in status, more than the %d KiB a store lists: split them over several stores",
+			"the sources' buildpacks and extensions take %d KiB in status, more than the %d KiB one status lists: split them over several stores or Buildpacks, which a builder draws from together (spec.sources)",
 			size>>10, MaxStoreStatusBytes>>10)
 	}
 	return nil
