@@ -29,6 +29,13 @@ type use struct {
 	named      objectID   // the object the entry names; empty: kpack finds the id in bp
 	bp         *buildpack // the object; nil: not in the input
 	idInStatus bool       // the id came from the object's status
+	// For an entry naming an object without a version: pinned says the
+	// version kpack takes from the object (version) came from its status;
+	// floats, when it could not, says why: buildsmith then takes the
+	// highest version in the builder's store and sources.
+	version string
+	pinned  bool
+	floats  string
 	// source is the object as the builder names it; empty for an id found
 	// in no object, in the order of a builder without a store.
 	source v1alpha1.SourceRef
@@ -51,14 +58,6 @@ func (c *converter) convertBuilder(o *object) {
 	storeless := storeName == ""
 	common.Lifecycle = c.lifecycle(o, spec)
 
-	var builder buildsmithObject
-	if clusterScoped {
-		builder = &v1alpha1.ClusterBuilder{TypeMeta: typeMeta("ClusterBuilder"), ObjectMeta: meta,
-			Spec: v1alpha1.ClusterBuilderSpec{ServiceAccountRef: serviceAccountRef(spec, "serviceAccountRef")}}
-	} else {
-		builder = &v1alpha1.Builder{TypeMeta: typeMeta("Builder"), ObjectMeta: meta,
-			Spec: v1alpha1.NamespacedBuilderSpec{ServiceAccountName: serviceAccountName(spec)}}
-	}
 	order, uses := c.order(o, spec, meta.Namespace, clusterScoped, storeless)
 	common.Order = order
 	var storeFrom *use          // the ClusterBuildpack whose store became spec.store
@@ -82,12 +81,7 @@ func (c *converter) convertBuilder(o *object) {
 			common.Store.Name = "reported"
 		}
 	}
-	switch b := builder.(type) {
-	case *v1alpha1.ClusterBuilder:
-		b.Spec.BuilderSpec = common
-	case *v1alpha1.Builder:
-		b.Spec.BuilderSpec = common
-	}
+	builder := newBuilder(meta, spec, clusterScoped, common)
 	// Checked before a store is generated for it.
 	if err := validate(builder); err != nil {
 		o.omit("", "not converted: not a valid %s: %v", builder.GetObjectKind().GroupVersionKind().Kind, err)
@@ -106,8 +100,19 @@ func (c *converter) convertBuilder(o *object) {
 	case storeFrom != nil:
 		o.warn("spec.store", "missing (buildsmith needs a store): ClusterStore %s, of %s, the first source its order draws from", storeName, storeFrom.objectPath())
 	}
-	c.reportUses(o, storeName, uses)
+	c.reportUses(o, storeName, generateFrom, uses)
 	c.emit(o, builder)
+}
+
+// newBuilder is the ClusterBuilder or Builder of common, with the
+// credentials spec names.
+func newBuilder(meta metav1.ObjectMeta, spec *fields, clusterScoped bool, common v1alpha1.BuilderSpec) buildsmithObject {
+	if clusterScoped {
+		return &v1alpha1.ClusterBuilder{TypeMeta: typeMeta("ClusterBuilder"), ObjectMeta: meta,
+			Spec: v1alpha1.ClusterBuilderSpec{BuilderSpec: common, ServiceAccountRef: serviceAccountRef(spec, "serviceAccountRef")}}
+	}
+	return &v1alpha1.Builder{TypeMeta: typeMeta("Builder"), ObjectMeta: meta,
+		Spec: v1alpha1.NamespacedBuilderSpec{BuilderSpec: common, ServiceAccountName: serviceAccountName(spec)}}
 }
 
 // refName takes a reference to a stack or store: a name (experimental
@@ -190,13 +195,15 @@ func (c *converter) order(o *object, spec *fields, namespace string, clusterScop
 				o.omit(ref.path, "not converted: the entry has neither an id nor a Buildpack or ClusterBuildpack name")
 			default:
 				// kpack looks for an id in the namespace's Buildpacks, the
-				// ClusterBuildpacks and the builder's store, if it has one;
-				// buildsmith in the builder's store and sources, so an
-				// object of the input holding it becomes a source. Without
-				// a store, one found nowhere is warned of.
-				if bp := c.findByID(namespace, clusterScoped, r); bp != nil {
-					uses = append(uses, use{field: ref.path, id: r.ID, bp: bp, source: bp.source})
-				} else if storeless {
+				// ClusterBuildpacks and the builder's store, if it has one,
+				// all together; buildsmith in the builder's store and
+				// sources, so every object of the input holding it becomes
+				// a source. Without a store, one found nowhere is warned of.
+				holders := c.holdersOf(namespace, clusterScoped, r)
+				for _, bp := range holders {
+					uses = append(uses, use{field: ref.path, id: r.ID, version: r.Version, bp: bp, source: bp.source})
+				}
+				if len(holders) == 0 && storeless {
 					uses = append(uses, use{field: ref.path, id: r.ID})
 				}
 			}
@@ -211,8 +218,10 @@ func (c *converter) order(o *object, spec *fields, namespace string, clusterScop
 }
 
 // byName resolves an entry that names a Buildpack or ClusterBuildpack: it
-// sets the entry's id if it has none, and returns the source the builder
-// draws from for it. ok is false when the builder was omitted.
+// sets the entry's id if it has none, and its version, if it has none, to
+// the one kpack takes from the object when the object's status tells; and
+// returns the source the builder draws from for it. ok is false when the
+// builder was omitted.
 func (c *converter) byName(o *object, field string, id objectID, clusterScoped bool, r *v1alpha1.BuildpackRef) (u use, ok bool) {
 	switch id.kind {
 	case "ClusterBuildpack":
@@ -250,6 +259,14 @@ func (c *converter) byName(o *object, field string, id objectID, clusterScoped b
 		r.ID, idInStatus = bp.roots[0], true
 	}
 	u = use{field: field, id: r.ID, named: id, bp: bp, idInStatus: idInStatus}
+	// kpack takes the buildpack from the object alone; buildsmith from the
+	// builder's store and all its sources, the highest version when the
+	// entry has none: the version kpack would take is pinned.
+	if r.Version == "" {
+		r.Version, u.floats = kpackVersion(bp, id, r.ID)
+		u.pinned = r.Version != ""
+	}
+	u.version = r.Version
 	switch {
 	case bp != nil:
 		u.source = bp.source
@@ -349,40 +366,6 @@ func (c *converter) generateStore(o *object, storeName string, bp *buildpack) bo
 	o.warn("spec.store", "missing (buildsmith needs a store), and its order draws from no ClusterBuildpack: the image %s of %s, which stays in spec.sources, "+
 		"is the one source of generated ClusterStore %s", bp.image, bp.from.path(), storeName)
 	return true
-}
-
-// reportUses says, at each entry drawing from a Buildpack or
-// ClusterBuildpack, what it became.
-func (c *converter) reportUses(o *object, storeName string, uses []use) {
-	for _, u := range uses {
-		if u.source == (v1alpha1.SourceRef{}) {
-			o.warn(u.field, "buildpack %s is in no Buildpack or ClusterBuildpack of the input, where kpack looks for it when a builder has no store; "+
-				"name a source that holds it in spec.sources", u.id)
-			continue
-		}
-		field := "spec.sources"
-		if u.source.Kind == "ClusterStore" && u.source.Name == storeName {
-			field = "spec.store"
-		}
-		source := fmt.Sprintf("%s names %s %s", field, u.source.Kind, u.source.Name)
-		switch {
-		case u.named == objectID{}:
-			o.warn(u.field, "buildpack %s: kpack finds it in %s; %s", u.id, u.bp.from.path(), source)
-		case u.bp == nil && u.named.kind == "ClusterBuildpack":
-			o.warn(u.field, "%s is not in the input: replaced by buildpack id %s, which buildsmith looks up in spec.store and spec.sources; "+
-				"%s, the ClusterStore it becomes: convert it too, or the builder waits for it", u.named.path(), u.id, source)
-		case u.bp == nil:
-			o.warn(u.field, "%s is not in the input: replaced by buildpack id %s, which buildsmith looks up in spec.store and spec.sources; "+
-				"%s: convert it too, or the builder waits for it", u.named.path(), u.id, source)
-		default:
-			fromStatus := ""
-			if u.idInStatus {
-				fromStatus = " (from its status)"
-			}
-			o.warn(u.field, "%s replaced by buildpack id %s%s, which buildsmith looks up in spec.store and spec.sources; %s",
-				u.named.path(), u.id, fromStatus, source)
-		}
-	}
 }
 
 func asList(v any) []any {

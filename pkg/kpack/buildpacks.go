@@ -3,7 +3,9 @@ package kpack
 import (
 	"fmt"
 	"slices"
+	"strings"
 
+	"github.com/Masterminds/semver/v3"
 	"github.com/google/go-containerregistry/pkg/name"
 	"k8s.io/apimachinery/pkg/util/validation"
 
@@ -188,11 +190,15 @@ func statusBuildpacks(status map[string]any) (listed []v1alpha1.BuildpackRef, ro
 	return listed, roots
 }
 
-// findByID returns where kpack looks for a buildpack an entry names by id
-// alone: the first converted Buildpack of the builder's namespace (not for
-// a ClusterBuilder), else the first converted ClusterBuildpack, whose
-// status lists it. nil when there is none.
-func (c *converter) findByID(namespace string, clusterScoped bool, r v1alpha1.BuildpackRef) *buildpack {
+// holdersOf returns where kpack looks for a buildpack an entry names by id
+// alone, besides the builder's store: every converted Buildpack of the
+// builder's namespace (none for a ClusterBuilder), then every converted
+// ClusterBuildpack, each in the order of the input, whose status lists the
+// id (at the entry's version, when it has one). kpack pools them all and
+// takes the highest version; so does buildsmith, from its store and
+// sources, once they are all sources.
+func (c *converter) holdersOf(namespace string, clusterScoped bool, r v1alpha1.BuildpackRef) []*buildpack {
+	var holders []*buildpack
 	for _, kind := range []string{"Buildpack", "ClusterBuildpack"} {
 		if kind == "Buildpack" && clusterScoped {
 			continue
@@ -204,9 +210,52 @@ func (c *converter) findByID(namespace string, clusterScoped bool, r v1alpha1.Bu
 			if slices.ContainsFunc(bp.listed, func(l v1alpha1.BuildpackRef) bool {
 				return l.ID == r.ID && (r.Version == "" || l.Version == r.Version)
 			}) {
-				return bp
+				holders = append(holders, bp)
 			}
 		}
 	}
-	return nil
+	return holders
+}
+
+// versionsOf lists the versions of a buildpack that bp's status lists,
+// each once, in the order listed.
+func (bp *buildpack) versionsOf(id string) []string {
+	var versions []string
+	for _, l := range bp.listed {
+		if l.ID == id && l.Version != "" && !slices.Contains(versions, l.Version) {
+			versions = append(versions, l.Version)
+		}
+	}
+	return versions
+}
+
+// kpackVersion is the version of buildpack id that kpack takes for an
+// entry naming object named (bp; nil when not in the input) without a
+// version: the highest of that id the object holds, as its status lists
+// it. "" when that cannot be known offline; why then says why.
+func kpackVersion(bp *buildpack, named objectID, id string) (version, why string) {
+	switch {
+	case bp == nil:
+		return "", fmt.Sprintf("%s is not in the input", named.path())
+	case len(bp.listed) == 0:
+		return "", fmt.Sprintf("the input holds no status of %s listing its buildpacks", named.path())
+	}
+	versions := bp.versionsOf(id)
+	if len(versions) == 0 {
+		return "", fmt.Sprintf("the status of %s does not list %s (kpack would not find it there)", named.path(), id)
+	}
+	var best *semver.Version
+	for _, v := range versions {
+		parsed, err := semver.NewVersion(v)
+		if err != nil {
+			if len(versions) == 1 {
+				return v, "" // the one there is, semantic or not
+			}
+			return "", fmt.Sprintf("the status of %s lists versions of %s that are not all semantic versions (%s)", named.path(), id, strings.Join(versions, ", "))
+		}
+		if best == nil || parsed.GreaterThan(best) {
+			best, version = parsed, v
+		}
+	}
+	return version, ""
 }

@@ -32,23 +32,34 @@
 // kpack's builders may refer to buildpacks by object (kind Buildpack or
 // ClusterBuildpack and a name); buildsmith's builders by id, from their
 // store and further sources (spec.sources). Such an entry becomes an id
-// entry (its version kept), and the object a source of the builder: the
-// Buildpack itself (kind Buildpack: a Buildpack of the builder's
-// namespace), or the ClusterBuildpack's ClusterStore; each once, in the
-// order of first use. buildsmith resolves the id against the store and all
-// the sources together, so the buildpack may come from another source than
-// the object named: each such entry's warning says so. A ClusterBuilder may not draw from a Buildpack, which
-// belongs to one namespace: a ClusterBuilder naming one is left out. The
-// id is the entry's own, else that of the root buildpack in the object's
-// status (present in the output of kubectl get -o yaml); when neither is
-// there, the id cannot be known offline and the builder is left out of the
-// output. An entry with an id alone draws, in kpack, from the namespace's
-// Buildpacks and the ClusterBuildpacks too: the first of the input whose
-// status lists the id (a Buildpack of the builder's namespace before a
-// ClusterBuildpack, and no Buildpack for a ClusterBuilder) becomes a
-// source as well. An object named but not in the input is a source all
-// the same (a Buildpack by its name, a ClusterBuildpack by the name its
-// ClusterStore gets), with a warning to convert it too.
+// entry, and the object a source of the builder: the Buildpack itself
+// (kind Buildpack: a Buildpack of the builder's namespace), or the
+// ClusterBuildpack's ClusterStore; each once, in the order of first use. A
+// ClusterBuilder may not draw from a Buildpack, which belongs to one
+// namespace: a ClusterBuilder naming one is left out. The id is the
+// entry's own, else that of the root buildpack in the object's status
+// (present in the output of kubectl get -o yaml); when neither is there,
+// the id cannot be known offline and the builder is left out of the
+// output. kpack takes the buildpack from the object named alone, the
+// highest version of the id it holds when the entry gives none;
+// buildsmith from the store and all the sources together, where a higher
+// version elsewhere would win. So an entry without a version gets the one
+// kpack would take, the highest of the id the object's status lists; when
+// the status does not tell (or the object is not in the input), the entry
+// keeps its id alone, with a warning that the version floats over the
+// builder's store and sources (unless they are all that object). An entry's
+// own version is kept.
+//
+// An entry with an id alone draws, in kpack, from the builder's store, the
+// Buildpacks of its namespace and the ClusterBuildpacks together, the
+// highest version of them all when it gives none. Every Buildpack of the
+// builder's namespace (none for a ClusterBuilder), then every
+// ClusterBuildpack, of the input, in its order, whose status lists the id
+// (at the entry's version, if it has one) becomes a source as well, so that
+// buildsmith's pool holds what kpack's held. An object named but not in the
+// input is a source all the same (a Buildpack by its name, a
+// ClusterBuildpack by the name its ClusterStore gets), with a warning to
+// convert it too.
 //
 // A builder without a store (kpack allows it, buildsmith does not) takes
 // as its store the ClusterStore of the first ClusterBuildpack its order

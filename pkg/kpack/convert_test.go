@@ -130,6 +130,49 @@ spec:
   image: gcr.io/paketo-buildpacks/nodejs:1.2.3
 `
 
+// defaultStoreNode2 is a ClusterStore whose status lists nodejs 2.0.0.
+const defaultStoreNode2 = `apiVersion: kpack.io/v1alpha2
+kind: ClusterStore
+metadata: {name: default}
+spec:
+  sources:
+  - image: gcr.io/paketo-buildpacks/nodejs:2.0.0
+status:
+  buildpacks:
+  - {id: paketo-buildpacks/nodejs, version: 2.0.0}
+`
+
+// nodeClusterBuildpack1 is a ClusterBuildpack whose status lists nodejs
+// 1.0.0, the root, and two versions of a child.
+const nodeClusterBuildpack1 = `apiVersion: kpack.io/v1alpha2
+kind: ClusterBuildpack
+metadata: {name: nodejs-1}
+spec:
+  image: gcr.io/paketo-buildpacks/nodejs:1.0.0
+status:
+  buildpacks:
+  - id: paketo-buildpacks/nodejs
+    version: 1.0.0
+    order:
+    - group:
+      - {id: paketo-buildpacks/node-engine}
+  - {id: paketo-buildpacks/node-engine, version: 1.9.0}
+  - {id: paketo-buildpacks/node-engine, version: 1.10.0}
+`
+
+// nodeBuildpack is a Buildpack whose status lists nodejs of a version.
+func nodeBuildpack(name, namespace, version string) string {
+	return fmt.Sprintf(`apiVersion: kpack.io/v1alpha2
+kind: Buildpack
+metadata: {name: %s, namespace: %s}
+spec:
+  image: gcr.io/paketo-buildpacks/nodejs:%s
+status:
+  buildpacks:
+  - {id: paketo-buildpacks/nodejs, version: %s}
+`, name, namespace, version, version)
+}
+
 // want* are the buildsmith objects of the inputs above.
 
 const wantExperimentalStore = `apiVersion: buildsmith.dev/v1alpha1
@@ -179,6 +222,31 @@ spec:
   sources:
   - image: gcr.io/paketo-buildpacks/nodejs:1.2.3
 `
+
+const wantDefaultStoreNode2 = `apiVersion: buildsmith.dev/v1alpha1
+kind: ClusterStore
+metadata: {name: default}
+spec:
+  sources:
+  - image: gcr.io/paketo-buildpacks/nodejs:2.0.0
+`
+
+const wantNodeStore1 = `apiVersion: buildsmith.dev/v1alpha1
+kind: ClusterStore
+metadata: {name: nodejs-1}
+spec:
+  sources:
+  - image: gcr.io/paketo-buildpacks/nodejs:1.0.0
+`
+
+func wantNodeBuildpack(name, namespace, version string) string {
+	return fmt.Sprintf(`apiVersion: buildsmith.dev/v1alpha1
+kind: Buildpack
+metadata: {name: %s, namespace: %s}
+spec:
+  image: gcr.io/paketo-buildpacks/nodejs:%s
+`, name, namespace, version)
+}
 
 func TestConvert(t *testing.T) {
 	tests := []struct {
@@ -306,11 +374,11 @@ spec:
     - {id: kpack/my-custom-buildpack, version: 1.2.3}
     - {id: kpack/my-optional-custom-buildpack, optional: true}
   - group:
-    - id: paketo-buildpacks/java
+    - {id: paketo-buildpacks/java, version: 8.9.0}
     - {id: paketo-buildpacks/nodejs, version: 1.2.3, optional: true}
 `),
 		warnings: []string{
-			"Builder/apps/my-builder: spec.order[1].group[0]: Buildpack/apps/java replaced by buildpack id paketo-buildpacks/java (from its status), " +
+			"Builder/apps/my-builder: spec.order[1].group[0]: Buildpack/apps/java replaced by buildpack id paketo-buildpacks/java, version 8.9.0 (both from its status), " +
 				"which buildsmith looks up in spec.store and spec.sources; spec.sources names Buildpack java",
 			"Builder/apps/my-builder: spec.order[1].group[1]: ClusterBuildpack/nodejs replaced by buildpack id paketo-buildpacks/nodejs, " +
 				"which buildsmith looks up in spec.store and spec.sources; spec.sources names ClusterStore nodejs",
@@ -352,6 +420,8 @@ spec:
 			"Builder/apps/storeless: spec.store: missing (buildsmith needs a store): ClusterStore nodejs, of ClusterBuildpack/nodejs, the first source its order draws from",
 			"Builder/apps/storeless: spec.order[0].group[0]: ClusterBuildpack/nodejs replaced by buildpack id paketo-buildpacks/nodejs, " +
 				"which buildsmith looks up in spec.store and spec.sources; spec.store names ClusterStore nodejs",
+			floating("Builder/apps/storeless: spec.order[0].group[0]", "the input holds no status of ClusterBuildpack/nodejs listing its buildpacks",
+				"paketo-buildpacks/nodejs", "ClusterBuildpack/nodejs"),
 			"Builder/apps/storeless: spec.order[1].group[0]: buildpack paketo-buildpacks/jvm: kpack finds it in Buildpack/apps/java; spec.sources names Buildpack java",
 			"Builder/apps/storeless: spec.order[1].group[1]: buildpack paketo-buildpacks/procfile is in no Buildpack or ClusterBuildpack of the input, " +
 				"where kpack looks for it when a builder has no store; name a source that holds it in spec.sources",
@@ -657,8 +727,8 @@ spec:
   - {kind: Buildpack, name: java-too}
   order:
   - group:
-    - id: paketo-buildpacks/java
-    - id: paketo-buildpacks/jvm
+    - {id: paketo-buildpacks/java, version: 8.9.0}
+    - {id: paketo-buildpacks/jvm, version: 1.0.0}
 `),
 		warnings: []string{
 			"Builder/apps/jvm: spec.store: the generated ClusterStore apps-jvm-buildpacks uses the ServiceAccount apps/default of Buildpack/apps/java: " +
@@ -666,9 +736,9 @@ spec:
 				"that namespace is listed (ServiceAccountNotAllowed); creating it takes the right to create ClusterStores",
 			"Builder/apps/jvm: spec.store: missing (buildsmith needs a store), and its order draws from no ClusterBuildpack: the image gcr.io/paketo-buildpacks/java:8.9.0 " +
 				"of Buildpack/apps/java, which stays in spec.sources, is the one source of generated ClusterStore apps-jvm-buildpacks",
-			"Builder/apps/jvm: spec.order[0].group[0]: Buildpack/apps/java replaced by buildpack id paketo-buildpacks/java (from its status), " +
+			"Builder/apps/jvm: spec.order[0].group[0]: Buildpack/apps/java replaced by buildpack id paketo-buildpacks/java, version 8.9.0 (both from its status), " +
 				"which buildsmith looks up in spec.store and spec.sources; spec.sources names Buildpack java",
-			"Builder/apps/jvm: spec.order[0].group[1]: Buildpack/apps/java-too replaced by buildpack id paketo-buildpacks/jvm, " +
+			"Builder/apps/jvm: spec.order[0].group[1]: Buildpack/apps/java-too replaced by buildpack id paketo-buildpacks/jvm, version 1.0.0 (the version from its status), " +
 				"which buildsmith looks up in spec.store and spec.sources; spec.sources names Buildpack java-too",
 		},
 	}, {
@@ -721,8 +791,10 @@ spec:
 		warnings: []string{
 			"Builder/apps/b: spec.order[0].group[0]: Buildpack/apps/ruby is not in the input: replaced by buildpack id paketo-buildpacks/ruby, " +
 				"which buildsmith looks up in spec.store and spec.sources; spec.sources names Buildpack ruby: convert it too, or the builder waits for it",
+			floating("Builder/apps/b: spec.order[0].group[0]", "Buildpack/apps/ruby is not in the input", "paketo-buildpacks/ruby", "Buildpack/apps/ruby"),
 			"Builder/apps/b: spec.order[0].group[1]: ClusterBuildpack/java is not in the input: replaced by buildpack id paketo-buildpacks/java, " +
 				"which buildsmith looks up in spec.store and spec.sources; spec.sources names ClusterStore java, the ClusterStore it becomes: convert it too, or the builder waits for it",
+			floating("Builder/apps/b: spec.order[0].group[1]", "ClusterBuildpack/java is not in the input", "paketo-buildpacks/java", "ClusterBuildpack/java"),
 		},
 	}, {
 		name: "a ClusterBuildpack in the input whose builder's store is not",
@@ -755,6 +827,7 @@ spec:
 		warnings: []string{
 			"Builder/apps/b: spec.order[0].group[0]: ClusterBuildpack/nodejs replaced by buildpack id paketo-buildpacks/nodejs, " +
 				"which buildsmith looks up in spec.store and spec.sources; spec.sources names ClusterStore nodejs",
+			floating("Builder/apps/b: spec.order[0].group[0]", "the input holds no status of ClusterBuildpack/nodejs listing its buildpacks", "paketo-buildpacks/nodejs", "ClusterBuildpack/nodejs"),
 		},
 	}, {
 		name: "a ClusterBuilder with a store using a ClusterBuildpack, read with its ServiceAccount",
@@ -907,10 +980,12 @@ spec:
 		warnings: []string{
 			"Builder/team-a/a: spec.order[0].group[0]: ClusterBuildpack/nodejs replaced by buildpack id paketo-buildpacks/nodejs, " +
 				"which buildsmith looks up in spec.store and spec.sources; spec.sources names ClusterStore nodejs",
+			floating("Builder/team-a/a: spec.order[0].group[0]", "the input holds no status of ClusterBuildpack/nodejs listing its buildpacks", "paketo-buildpacks/nodejs", "ClusterBuildpack/nodejs"),
 			"Builder/team-a/a: spec.order[1].group[0]: ClusterBuildpack/nodejs replaced by buildpack id paketo-buildpacks/nodejs, " +
 				"which buildsmith looks up in spec.store and spec.sources; spec.sources names ClusterStore nodejs",
 			"ClusterBuilder/b: spec.order[0].group[0]: ClusterBuildpack/nodejs replaced by buildpack id paketo-buildpacks/nodejs, " +
 				"which buildsmith looks up in spec.store and spec.sources; spec.sources names ClusterStore nodejs",
+			floating("ClusterBuilder/b: spec.order[0].group[0]", "the input holds no status of ClusterBuildpack/nodejs listing its buildpacks", "paketo-buildpacks/nodejs", "ClusterBuildpack/nodejs"),
 		},
 	}, {
 		name: "Buildpacks and ClusterBuildpacks no builder uses are converted all the same",
@@ -984,6 +1059,8 @@ spec:
 			"omitted: Buildpack/apps/nothing: spec.image: not converted: missing",
 			"Builder/apps/b: spec.order[0].group[0]: Buildpack/apps/nothing replaced by buildpack id example/nothing, " +
 				"which buildsmith looks up in spec.store and spec.sources; spec.sources names Buildpack nothing",
+			floating("Builder/apps/b: spec.order[0].group[0]", "the input holds no status of Buildpack/apps/nothing listing its buildpacks",
+				"example/nothing", "Buildpack/apps/nothing"),
 			"Builder/apps/b: spec.sources[0]: Buildpack/apps/nothing of the input is not in the output (see its warning): " +
 				"this builder waits for a Buildpack of that name applied otherwise",
 		},
@@ -1020,6 +1097,8 @@ spec:
 				"becomes ClusterStore sample-cluster-store-clusterbuildpack",
 			"ClusterBuilder/b: spec.order[0].group[0]: ClusterBuildpack/sample-cluster-store replaced by buildpack id paketo-buildpacks/nodejs, " +
 				"which buildsmith looks up in spec.store and spec.sources; spec.sources names ClusterStore sample-cluster-store-clusterbuildpack",
+			floating("ClusterBuilder/b: spec.order[0].group[0]", "the input holds no status of ClusterBuildpack/sample-cluster-store listing its buildpacks",
+				"paketo-buildpacks/nodejs", "ClusterBuildpack/sample-cluster-store"),
 		},
 	}, {
 		name: "a ClusterBuildpack named as a store a builder names is renamed, past the names of other ClusterBuildpacks",
@@ -1059,8 +1138,251 @@ spec:
 				"becomes ClusterStore default-clusterbuildpack-2",
 			"Builder/apps/b: spec.order[0].group[0]: ClusterBuildpack/default replaced by buildpack id paketo-buildpacks/nodejs, " +
 				"which buildsmith looks up in spec.store and spec.sources; spec.sources names ClusterStore default-clusterbuildpack-2",
+			floating("Builder/apps/b: spec.order[0].group[0]", "the input holds no status of ClusterBuildpack/default listing its buildpacks",
+				"paketo-buildpacks/nodejs", "ClusterBuildpack/default"),
 			"Builder/apps/b: spec.order[0].group[1]: ClusterBuildpack/default-clusterbuildpack replaced by buildpack id paketo-buildpacks/npm, " +
 				"which buildsmith looks up in spec.store and spec.sources; spec.sources names ClusterStore default-clusterbuildpack",
+			floating("Builder/apps/b: spec.order[0].group[1]", "the input holds no status of ClusterBuildpack/default-clusterbuildpack listing its buildpacks",
+				"paketo-buildpacks/npm", "ClusterBuildpack/default-clusterbuildpack"),
+		},
+	}, {
+		name: "an entry naming a ClusterBuildpack without a version is pinned to the version its status lists, not the store's higher one",
+		in: docs(defaultStoreNode2, nodeClusterBuildpack1, `
+apiVersion: kpack.io/v1alpha2
+kind: Builder
+metadata: {name: web, namespace: apps}
+spec:
+  tag: gcr.io/sample/web
+  stack: {name: base, kind: ClusterStack}
+  store: {name: default, kind: ClusterStore}
+  order:
+  - group:
+    - {name: nodejs-1, kind: ClusterBuildpack, id: paketo-buildpacks/nodejs}
+  - group:
+    - {name: nodejs-1, kind: ClusterBuildpack}
+  - group:
+    - {name: nodejs-1, kind: ClusterBuildpack, id: paketo-buildpacks/node-engine}
+`),
+		want: docs(wantDefaultStoreNode2, wantNodeStore1, `
+apiVersion: buildsmith.dev/v1alpha1
+kind: Builder
+metadata: {name: web, namespace: apps}
+spec:
+  tag: gcr.io/sample/web
+  stack: {kind: ClusterStack, name: base}
+  store: {kind: ClusterStore, name: default}
+  sources:
+  - {kind: ClusterStore, name: nodejs-1}
+  order:
+  - group:
+    - {id: paketo-buildpacks/nodejs, version: 1.0.0}
+  - group:
+    - {id: paketo-buildpacks/nodejs, version: 1.0.0}
+  - group:
+    - {id: paketo-buildpacks/node-engine, version: 1.10.0}
+`),
+		warnings: []string{
+			"Builder/apps/web: spec.order[0].group[0]: ClusterBuildpack/nodejs-1 replaced by buildpack id paketo-buildpacks/nodejs, version 1.0.0 " +
+				"(the version from its status), which buildsmith looks up in spec.store and spec.sources; spec.sources names ClusterStore nodejs-1",
+			"Builder/apps/web: spec.order[1].group[0]: ClusterBuildpack/nodejs-1 replaced by buildpack id paketo-buildpacks/nodejs, version 1.0.0 " +
+				"(both from its status), which buildsmith looks up in spec.store and spec.sources; spec.sources names ClusterStore nodejs-1",
+			// The highest of the versions the status lists, as semantic
+			// versions: 1.10.0 over 1.9.0.
+			"Builder/apps/web: spec.order[2].group[0]: ClusterBuildpack/nodejs-1 replaced by buildpack id paketo-buildpacks/node-engine, version 1.10.0 " +
+				"(the version from its status), which buildsmith looks up in spec.store and spec.sources; spec.sources names ClusterStore nodejs-1",
+		},
+	}, {
+		name: "an entry naming a ClusterBuildpack whose status does not tell its version keeps the id alone, and says the version floats",
+		in: docs(defaultStoreNode2, strings.Replace(nodeClusterBuildpack, "name: nodejs", "name: nodejs-1", 1), `
+apiVersion: kpack.io/v1alpha2
+kind: ClusterBuildpack
+metadata: {name: other}
+spec:
+  image: gcr.io/example/other:1.0.0
+status:
+  buildpacks:
+  - {id: example/other, version: 1.0.0}
+`, `
+apiVersion: kpack.io/v1alpha2
+kind: Builder
+metadata: {name: web, namespace: apps}
+spec:
+  tag: gcr.io/sample/web
+  stack: {name: base, kind: ClusterStack}
+  store: {name: default, kind: ClusterStore}
+  order:
+  - group:
+    - {name: nodejs-1, kind: ClusterBuildpack, id: paketo-buildpacks/nodejs}
+  - group:
+    - {name: other, kind: ClusterBuildpack, id: paketo-buildpacks/nodejs}
+`),
+		want: docs(wantDefaultStoreNode2, strings.Replace(wantNodeStore, "name: nodejs", "name: nodejs-1", 1), `
+apiVersion: buildsmith.dev/v1alpha1
+kind: ClusterStore
+metadata: {name: other}
+spec:
+  sources:
+  - image: gcr.io/example/other:1.0.0
+`, `
+apiVersion: buildsmith.dev/v1alpha1
+kind: Builder
+metadata: {name: web, namespace: apps}
+spec:
+  tag: gcr.io/sample/web
+  stack: {kind: ClusterStack, name: base}
+  store: {kind: ClusterStore, name: default}
+  sources:
+  - {kind: ClusterStore, name: nodejs-1}
+  - {kind: ClusterStore, name: other}
+  order:
+  - group:
+    - id: paketo-buildpacks/nodejs
+  - group:
+    - id: paketo-buildpacks/nodejs
+`),
+		warnings: []string{
+			"Builder/apps/web: spec.order[0].group[0]: ClusterBuildpack/nodejs-1 replaced by buildpack id paketo-buildpacks/nodejs, " +
+				"which buildsmith looks up in spec.store and spec.sources; spec.sources names ClusterStore nodejs-1",
+			floating("Builder/apps/web: spec.order[0].group[0]", "the input holds no status of ClusterBuildpack/nodejs-1 listing its buildpacks",
+				"paketo-buildpacks/nodejs", "ClusterBuildpack/nodejs-1"),
+			"Builder/apps/web: spec.order[1].group[0]: ClusterBuildpack/other replaced by buildpack id paketo-buildpacks/nodejs, " +
+				"which buildsmith looks up in spec.store and spec.sources; spec.sources names ClusterStore other",
+			floating("Builder/apps/web: spec.order[1].group[0]", "the status of ClusterBuildpack/other does not list paketo-buildpacks/nodejs (kpack would not find it there)",
+				"paketo-buildpacks/nodejs", "ClusterBuildpack/other"),
+		},
+	}, {
+		name: "an entry naming a buildpack by id alone draws from every Buildpack of the namespace and ClusterBuildpack whose status lists it",
+		in: docs(defaultStoreNode2, nodeBuildpack("node", "apps", "1.0.0"), nodeBuildpack("node-too", "apps", "1.0.0"),
+			nodeBuildpack("node", "team-b", "3.0.0"), strings.Replace(strings.Replace(nodeClusterBuildpack1, "1.0.0", "2.0.0", -1), "name: nodejs-1", "name: nodejs-2", 1), `
+apiVersion: kpack.io/v1alpha2
+kind: Builder
+metadata: {name: web, namespace: apps}
+spec:
+  tag: gcr.io/sample/web
+  stack: {name: base, kind: ClusterStack}
+  store: {name: default, kind: ClusterStore}
+  order:
+  - group:
+    - id: paketo-buildpacks/nodejs
+  - group:
+    - {id: paketo-buildpacks/nodejs, version: 1.0.0}
+`, `
+apiVersion: kpack.io/v1alpha2
+kind: Builder
+metadata: {name: storeless, namespace: apps}
+spec:
+  tag: gcr.io/sample/storeless
+  stack: {name: base, kind: ClusterStack}
+  order:
+  - group:
+    - id: paketo-buildpacks/nodejs
+`, `
+apiVersion: kpack.io/v1alpha2
+kind: ClusterBuilder
+metadata: {name: base}
+spec:
+  tag: gcr.io/sample/base
+  stack: {name: base, kind: ClusterStack}
+  store: {name: default, kind: ClusterStore}
+  order:
+  - group:
+    - id: paketo-buildpacks/nodejs
+`),
+		want: docs(wantDefaultStoreNode2, wantNodeBuildpack("node", "apps", "1.0.0"), wantNodeBuildpack("node-too", "apps", "1.0.0"),
+			wantNodeBuildpack("node", "team-b", "3.0.0"), strings.Replace(strings.Replace(wantNodeStore1, "1.0.0", "2.0.0", 1), "name: nodejs-1", "name: nodejs-2", 1), `
+apiVersion: buildsmith.dev/v1alpha1
+kind: Builder
+metadata: {name: web, namespace: apps}
+spec:
+  tag: gcr.io/sample/web
+  stack: {kind: ClusterStack, name: base}
+  store: {kind: ClusterStore, name: default}
+  sources:
+  - {kind: Buildpack, name: node}
+  - {kind: Buildpack, name: node-too}
+  - {kind: ClusterStore, name: nodejs-2}
+  order:
+  - group:
+    - id: paketo-buildpacks/nodejs
+  - group:
+    - {id: paketo-buildpacks/nodejs, version: 1.0.0}
+`, `
+apiVersion: buildsmith.dev/v1alpha1
+kind: Builder
+metadata: {name: storeless, namespace: apps}
+spec:
+  tag: gcr.io/sample/storeless
+  stack: {kind: ClusterStack, name: base}
+  store: {kind: ClusterStore, name: nodejs-2}
+  sources:
+  - {kind: Buildpack, name: node}
+  - {kind: Buildpack, name: node-too}
+  order:
+  - group:
+    - id: paketo-buildpacks/nodejs
+`, `
+apiVersion: buildsmith.dev/v1alpha1
+kind: ClusterBuilder
+metadata: {name: base}
+spec:
+  tag: gcr.io/sample/base
+  stack: {kind: ClusterStack, name: base}
+  store: {kind: ClusterStore, name: default}
+  sources:
+  - {kind: ClusterStore, name: nodejs-2}
+  order:
+  - group:
+    - id: paketo-buildpacks/nodejs
+`),
+		warnings: []string{
+			"Builder/apps/web: spec.order[0].group[0]: buildpack paketo-buildpacks/nodejs: kpack finds it in " +
+				"Buildpack/apps/node (1.0.0), Buildpack/apps/node-too (1.0.0), ClusterBuildpack/nodejs-2 (2.0.0), " +
+				"and takes the highest version, as buildsmith does from spec.store and spec.sources; " +
+				"spec.sources names Buildpack node, Buildpack node-too, ClusterStore nodejs-2",
+			// A version: only the objects holding it.
+			"Builder/apps/web: spec.order[1].group[0]: buildpack paketo-buildpacks/nodejs 1.0.0: kpack finds it in Buildpack/apps/node, Buildpack/apps/node-too; " +
+				"spec.sources names Buildpack node, Buildpack node-too",
+			"Builder/apps/storeless: spec.store: missing (buildsmith needs a store): ClusterStore nodejs-2, of ClusterBuildpack/nodejs-2, the first source its order draws from",
+			"Builder/apps/storeless: spec.order[0].group[0]: buildpack paketo-buildpacks/nodejs: kpack finds it in " +
+				"Buildpack/apps/node (1.0.0), Buildpack/apps/node-too (1.0.0), ClusterBuildpack/nodejs-2 (2.0.0), " +
+				"and takes the highest version, as buildsmith does from spec.store and spec.sources; " +
+				"spec.store names ClusterStore nodejs-2, and spec.sources names Buildpack node, Buildpack node-too",
+			// No Buildpack for a ClusterBuilder.
+			"ClusterBuilder/base: spec.order[0].group[0]: buildpack paketo-buildpacks/nodejs: kpack finds it in ClusterBuildpack/nodejs-2; " +
+				"spec.sources names ClusterStore nodejs-2",
+		},
+	}, {
+		name: "an entry naming a ClusterBuildpack with a version keeps it, though the status lists a higher one",
+		in: docs(defaultStoreNode2, strings.Replace(nodeClusterBuildpack1, "  - {id: paketo-buildpacks/node-engine, version: 1.9.0}\n",
+			"  - {id: paketo-buildpacks/nodejs, version: 1.1.0}\n", 1), `
+apiVersion: kpack.io/v1alpha2
+kind: Builder
+metadata: {name: web, namespace: apps}
+spec:
+  tag: gcr.io/sample/web
+  stack: {name: base, kind: ClusterStack}
+  store: {name: default, kind: ClusterStore}
+  order:
+  - group:
+    - {name: nodejs-1, kind: ClusterBuildpack, id: paketo-buildpacks/nodejs, version: 1.0.0}
+`),
+		want: docs(wantDefaultStoreNode2, wantNodeStore1, `
+apiVersion: buildsmith.dev/v1alpha1
+kind: Builder
+metadata: {name: web, namespace: apps}
+spec:
+  tag: gcr.io/sample/web
+  stack: {kind: ClusterStack, name: base}
+  store: {kind: ClusterStore, name: default}
+  sources:
+  - {kind: ClusterStore, name: nodejs-1}
+  order:
+  - group:
+    - {id: paketo-buildpacks/nodejs, version: 1.0.0}
+`),
+		warnings: []string{
+			"Builder/apps/web: spec.order[0].group[0]: ClusterBuildpack/nodejs-1 replaced by buildpack id paketo-buildpacks/nodejs, " +
+				"which buildsmith looks up in spec.store and spec.sources; spec.sources names ClusterStore nodejs-1",
 		},
 	}, {
 		name: "bad order entries",
@@ -1401,6 +1723,14 @@ data: {image: "buildpacksio/lifecycle:0.21.0"}
 			checkValid(t, out)
 		})
 	}
+}
+
+// floating is the warning at entry (Kind/name: field) that names object
+// named without a version that its status (why) does not let the converter
+// pin to the one kpack takes from it.
+func floating(entry, why, id, named string) string {
+	return entry + ": no version, and " + why + ": buildsmith takes the highest version of " + id +
+		" in spec.store and all of spec.sources, not necessarily kpack's, the highest in " + named + "; give the entry a version"
 }
 
 // checkValid decodes each buildsmith document of out, strictly, into its

@@ -147,3 +147,13 @@ func metadata(o *object, clusterScoped bool) metav1.ObjectMeta {
 func typeMeta(kind string) metav1.TypeMeta {
 	return metav1.TypeMeta{APIVersion: v1alpha1.SchemeGroupVersion.String(), Kind: kind}
 }
+
+// warned says whether a warning on the object's field already says phrase.
+func (o *object) warned(field, phrase string) bool {
+	for _, w := range o.c.warnings {
+		if w.Kind == o.kind && w.Namespace == o.namespace && w.Name == o.name && w.seq == o.doc.seq && w.Field == field && strings.Contains(w.Message, phrase) {
+			return true
+		}
+	}
+	return false
+}
