@@ -10,6 +10,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"knative.dev/pkg/configmap"
 	"knative.dev/pkg/controller"
@@ -209,5 +210,61 @@ func TestBuilderWatchesItsBuildpack(t *testing.T) {
 	}
 	if !r.inputsMoved(key, &built.Spec.BuilderSpec, &built.Status) {
 		t.Error("a new generation of the Buildpack does not count as the inputs moving")
+	}
+}
+
+// TestSourcesCostOfABuilder: what drawing from several sources costs the
+// registry. The same two buildpacks, from one store's buildpackage or from
+// a store and a Buildpack of a buildpackage each, built into a new
+// repository on a registry where another builder was built before (the
+// lifecycle, the stack and the registry's traits known); then the resync.
+// Reported with -v (bench/results.md quotes it): a second source costs the
+// reads of its buildpackage (a manifest and a config) and no more, and a
+// resync stays one HEAD either way.
+func TestSourcesCostOfABuilder(t *testing.T) {
+	php := registrytest.Buildpack{ID: "example/php", Version: "8.0.0", API: "0.10", Size: 64 << 10}
+	node := registrytest.Buildpack{ID: "example/node", Version: "2.0.0", API: "0.10", Size: 64 << 10}
+	order := []v1alpha1.OrderEntry{{Group: []v1alpha1.BuildpackRef{{ID: "example/php"}, {ID: "example/node"}}}}
+	measure := func(twoSources bool) (build, resync []string) {
+		x := newFixture(t)
+		lifecycle := x.f.Addr + "/lifecycle:0.21.0"
+		warmUp, events, err, _ := x.run(t, x.builder(nil), lifecycle)
+		rt.Check(t, warmUp, err, events, rt.Outcome{Ready: corev1.ConditionTrue, Requeue: rt.Resync,
+			MinDelay: 8 * time.Minute, MaxDelay: 12 * time.Minute, EventReasons: []string{"Ready"}})
+		var extra []runtime.Object
+		b := x.builder(func(b *v1alpha1.Builder) {
+			b.Name, b.Spec.Tag, b.Spec.Order = "measured", x.f.Addr+"/builders/measured:latest", order
+		})
+		if twoSources {
+			own := x.readyStore(t, "node", 1, "apps/node:1", node)
+			extra = append(extra, x.readyStore(t, "php", 1, "bp/php:1", php), &v1alpha1.Buildpack{
+				ObjectMeta: metav1.ObjectMeta{Name: "node", Namespace: "apps", Generation: 1},
+				Status:     v1alpha1.BuildpackStatus{ConditionedStatus: own.Status.ConditionedStatus, Buildpacks: own.Status.Buildpacks}})
+			b.Spec.Store.Name, b.Spec.Sources = "php", []v1alpha1.SourceRef{{Kind: "Buildpack", Name: "node"}}
+		} else {
+			extra = append(extra, x.readyStore(t, "both", 1, "bp/both:1", php, node))
+			b.Spec.Store.Name = "both"
+		}
+		x.f.ForgetRequests()
+		got, events, err, _ := x.run(t, b, lifecycle, extra...)
+		rt.Check(t, got, err, events, rt.Outcome{Ready: corev1.ConditionTrue, Requeue: rt.Resync,
+			MinDelay: 8 * time.Minute, MaxDelay: 12 * time.Minute, EventReasons: []string{"Ready"}})
+		build = x.f.Requests()
+		x.f.ForgetRequests()
+		x.run(t, got, lifecycle, extra...)
+		return build, x.f.Requests()
+	}
+	oneBuild, oneResync := measure(false)
+	twoBuild, twoResync := measure(true)
+	t.Logf("requests to build a new builder of 2 buildpacks: %d from one store, %d from a store and a Buildpack; to resync it: %d, %d",
+		len(oneBuild), len(twoBuild), len(oneResync), len(twoResync))
+	t.Logf("one store: %q", oneBuild)
+	t.Logf("a store and a Buildpack: %q", twoBuild)
+	if len(oneResync) != 1 || len(twoResync) != 1 {
+		t.Errorf("resyncs sent %q and %q, want one HEAD each", oneResync, twoResync)
+	}
+	if len(twoBuild) != len(oneBuild)+2 {
+		t.Errorf("from two sources %d requests, from one %d: want the second buildpackage's manifest and config more, no other",
+			len(twoBuild), len(oneBuild))
 	}
 }
