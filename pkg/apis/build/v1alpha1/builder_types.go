@@ -122,12 +122,49 @@ type BuilderSpec struct {
 	// stack's run image moves.
 	// +optional
 	PinRunImage bool `json:"pinRunImage,omitempty"`
+	// Flatten puts buildpacks together in fewer layers of the builder
+	// image (pack's --flatten), for a builder near the layer limit
+	// (--max-builder-layers). A flattened layer is made by the controller
+	// and uploaded, where other buildpack layers are mounted from their
+	// buildpackages; the same inputs give the same layer, so the same
+	// digest.
+	// +optional
+	Flatten *Flatten `json:"flatten,omitempty"`
+}
+
+// Flatten says which buildpacks of a builder share layers. A buildpack is
+// named by id, or id@version; naming a meta-buildpack names the buildpacks
+// of its order too. A buildpack named by several groups goes in the first.
+type Flatten struct {
+	// Groups are buildpacks put together, each group in one layer.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=64
+	Groups []FlattenGroup `json:"groups,omitempty"`
+	// All puts every buildpack no group names, but those of Except, in
+	// one layer.
+	// +optional
+	All bool `json:"all,omitempty"`
+	// Except are buildpacks that All leaves in their own layers.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=256
+	Except []string `json:"except,omitempty"`
+}
+
+// FlattenGroup is buildpacks that share one layer.
+type FlattenGroup struct {
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=256
+	// +listType=atomic
+	Buildpacks []string `json:"buildpacks"`
 }
 
 // SystemBuildpacks are the buildpacks of /cnb/system.toml. The lifecycle
 // puts pre before and post after the buildpacks of each group (leaving out
-// one whose id the group has already); they are not optional: each must
-// pass detection for its group to.
+// one whose id the group has already). None is optional: lifecycle 0.21
+// reads an id and a version of each (pack's optional is not in its
+// system.toml), and each must pass detection for its group to.
 type SystemBuildpacks struct {
 	// +optional
 	// +listType=atomic

@@ -137,6 +137,9 @@ func (s *BuilderSpec) validate(namespaced bool) *apis.FieldError {
 	if s.System != nil {
 		errs = errs.Also(s.System.validate().ViaField("system"))
 	}
+	if s.Flatten != nil {
+		errs = errs.Also(s.Flatten.validate().ViaField("flatten"))
+	}
 	var reserved []string
 	for key := range s.AdditionalLabels {
 		if key == "" || strings.HasPrefix(key, reservedLabelPrefix) {
@@ -200,6 +203,36 @@ func (s *SystemBuildpacks) validate() *apis.FieldError {
 				first[ref.ID] = at
 			}
 		}
+	}
+	return errs
+}
+
+// validate checks that each buildpack is named as id or id@version, and
+// once: in one group, or among the exceptions of all.
+func (f *Flatten) validate() *apis.FieldError {
+	var errs *apis.FieldError
+	first := map[string]string{}
+	check := func(name, at string) {
+		id, version, pinned := strings.Cut(name, "@")
+		switch earlier, dup := first[name]; {
+		case id == "" || (pinned && version == ""):
+			errs = errs.Also(apis.ErrInvalidValue(name, at, "a buildpack is named id or id@version"))
+		case dup:
+			errs = errs.Also(apis.ErrGeneric("named twice: also at "+earlier, at))
+		default:
+			first[name] = at
+		}
+	}
+	for i, group := range f.Groups {
+		for j, name := range group.Buildpacks {
+			check(name, fmt.Sprintf("groups[%d].buildpacks[%d]", i, j))
+		}
+	}
+	for i, name := range f.Except {
+		check(name, fmt.Sprintf("except[%d]", i))
+	}
+	if len(f.Except) > 0 && !f.All {
+		errs = errs.Also(apis.ErrGeneric("except leaves buildpacks out of all, which is not set", "except"))
 	}
 	return errs
 }

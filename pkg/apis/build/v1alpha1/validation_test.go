@@ -169,6 +169,24 @@ func TestValidate(t *testing.T) {
 			},
 		},
 		{
+			name: "builder flattening groups and the rest",
+			obj: builder(func(s *NamespacedBuilderSpec) {
+				s.Flatten = &Flatten{Groups: []FlattenGroup{{Buildpacks: []string{"a", "b@1.0.0"}}}, All: true, Except: []string{"c"}}
+			}),
+		},
+		{
+			name: "flatten naming a buildpack badly, twice, and except without all",
+			obj: clusterBuilder(func(s *ClusterBuilderSpec) {
+				s.Flatten = &Flatten{Groups: []FlattenGroup{{Buildpacks: []string{"a", "@1"}}, {Buildpacks: []string{"b@"}}}, Except: []string{"a"}}
+			}),
+			want: []string{
+				"except leaves buildpacks out of all, which is not set: spec.flatten.except",
+				"invalid value: @1: spec.flatten.groups[0].buildpacks[1]",
+				"invalid value: b@: spec.flatten.groups[1].buildpacks[0]",
+				"named twice: also at groups[0].buildpacks[0]: spec.flatten.except[0]",
+			},
+		},
+		{
 			name: "lifecycle without image, with a bad service account",
 			obj: &ClusterLifecycle{Spec: ClusterLifecycleSpec{
 				ServiceAccountRef: &ServiceAccountRef{Name: "reader"}}},
