@@ -88,7 +88,8 @@ func main() {
 		log.Fatalf("registering metrics: %v", err)
 	}
 	builders := builder.Config{Registry: client, Options: opts, Version: version,
-		Lifecycle: builder.NewLifecycleSource(opts.ResyncInterval), Signing: own.signing, MaxLayers: own.maxLayers}
+		Lifecycle: builder.NewLifecycleSource(opts.ResyncInterval), Signing: own.signing, MaxLayers: own.maxLayers,
+		Flattening: own.flattening}
 	// One set of Secret watches for the six controllers.
 	ctx = reconciler.WithSecretWatches(ctx)
 	ctx, drain := turns.WithDrain(ctx)
@@ -123,6 +124,7 @@ func withLeaderElection(ctx context.Context, cfg *rest.Config) (context.Context,
 type flags struct {
 	signing       builder.SigningLimits
 	maxLayers     int
+	flattening    builder.Flattening
 	disableHA     bool
 	healthProbes  bool
 	profilingPort int
@@ -138,6 +140,10 @@ func (f *flags) add(fs *flag.FlagSet) {
 		"how long a decrypted signing key nobody uses is kept; keep it above --resync-interval")
 	fs.IntVar(&f.maxLayers, "max-builder-layers", cnb.DefaultMaxLayers,
 		"most layers a builder image may have, its build image's included; more stalls the builder with TooManyLayers (container runtimes refuse much deeper images)")
+	fs.StringVar(&f.flattening.ScratchDir, "scratch-dir", os.TempDir(),
+		"directory of the flattened layers of builders being pushed (spec.flatten); at most 2 × --workers × --max-flattened-bytes in use")
+	fs.Int64Var(&f.flattening.MaxBytes, "max-flattened-bytes", builder.DefaultMaxFlattenedBytes,
+		"most bytes (uncompressed) of the flattened layers of one builder, all its platforms; more stalls the builder with FlattenTooLarge")
 	fs.BoolVar(&f.disableHA, "disable-ha", false, "run without leader election (for local runs)")
 	fs.BoolVar(&f.healthProbes, "health-probes", true, "serve readiness and liveness probes on :8080")
 	fs.IntVar(&f.profilingPort, "profiling-port", 8008, "port of the profiling server when profiling is enabled in config-observability; 0 picks a free one")

@@ -7,7 +7,6 @@ import (
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
-	"github.com/google/go-containerregistry/pkg/v1/types"
 
 	"github.com/buildsmith/buildsmith/pkg/apis/build/v1alpha1"
 	"github.com/buildsmith/buildsmith/pkg/failure"
@@ -78,10 +77,7 @@ const ReasonTooManyLayers = "TooManyLayers"
 // the labels platforms read. Buildpack and lifecycle layers are used as they
 // are (lazy remote layers stay lazy). The same spec gives the same digest.
 func AssembleBuilder(spec BuilderSpec) (v1.Image, error) {
-	mediaType := types.OCILayer
-	if mt, err := spec.BuildImage.MediaType(); err == nil && mt == types.DockerManifestSchema2 {
-		mediaType = types.DockerLayer
-	}
+	mediaType := LayerMediaType(spec.BuildImage)
 	dirs, err := directoriesLayer(spec.Stack.UserID, spec.Stack.GroupID, mediaType)
 	if err != nil {
 		return nil, err

@@ -98,6 +98,30 @@ func (a Access) Lookup(ctx context.Context, ref name.Reference) (desc Descriptor
 	return desc, err == nil, err
 }
 
+// ReadLayer calls read with the uncompressed contents of the blob at ref
+// (a layer), checked against its digest as it is read. Like a push, the
+// read is not cut while bytes move (WriteTimeout), only when they stop.
+// An error read returns is classified as the registry's unless it already
+// has a class.
+func (a Access) ReadLayer(ctx context.Context, ref name.Digest, read func(io.Reader) error) error {
+	c := a.client
+	if insecure, ok := c.hosts.reference(ref).(name.Digest); ok {
+		ref = insecure
+	}
+	return c.do(ctx, ref, c.opts.WriteTimeout, func(ctx context.Context, s *session) error {
+		layer, err := s.puller.Layer(ctx, ref)
+		if err != nil {
+			return err
+		}
+		rc, err := layer.Uncompressed()
+		if err != nil {
+			return err
+		}
+		defer rc.Close()
+		return read(rc)
+	}, a.keychain)
+}
+
 // ReadImage reads the manifest and config of the image ref names. When ref
 // names an index, the image for platform is chosen from it (when platform
 // is nil: linux/amd64, or the first platform of an index without it). An

@@ -16,7 +16,7 @@ import (
 // platform (lazily, and by digest, so from the registry client's cache
 // after the first builder) and puts the builder image together.
 func (r *Core) assemble(ctx context.Context, reg registry.Access, stack *v1alpha1.ClusterStack, b platformBuild,
-	spec *v1alpha1.BuilderSpec) (v1.Image, error) {
+	spec *v1alpha1.BuilderSpec, scratch scratchDir) (v1.Image, error) {
 	platform := b.platform.V1()
 	buildRef, err := name.NewDigest(stack.Status.BuildImage.LatestImage)
 	if err != nil {
@@ -33,6 +33,9 @@ func (r *Core) assemble(ctx context.Context, reg registry.Access, stack *v1alpha
 			return nil, err
 		}
 		layers = append(layers, cnb.BuildpackLayer{Buildpack: bp, Layer: layer})
+	}
+	if layers, err = cnb.Flatten(layers, spec.Flatten, flattenOptions(ctx, reg, scratch, cnb.LayerMediaType(build.Image))); err != nil {
+		return nil, err
 	}
 	var extensions []cnb.BuildpackLayer
 	var orderExtensions []v1alpha1.OrderEntry

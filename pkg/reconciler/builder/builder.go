@@ -37,6 +37,8 @@ type Core struct {
 	Version string
 	// MaxLayers is the most layers a builder image may have (0: the default).
 	MaxLayers int
+	// Flattening is where and how big flattened layers are made.
+	Flattening Flattening
 
 	// pushes remembers, by builder, what was last pushed until its status
 	// records it: when the status write after a push fails (the API server
@@ -146,9 +148,14 @@ func (r *Core) finish(ctx context.Context, in *inputs, status *v1alpha1.BuilderS
 // buildAndPush assembles the builder for each platform and pushes it (an
 // index when there are several), returning what the status records.
 func (r *Core) buildAndPush(ctx context.Context, in *inputs, spec *v1alpha1.BuilderSpec) (string, []v1alpha1.BuiltPlatform, error) {
+	scratch, err := r.Flattening.scratch(spec)
+	if err != nil {
+		return "", nil, err
+	}
+	defer scratch.remove()
 	images := make([]cnb.PlatformImage, len(in.builds))
 	for i, b := range in.builds {
-		img, err := r.assemble(ctx, in.registry, in.stack, b, spec)
+		img, err := r.assemble(ctx, in.registry, in.stack, b, spec, scratch)
 		if err != nil {
 			return "", nil, err
 		}

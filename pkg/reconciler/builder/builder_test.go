@@ -365,7 +365,7 @@ func BenchmarkAssembleBuilder(b *testing.B) {
 	i := 0
 	for b.Loop() {
 		spec := &v1alpha1.BuilderSpec{AdditionalLabels: map[string]string{"n": fmt.Sprint(i)}} // a new image each time
-		img, err := core.assemble(ctx, client.As(nil), stack, pb, spec)
+		img, err := core.assemble(ctx, client.As(nil), stack, pb, spec, scratchDir{})
 		if err != nil {
 			b.Fatal(err)
 		}

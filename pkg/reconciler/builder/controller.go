@@ -40,6 +40,8 @@ type Config struct {
 	// MaxLayers is the most layers a builder image may have (0: the
 	// default, cnb.DefaultMaxLayers).
 	MaxLayers int
+	// Flattening is where and how big flattened layers are made.
+	Flattening Flattening
 }
 
 // NewBuilderController returns a constructor of the Builder controller.
@@ -98,6 +100,7 @@ func newCore[T reconciler.Object](ctx context.Context, cmw configmap.Watcher, cf
 		Lifecycle:  cfg.Lifecycle,
 		Version:    cfg.Version,
 		MaxLayers:  cfg.MaxLayers,
+		Flattening: cfg.Flattening,
 	}
 	core.keys.configure(cfg.Signing, core.Credentials.Keychains.Secrets)
 	// Stacks, stores, Buildpacks and lifecycles: the builders that use them are

@@ -19,6 +19,7 @@ import (
 	fakebuildpackinformer "github.com/buildsmith/buildsmith/pkg/client/injection/informers/build/v1alpha1/buildpack/fake"
 	"github.com/buildsmith/buildsmith/pkg/cnb"
 	rt "github.com/buildsmith/buildsmith/pkg/reconciler/reconcilertest"
+	"github.com/buildsmith/buildsmith/pkg/registry"
 	"github.com/buildsmith/buildsmith/test/registrytest"
 )
 
@@ -225,7 +226,8 @@ func TestSourcesCostOfABuilder(t *testing.T) {
 	php := registrytest.Buildpack{ID: "example/php", Version: "8.0.0", API: "0.10", Size: 64 << 10}
 	node := registrytest.Buildpack{ID: "example/node", Version: "2.0.0", API: "0.10", Size: 64 << 10}
 	order := []v1alpha1.OrderEntry{{Group: []v1alpha1.BuildpackRef{{ID: "example/php"}, {ID: "example/node"}}}}
-	measure := func(twoSources bool) (build, resync []string) {
+	const oneStore, twoSources, flattened = "one store", "a store and a Buildpack", "one store, flattened"
+	measure := func(kind string) (build, resync []string, traffic registry.Stats) {
 		x := newFixture(t)
 		lifecycle := x.f.Addr + "/lifecycle:0.21.0"
 		warmUp, events, err, _ := x.run(t, x.builder(nil), lifecycle)
@@ -235,36 +237,77 @@ func TestSourcesCostOfABuilder(t *testing.T) {
 		b := x.builder(func(b *v1alpha1.Builder) {
 			b.Name, b.Spec.Tag, b.Spec.Order = "measured", x.f.Addr+"/builders/measured:latest", order
 		})
-		if twoSources {
+		switch kind {
+		case twoSources:
 			own := x.readyStore(t, "node", 1, "apps/node:1", node)
 			extra = append(extra, x.readyStore(t, "php", 1, "bp/php:1", php), &v1alpha1.Buildpack{
 				ObjectMeta: metav1.ObjectMeta{Name: "node", Namespace: "apps", Generation: 1},
 				Status:     v1alpha1.BuildpackStatus{ConditionedStatus: own.Status.ConditionedStatus, Buildpacks: own.Status.Buildpacks}})
 			b.Spec.Store.Name, b.Spec.Sources = "php", []v1alpha1.SourceRef{{Kind: "Buildpack", Name: "node"}}
-		} else {
+		default:
 			extra = append(extra, x.readyStore(t, "both", 1, "bp/both:1", php, node))
 			b.Spec.Store.Name = "both"
+			if kind == flattened {
+				b.Spec.Flatten = &v1alpha1.Flatten{All: true}
+			}
 		}
 		x.f.ForgetRequests()
-		got, events, err, _ := x.run(t, b, lifecycle, extra...)
+		got, events, err, traffic := x.run(t, b, lifecycle, extra...)
 		rt.Check(t, got, err, events, rt.Outcome{Ready: corev1.ConditionTrue, Requeue: rt.Resync,
 			MinDelay: 8 * time.Minute, MaxDelay: 12 * time.Minute, EventReasons: []string{"Ready"}})
 		build = x.f.Requests()
 		x.f.ForgetRequests()
 		x.run(t, got, lifecycle, extra...)
-		return build, x.f.Requests()
+		return build, x.f.Requests(), traffic
 	}
-	oneBuild, oneResync := measure(false)
-	twoBuild, twoResync := measure(true)
-	t.Logf("requests to build a new builder of 2 buildpacks: %d from one store, %d from a store and a Buildpack; to resync it: %d, %d",
-		len(oneBuild), len(twoBuild), len(oneResync), len(twoResync))
-	t.Logf("one store: %q", oneBuild)
-	t.Logf("a store and a Buildpack: %q", twoBuild)
-	if len(oneResync) != 1 || len(twoResync) != 1 {
-		t.Errorf("resyncs sent %q and %q, want one HEAD each", oneResync, twoResync)
+	builds, resyncs := map[string][]string{}, map[string][]string{}
+	for _, kind := range []string{oneStore, twoSources, flattened} {
+		var traffic registry.Stats
+		builds[kind], resyncs[kind], traffic = measure(kind)
+		t.Logf("%s: %d requests to build a new builder of 2 buildpacks (%d bytes up, %d down), %d to resync it: %q",
+			kind, len(builds[kind]), traffic.TotalBytesUp(), traffic.TotalBytesDown(), len(resyncs[kind]), builds[kind])
+		if len(resyncs[kind]) != 1 {
+			t.Errorf("%s: the resync sent %q, want one HEAD", kind, resyncs[kind])
+		}
 	}
-	if len(twoBuild) != len(oneBuild)+2 {
+	if len(builds[twoSources]) != len(builds[oneStore])+2 {
 		t.Errorf("from two sources %d requests, from one %d: want the second buildpackage's manifest and config more, no other",
-			len(twoBuild), len(oneBuild))
+			len(builds[twoSources]), len(builds[oneStore]))
 	}
+	// Flattened, the two layers are read (GET), and one is asked about
+	// (HEAD: the repository may hold it from an earlier push) and uploaded
+	// (POST, PUT) instead of two mounted (POST).
+	if diff := cmp.Diff(map[string]int{"GET blob": 2, "HEAD blob": 1, "POST upload": 1, "PUT upload": 1, "POST mount": -2},
+		requestKindsDiff(builds[oneStore], builds[flattened])); diff != "" {
+		t.Errorf("a flattened builder's requests beside the unflattened one's (-want +got):\n%s", diff)
+	}
+}
+
+// requestKindsDiff counts, by kind, the requests of b less those of a.
+func requestKindsDiff(a, b []string) map[string]int {
+	kind := func(r string) string {
+		method, path, _ := strings.Cut(r, " ")
+		switch {
+		case strings.Contains(path, "mount="):
+			return method + " mount"
+		case strings.Contains(path, "/blobs/uploads/"):
+			return method + " upload"
+		case strings.Contains(path, "/blobs/"):
+			return method + " blob"
+		}
+		return method + " manifest"
+	}
+	diff := map[string]int{}
+	for _, r := range a {
+		diff[kind(r)]--
+	}
+	for _, r := range b {
+		diff[kind(r)]++
+	}
+	for k, n := range diff {
+		if n == 0 {
+			delete(diff, k)
+		}
+	}
+	return diff
 }

@@ -1,0 +1,316 @@
+package cnb
+
+import (
+	"archive/tar"
+	"compress/gzip"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"slices"
+	"strings"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"github.com/google/go-containerregistry/pkg/v1/types"
+
+	"github.com/buildsmith/buildsmith/pkg/apis/build/v1alpha1"
+	"github.com/buildsmith/buildsmith/pkg/failure"
+)
+
+const (
+	// ReasonFlattenNotInBuilder: spec.flatten names a buildpack the
+	// builder does not have.
+	ReasonFlattenNotInBuilder = "FlattenNotInBuilder"
+	// ReasonFlattenTooLarge: a builder's flattened layers would be larger
+	// than --max-flattened-bytes.
+	ReasonFlattenTooLarge = "FlattenTooLarge"
+	// ReasonScratchUnavailable: the controller could not write a
+	// flattened layer to its scratch directory (full, or not writable).
+	ReasonScratchUnavailable = "ScratchUnavailable"
+)
+
+// FlattenOptions say where and how flattened layers are made.
+type FlattenOptions struct {
+	// Dir holds the flattened layers' files; they are read until the
+	// builder is pushed, and the caller removes them then.
+	Dir string
+	// Budget bounds the flattened layers, uncompressed; one budget may be
+	// shared by the calls for the platforms of one builder.
+	Budget *FlattenBudget
+	// MediaType is the media type of the builder's other layers.
+	MediaType types.MediaType
+	// Read calls read with the uncompressed contents of bp's layer.
+	Read func(bp BuildpackLayer, read func(io.Reader) error) error
+}
+
+// FlattenBudget is how many bytes flattened layers may take, and have left.
+type FlattenBudget struct{ Max, Left int64 }
+
+// NewFlattenBudget is a budget of max bytes.
+func NewFlattenBudget(max int64) *FlattenBudget { return &FlattenBudget{Max: max, Left: max} }
+
+// Flatten returns bps with the layers that f puts together replaced, each
+// group by one layer holding theirs in the order the builder would have
+// them (by buildpack id and version), a directory once. Every buildpack of
+// a group then names that layer (its DiffID, Digest and Size). A group of
+// one layer keeps it as it is. The same layers give the same flattened
+// layer, byte for byte: entries are copied as they are, and compressed by
+// this binary's gzip at a fixed level with an empty header.
+func Flatten(bps []BuildpackLayer, f *v1alpha1.Flatten, opts FlattenOptions) ([]BuildpackLayer, error) {
+	if f == nil {
+		return bps, nil
+	}
+	ordered := sortedBuildpackLayers(bps)
+	modules := make([]v1alpha1.StoreBuildpack, len(ordered))
+	for i, bp := range ordered {
+		modules[i] = bp.Buildpack
+	}
+	groups, err := planFlatten(modules, f)
+	if err != nil {
+		return nil, err
+	}
+	flattened := map[string]BuildpackLayer{} // by the DiffID it replaces
+	for _, group := range groups {
+		if len(group) < 2 {
+			continue
+		}
+		units := make([]BuildpackLayer, len(group))
+		for i, unit := range group {
+			units[i] = ordered[unit]
+		}
+		layer, err := writeFlattened(units, opts)
+		if err != nil {
+			return nil, err
+		}
+		for _, unit := range units {
+			flattened[unit.Buildpack.DiffID] = layer
+		}
+	}
+	out := make([]BuildpackLayer, len(bps))
+	for i, bp := range bps {
+		out[i] = bp
+		if layer, ok := flattened[bp.Buildpack.DiffID]; ok {
+			out[i].Layer = layer.Layer
+			out[i].Buildpack.DiffID, out[i].Buildpack.Digest, out[i].Buildpack.Size =
+				layer.Buildpack.DiffID, layer.Buildpack.Digest, layer.Buildpack.Size
+		}
+	}
+	return out, nil
+}
+
+// planFlatten groups the layers of modules (sorted as the builder has
+// them): each group lists, in that order, the index of one buildpack of
+// each of its layers. A layer is the buildpacks of one DiffID (a
+// buildpackage may hold several in one), and goes where the first of
+// them is named: the first group naming one, else all (unless one of
+// them is excepted), else its own layer.
+func planFlatten(modules []v1alpha1.StoreBuildpack, f *v1alpha1.Flatten) ([][]int, error) {
+	layerOf := make([]int, len(modules)) // module → its layer's first module
+	first := map[string]int{}
+	for i, bp := range modules {
+		if at, ok := first[bp.DiffID]; ok {
+			layerOf[i] = at
+		} else {
+			first[bp.DiffID], layerOf[i] = i, i
+		}
+	}
+	var unknown []string
+	named := func(name string) []int {
+		found := namedModules(modules, name)
+		if len(found) == 0 {
+			unknown = append(unknown, name)
+		}
+		return found
+	}
+	all := len(f.Groups)
+	groupOf := map[int]int{} // layer → group
+	for g, group := range f.Groups {
+		for _, name := range group.Buildpacks {
+			for _, i := range named(name) {
+				if _, taken := groupOf[layerOf[i]]; !taken {
+					groupOf[layerOf[i]] = g
+				}
+			}
+		}
+	}
+	excepted := map[int]bool{}
+	for _, name := range f.Except {
+		for _, i := range named(name) {
+			excepted[layerOf[i]] = true
+		}
+	}
+	if len(unknown) > 0 {
+		return nil, failure.Permanentf(ReasonFlattenNotInBuilder, "spec.flatten names %s, which the builder does not have (it has %s)",
+			listOf(unknown, 10), listOf(moduleNames(modules), 10))
+	}
+	if f.All {
+		for i := range modules {
+			if _, grouped := groupOf[layerOf[i]]; !grouped && !excepted[layerOf[i]] {
+				groupOf[layerOf[i]] = all
+			}
+		}
+	}
+	groups := make([][]int, all+1)
+	for i := range modules {
+		if g, ok := groupOf[i]; ok && layerOf[i] == i {
+			groups[g] = append(groups[g], i)
+		}
+	}
+	return groups, nil
+}
+
+// namedModules are the modules name (id, or id@version) stands for, with
+// the buildpacks of a meta-buildpack's order, and of theirs.
+func namedModules(modules []v1alpha1.StoreBuildpack, name string) []int {
+	var found []int
+	seen := map[int]bool{}
+	var add func(id, version string)
+	add = func(id, version string) {
+		for i, bp := range modules {
+			if bp.ID != id || (version != "" && bp.Version != version) || seen[i] {
+				continue
+			}
+			seen[i] = true
+			found = append(found, i)
+			for _, entry := range bp.Order {
+				for _, child := range entry.Group {
+					add(child.ID, child.Version)
+				}
+			}
+		}
+	}
+	id, version, _ := strings.Cut(name, "@")
+	add(id, version)
+	slices.Sort(found)
+	return found
+}
+
+func moduleNames(modules []v1alpha1.StoreBuildpack) []string {
+	names := make([]string, len(modules))
+	for i, bp := range modules {
+		names[i] = bp.ID + "@" + bp.Version
+	}
+	return names
+}
+
+// listOf joins names, the first max of them.
+func listOf(names []string, max int) string {
+	if len(names) <= max {
+		return strings.Join(names, ", ")
+	}
+	return fmt.Sprintf("%s and %d more", strings.Join(names[:max], ", "), len(names)-max)
+}
+
+// writeFlattened writes the entries of units' layers, in turn, into one
+// gzipped layer file in opts.Dir.
+func writeFlattened(units []BuildpackLayer, opts FlattenOptions) (BuildpackLayer, error) {
+	file, err := os.CreateTemp(opts.Dir, "flattened-*.tar.gz")
+	if err != nil {
+		return BuildpackLayer{}, scratchError(err)
+	}
+	defer file.Close()
+	zw, err := gzip.NewWriterLevel(scratchWriter{file}, gzip.BestSpeed)
+	if err != nil {
+		return BuildpackLayer{}, err
+	}
+	tw := tar.NewWriter(zw)
+	copied := &entryCopier{out: tw, dirs: map[string]bool{}, budget: opts.Budget}
+	for _, unit := range units {
+		if err := opts.Read(unit, copied.copyAll); err != nil {
+			return BuildpackLayer{}, err
+		}
+	}
+	if err := errors.Join(tw.Close(), zw.Close(), file.Close()); err != nil {
+		return BuildpackLayer{}, scratchError(err)
+	}
+	layer, err := tarball.LayerFromFile(file.Name(), tarball.WithMediaType(opts.MediaType))
+	if err != nil {
+		return BuildpackLayer{}, scratchError(err)
+	}
+	diffID, err := layer.DiffID()
+	if err != nil {
+		return BuildpackLayer{}, scratchError(err)
+	}
+	digest, err := layer.Digest()
+	if err != nil {
+		return BuildpackLayer{}, scratchError(err)
+	}
+	size, err := layer.Size()
+	if err != nil {
+		return BuildpackLayer{}, scratchError(err)
+	}
+	return BuildpackLayer{
+		Buildpack: v1alpha1.StoreBuildpack{DiffID: diffID.String(), Digest: digest.String(), Size: size},
+		Layer:     layer,
+	}, nil
+}
+
+// entryCopier copies tar entries into out, a directory only the first
+// time it comes, within a budget of bytes.
+type entryCopier struct {
+	out    *tar.Writer
+	dirs   map[string]bool
+	budget *FlattenBudget
+}
+
+func (c *entryCopier) copyAll(r io.Reader) error {
+	tr := tar.NewReader(r)
+	for {
+		hdr, err := tr.Next()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if hdr.Typeflag == tar.TypeDir {
+			dir := path.Clean("/" + hdr.Name)
+			if c.dirs[dir] {
+				continue // every buildpack's layer has /cnb/buildpacks
+			}
+			c.dirs[dir] = true
+		}
+		// A header is at most a few blocks; count one.
+		if c.budget.Left -= 512 + hdr.Size; c.budget.Left < 0 {
+			return failure.Permanentf(ReasonFlattenTooLarge, "the flattened layers would be larger than %d bytes uncompressed (--max-flattened-bytes): "+
+				"flatten fewer buildpacks", c.budget.Max)
+		}
+		if err := c.out.WriteHeader(hdr); err != nil {
+			return err
+		}
+		if _, err := io.Copy(c.out, tr); err != nil {
+			return err
+		}
+	}
+}
+
+// scratchWriter marks the errors of writing the scratch file, so that they
+// are not taken for the registry's whose layer is being read meanwhile.
+type scratchWriter struct{ w io.Writer }
+
+func (s scratchWriter) Write(p []byte) (int, error) {
+	n, err := s.w.Write(p)
+	if err != nil {
+		err = scratchError(err)
+	}
+	return n, err
+}
+
+func scratchError(err error) error {
+	if _, ok := failure.As(err); ok {
+		return err
+	}
+	return &failure.Error{Class: failure.Transient, Reason: ReasonScratchUnavailable,
+		Err: fmt.Errorf("writing a flattened layer to the controller's scratch directory: %w", err)}
+}
+
+// LayerMediaType is the media type of the layers buildsmith adds to an
+// image based on base: Docker's for a Docker image, else OCI's.
+func LayerMediaType(base v1.Image) types.MediaType {
+	if mt, err := base.MediaType(); err == nil && mt == types.DockerManifestSchema2 {
+		return types.DockerLayer
+	}
+	return types.OCILayer
+}

@@ -1,0 +1,275 @@
+package cnb
+
+import (
+	"archive/tar"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-containerregistry/pkg/v1/types"
+
+	"github.com/buildsmith/buildsmith/pkg/apis/build/v1alpha1"
+	"github.com/buildsmith/buildsmith/pkg/failure"
+)
+
+func TestPlanFlatten(t *testing.T) {
+	bp := func(id, diffID string, children ...string) v1alpha1.StoreBuildpack {
+		m := v1alpha1.StoreBuildpack{ID: id, Version: "1.0.0", DiffID: diffID}
+		if len(children) > 0 {
+			var group []v1alpha1.BuildpackRef
+			for _, c := range children {
+				group = append(group, v1alpha1.BuildpackRef{ID: c, Version: "1.0.0"})
+			}
+			m.Order = []v1alpha1.OrderEntry{{Group: group}}
+		}
+		return m
+	}
+	// Sorted as the builder has them; java's layer holds jdk too (a
+	// flattened buildpackage), and java's order names jdk and maven.
+	modules := []v1alpha1.StoreBuildpack{
+		bp("go", "d-go"), bp("java", "d-java", "jdk", "maven"), bp("jdk", "d-java"), bp("maven", "d-maven"),
+		bp("node", "d-node"), bp("procfile", "d-procfile"),
+	}
+	for _, tc := range []struct {
+		name    string
+		flatten v1alpha1.Flatten
+		want    [][]int // by module index, the last group being all
+		wantErr string
+	}{{
+		name: "nothing",
+		want: [][]int{nil},
+	}, {
+		name:    "all",
+		flatten: v1alpha1.Flatten{All: true},
+		want:    [][]int{{0, 1, 3, 4, 5}}, // jdk's layer is java's
+	}, {
+		name:    "a meta-buildpack brings its order; all takes the rest but the exceptions",
+		flatten: v1alpha1.Flatten{Groups: []v1alpha1.FlattenGroup{{Buildpacks: []string{"java"}}}, All: true, Except: []string{"procfile@1.0.0"}},
+		want:    [][]int{{1, 3}, {0, 4}},
+	}, {
+		name:    "a layer goes with the first group naming one of its buildpacks",
+		flatten: v1alpha1.Flatten{Groups: []v1alpha1.FlattenGroup{{Buildpacks: []string{"go", "jdk"}}, {Buildpacks: []string{"java", "node"}}}},
+		want:    [][]int{{0, 1}, {3, 4}, nil},
+	}, {
+		name:    "an excepted buildpack's layer stays out of all, with the buildpacks sharing it",
+		flatten: v1alpha1.Flatten{All: true, Except: []string{"jdk"}},
+		want:    [][]int{{0, 3, 4, 5}},
+	}, {
+		name: "unknown names, all of them reported",
+		flatten: v1alpha1.Flatten{Groups: []v1alpha1.FlattenGroup{{Buildpacks: []string{"go@2.0.0", "ruby"}}}, All: true,
+			Except: []string{"python"}},
+		wantErr: "spec.flatten names go@2.0.0, ruby, python, which the builder does not have " +
+			"(it has go@1.0.0, java@1.0.0, jdk@1.0.0, maven@1.0.0, node@1.0.0, procfile@1.0.0)",
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := planFlatten(modules, &tc.flatten)
+			if tc.wantErr != "" {
+				if f, ok := failure.As(err); !ok || f.Class != failure.Permanent || f.Reason != ReasonFlattenNotInBuilder || err.Error() != tc.wantErr {
+					t.Fatalf("error = %v, want Permanent %s: %s", err, ReasonFlattenNotInBuilder, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("groups (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// buildpackLayers are three buildpacks in three layers, each with the
+// directories above it, as buildpackages have them.
+func buildpackLayers(t *testing.T) []BuildpackLayer {
+	t.Helper()
+	var out []BuildpackLayer
+	for _, id := range []string{"example/go", "example/node", "example/procfile"} {
+		dir := "cnb/buildpacks/" + strings.ReplaceAll(id, "/", "_")
+		l, err := tarLayer([]tarEntry{
+			{path: "cnb", mode: 0o755}, {path: "cnb/buildpacks", mode: 0o755}, {path: dir, mode: 0o755}, {path: dir + "/1.0.0", mode: 0o755},
+			{path: dir + "/1.0.0/buildpack.toml", mode: 0o644, content: []byte("api = \"0.10\"\n# " + id)},
+			{path: dir + "/1.0.0/bin/detect", mode: 0o755, content: []byte("#!/bin/sh\nexit 0\n")},
+		}, types.OCILayer)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, BuildpackLayer{Buildpack: v1alpha1.StoreBuildpack{ID: id, Version: "1.0.0", DiffID: diffID(t, l)}, Layer: l})
+	}
+	return out
+}
+
+func readUncompressed(bp BuildpackLayer, read func(io.Reader) error) error {
+	rc, err := bp.Layer.Uncompressed()
+	if err != nil {
+		return err
+	}
+	defer rc.Close()
+	return read(rc)
+}
+
+func TestFlatten(t *testing.T) {
+	bps := buildpackLayers(t)
+	opts := FlattenOptions{Dir: t.TempDir(), Budget: NewFlattenBudget(1 << 20), MediaType: types.OCILayer, Read: readUncompressed}
+	got, err := Flatten(bps, &v1alpha1.Flatten{Groups: []v1alpha1.FlattenGroup{{Buildpacks: []string{"example/procfile", "example/go"}}}}, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	goLayer, node, procfile := got[0], got[1], got[2]
+	if !cmp.Equal(node.Buildpack, bps[1].Buildpack) || node.Layer != bps[1].Layer {
+		t.Errorf("node, in no group, changed: %+v", node.Buildpack)
+	}
+	if goLayer.Buildpack.DiffID != procfile.Buildpack.DiffID || goLayer.Buildpack.DiffID == bps[0].Buildpack.DiffID {
+		t.Fatalf("go and procfile do not share a new layer: %s, %s", goLayer.Buildpack.DiffID, procfile.Buildpack.DiffID)
+	}
+	if goLayer.Buildpack.ID != "example/go" || procfile.Buildpack.ID != "example/procfile" {
+		t.Errorf("buildpacks renamed: %s, %s", goLayer.Buildpack.ID, procfile.Buildpack.ID)
+	}
+	digest, err := goLayer.Layer.Digest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	size, _ := goLayer.Layer.Size()
+	if goLayer.Buildpack.Digest != digest.String() || goLayer.Buildpack.Size != size {
+		t.Errorf("buildpack says digest %s size %d, the layer %s %d", goLayer.Buildpack.Digest, goLayer.Buildpack.Size, digest, size)
+	}
+	if mt, _ := goLayer.Layer.MediaType(); mt != types.OCILayer {
+		t.Errorf("media type %s", mt)
+	}
+	// Each buildpack's files, in the builder's order (go before procfile),
+	// and each directory once.
+	want := []string{
+		"cnb/", "cnb/buildpacks/", "cnb/buildpacks/example_go/", "cnb/buildpacks/example_go/1.0.0/",
+		"cnb/buildpacks/example_go/1.0.0/bin/detect", "cnb/buildpacks/example_go/1.0.0/buildpack.toml",
+		"cnb/buildpacks/example_procfile/", "cnb/buildpacks/example_procfile/1.0.0/",
+		"cnb/buildpacks/example_procfile/1.0.0/bin/detect", "cnb/buildpacks/example_procfile/1.0.0/buildpack.toml",
+	}
+	if diff := cmp.Diff(want, entryNames(t, goLayer)); diff != "" {
+		t.Errorf("flattened layer (-want +got):\n%s", diff)
+	}
+
+	// The same layers, in another order and flattened somewhere else,
+	// give the same layer: another controller makes the same builder.
+	again, err := Flatten([]BuildpackLayer{bps[2], bps[1], bps[0]}, &v1alpha1.Flatten{All: true, Except: []string{"example/node"}},
+		FlattenOptions{Dir: t.TempDir(), Budget: NewFlattenBudget(1 << 20), MediaType: types.OCILayer, Read: readUncompressed})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again[0].Buildpack.Digest != goLayer.Buildpack.Digest {
+		t.Errorf("flattened again: digest %s, first %s", again[0].Buildpack.Digest, goLayer.Buildpack.Digest)
+	}
+
+	// A builder of them has one layer fewer, and the layers label names
+	// the flattened layer for both.
+	spec := builderSpec(t)
+	before, err := AssembleBuilder(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec.Buildpacks, err = Flatten(spec.Buildpacks, &v1alpha1.Flatten{All: true}, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	after, err := AssembleBuilder(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	beforeLayers, _ := before.Layers()
+	afterLayers, _ := after.Layers()
+	if len(afterLayers) != len(beforeLayers)-1 {
+		t.Errorf("flattened builder has %d layers, the other %d", len(afterLayers), len(beforeLayers))
+	}
+	cf, err := after.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	flat := spec.Buildpacks[0].Buildpack.DiffID
+	if label := cf.Config.Labels[LabelBuildpackLayers]; strings.Count(label, flat) != 3 {
+		t.Errorf("layers label names the flattened layer %d times, want 3 (every buildpack):\n%s", strings.Count(label, flat), label)
+	}
+}
+
+func entryNames(t *testing.T, bp BuildpackLayer) []string {
+	t.Helper()
+	var names []string
+	if err := readUncompressed(bp, func(r io.Reader) error {
+		tr := tar.NewReader(r)
+		for {
+			hdr, err := tr.Next()
+			if err == io.EOF {
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			names = append(names, hdr.Name)
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return names
+}
+
+func TestFlattenFailures(t *testing.T) {
+	all := &v1alpha1.Flatten{All: true}
+	readFails := errors.New("connection reset")
+	for name, tc := range map[string]struct {
+		opts       FlattenOptions
+		wantClass  failure.Class
+		wantReason string
+		wantIs     error
+	}{
+		"too large": {
+			opts:      FlattenOptions{Budget: NewFlattenBudget(4096)},
+			wantClass: failure.Permanent, wantReason: ReasonFlattenTooLarge,
+		},
+		"scratch directory missing": {
+			opts:      FlattenOptions{Dir: "/nonexistent/buildsmith"},
+			wantClass: failure.Transient, wantReason: ReasonScratchUnavailable,
+		},
+		"a layer cannot be read": {
+			opts: FlattenOptions{Read: func(bp BuildpackLayer, read func(io.Reader) error) error {
+				if bp.Buildpack.ID == "example/node" {
+					return readFails
+				}
+				return readUncompressed(bp, read)
+			}},
+			wantIs: readFails,
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			opts := tc.opts
+			if opts.Dir == "" {
+				opts.Dir = t.TempDir()
+			}
+			if opts.Budget == nil {
+				opts.Budget = NewFlattenBudget(1 << 20)
+			}
+			if opts.Read == nil {
+				opts.Read = readUncompressed
+			}
+			_, err := Flatten(buildpackLayers(t), all, opts)
+			if tc.wantIs != nil {
+				if !errors.Is(err, tc.wantIs) {
+					t.Fatalf("error = %v, want %v", err, tc.wantIs)
+				}
+			} else if f, ok := failure.As(err); !ok || f.Class != tc.wantClass || f.Reason != tc.wantReason {
+				t.Fatalf("error = %v (%+v), want %s %s", err, f, tc.wantClass, tc.wantReason)
+			}
+			if opts.Dir != "/nonexistent/buildsmith" {
+				// What was written stays for the caller to remove with
+				// the directory; nothing is written elsewhere.
+				if files, _ := filepath.Glob(filepath.Join(opts.Dir, "*")); len(files) > 1 {
+					t.Errorf("scratch files: %v", files)
+				}
+			}
+		})
+	}
+	if _, err := os.Stat("/nonexistent/buildsmith"); err == nil {
+		t.Error("a scratch directory was made")
+	}
+}
