@@ -115,7 +115,7 @@ func (c *converter) system(t *table) *v1alpha1.SystemBuildpacks {
 				c.warn(ref.path, "%s is a system buildpack already (%s), and the lifecycle would run it twice; dropped", r.ID, at)
 			case optional:
 				// Required, it would fail every group whose app it does not detect.
-				c.warn(ref.path, "optional: buildsmith's system buildpacks are all required (a required one that does not pass detection fails every group); dropped")
+				c.warn(ref.path, "optional: the lifecycle runs every system buildpack as required (a required one that does not pass detection fails every group); dropped")
 			case len(*part.refs) == maxSystem:
 				c.warn(ref.path, "more than buildsmith's %d system buildpacks in %s; dropped", maxSystem, part.key)
 			default:
