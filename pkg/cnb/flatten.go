@@ -117,8 +117,9 @@ func planFlatten(modules []v1alpha1.StoreBuildpack, f *v1alpha1.Flatten) ([][]in
 		}
 	}
 	var unknown []string
+	index := indexModules(modules)
 	named := func(name string) []int {
-		found := namedModules(modules, name)
+		found := index.named(name)
 		if len(found) == 0 {
 			unknown = append(unknown, name)
 		}
@@ -161,20 +162,34 @@ func planFlatten(modules []v1alpha1.StoreBuildpack, f *v1alpha1.Flatten) ([][]in
 	return groups, nil
 }
 
-// namedModules are the modules name (id, or id@version) stands for, with
-// the buildpacks of a meta-buildpack's order, and of theirs.
-func namedModules(modules []v1alpha1.StoreBuildpack, name string) []int {
+// moduleIndex finds modules by id.
+type moduleIndex struct {
+	modules []v1alpha1.StoreBuildpack
+	byID    map[string][]int
+}
+
+func indexModules(modules []v1alpha1.StoreBuildpack) moduleIndex {
+	x := moduleIndex{modules: modules, byID: map[string][]int{}}
+	for i, bp := range modules {
+		x.byID[bp.ID] = append(x.byID[bp.ID], i)
+	}
+	return x
+}
+
+// named are the modules name (id, or id@version) stands for, with the
+// buildpacks of a meta-buildpack's order, and of theirs: each module once.
+func (x moduleIndex) named(name string) []int {
 	var found []int
 	seen := map[int]bool{}
 	var add func(id, version string)
 	add = func(id, version string) {
-		for i, bp := range modules {
-			if bp.ID != id || (version != "" && bp.Version != version) || seen[i] {
+		for _, i := range x.byID[id] {
+			if (version != "" && x.modules[i].Version != version) || seen[i] {
 				continue
 			}
 			seen[i] = true
 			found = append(found, i)
-			for _, entry := range bp.Order {
+			for _, entry := range x.modules[i].Order {
 				for _, child := range entry.Group {
 					add(child.ID, child.Version)
 				}
