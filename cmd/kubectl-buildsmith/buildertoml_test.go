@@ -93,10 +93,10 @@ func TestConvertBuilderTOML(t *testing.T) {
 	}, {
 		name:       "an object left out: exit status 1, the rest written",
 		args:       []string{"--builder-toml", "-", "--tag", "r.example.com/b:1"},
-		stdin:      strings.Replace(builderTOML, `id = "io.buildpacks.stacks.jammy"`, "", 1),
+		stdin:      strings.Replace(builderTOML, `run-image = "registry.example.com/stacks/run:1"`, "", 1),
 		wantStatus: 1,
 		wantStdout: []string{"kind: ClusterStore\n", "kind: ClusterLifecycle\n", "kind: ClusterBuilder\n"},
-		wantStderr: []string{"warning: stdin: stack.id: missing", "kubectl-buildsmith convert: 1 object(s) not converted; see the warnings above\n"},
+		wantStderr: []string{"warning: stdin: run.images: missing", "kubectl-buildsmith convert: 1 object(s) not converted; see the warnings above\n"},
 	}, {
 		name:       "larger than --max-input-bytes",
 		args:       []string{"--builder-toml", file, "--tag", "r.example.com/b:1", "--max-input-bytes", "100"},

@@ -21,6 +21,12 @@ type Lifecycle struct {
 	APIs    v1alpha1.LifecycleAPIs
 }
 
+// RunImage is a run image and its mirrors.
+type RunImage struct {
+	Image   string
+	Mirrors []string
+}
+
 // BuildpackLayer is a buildpack and the layer (from its store image) that
 // holds it.
 type BuildpackLayer struct {
@@ -36,7 +42,10 @@ type BuilderSpec struct {
 	// RunImage and RunImageMirrors name where built apps run.
 	RunImage        string
 	RunImageMirrors []string
-	Lifecycle       Lifecycle
+	// AdditionalRunImages are more run images, listed after RunImage in
+	// /cnb/run.toml and the metadata label for a platform to choose.
+	AdditionalRunImages []RunImage
+	Lifecycle           Lifecycle
 	// Buildpacks are all buildpacks of the resolved order, children of
 	// meta-buildpacks included.
 	Buildpacks []BuildpackLayer

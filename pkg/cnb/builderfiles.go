@@ -55,7 +55,11 @@ func configFilesLayer(spec BuilderSpec, mediaType types.MediaType) (v1.Layer, er
 		return nil, err
 	}
 	image := runImageTOML{Image: spec.RunImage, Mirrors: spec.RunImageMirrors}
-	run, err := encodeTOML(runTOML{Images: []runImageTOML{image}})
+	images := []runImageTOML{image}
+	for _, more := range spec.AdditionalRunImages {
+		images = append(images, runImageTOML(more))
+	}
+	run, err := encodeTOML(runTOML{Images: images})
 	if err != nil {
 		return nil, err
 	}

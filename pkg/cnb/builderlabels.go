@@ -89,11 +89,15 @@ func builderLabels(spec BuilderSpec) (map[string]string, error) {
 		labels[k] = v
 	}
 	runImage := runImageMetadata{Image: spec.RunImage, Mirrors: spec.RunImageMirrors}
+	images := []runImageMetadata{runImage}
+	for _, more := range spec.AdditionalRunImages {
+		images = append(images, runImageMetadata(more))
+	}
 	meta := builderMetadata{
 		Description: spec.Description,
 		Buildpacks:  []buildpackInfo{},
 		Stack:       stackMetadata{RunImage: runImage},
-		Images:      []runImageMetadata{runImage},
+		Images:      images,
 		Lifecycle: lifecycleMetadata{
 			Version: spec.Lifecycle.Version,
 			API: map[string]string{

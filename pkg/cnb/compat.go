@@ -54,6 +54,10 @@ func CheckCompatibility(buildpacks []v1alpha1.StoreBuildpack, lifecycleAPIs v1al
 		// As the lifecycle does: [[targets]], when present, replace the
 		// legacy [[stacks]].
 		if len(bp.Stacks) > 0 && len(bp.Targets) == 0 && !runsOnStack(bp.Stacks, stack) {
+			if stack.ID == "" {
+				return failure.Permanentf(ReasonIncompatibleBuildpack,
+					"buildpack %s names stacks (%s) and no targets, and the stack has no id: it runs only on stack \"*\"", key, stackIDs(bp.Stacks))
+			}
 			return failure.Permanentf(ReasonIncompatibleBuildpack,
 				"buildpack %s does not run on stack %s (its stacks: %s, or mixins missing from the build image)",
 				key, stack.ID, stackIDs(bp.Stacks))
@@ -71,7 +75,7 @@ func CheckCompatibility(buildpacks []v1alpha1.StoreBuildpack, lifecycleAPIs v1al
 // "run:" mixins concern the run image, which ClusterStack checked.
 func runsOnStack(stacks []v1alpha1.BuildpackStack, stack *Stack) bool {
 	for _, s := range stacks {
-		if s.ID != "*" && s.ID != stack.ID {
+		if s.ID != "*" && (s.ID != stack.ID || stack.ID == "") {
 			continue
 		}
 		ok := true

@@ -1,6 +1,7 @@
 package cnb
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -234,6 +235,26 @@ func TestCheckCompatibility(t *testing.T) {
 				t.Fatalf("error = %v, want Permanent %s", err, tc.reason)
 			}
 		})
+	}
+
+	// A stack without an id (RFC 0096): a buildpack naming stacks and no
+	// targets runs on it only with "*"; targets decide as for any stack.
+	idless := *stack
+	idless.ID = ""
+	for name, tc := range map[string]struct {
+		stacks  []v1alpha1.BuildpackStack
+		targets []v1alpha1.BuildpackTarget
+		wantErr string
+	}{
+		"any stack": {stacks: []v1alpha1.BuildpackStack{{ID: "*"}}},
+		"a named one": {stacks: []v1alpha1.BuildpackStack{{ID: "io.buildpacks.stacks.jammy"}},
+			wantErr: `buildpack example/go@1.0.0 names stacks (io.buildpacks.stacks.jammy) and no targets, and the stack has no id: it runs only on stack "*"`},
+		"a target": {stacks: []v1alpha1.BuildpackStack{{ID: "io.buildpacks.stacks.jammy"}}, targets: []v1alpha1.BuildpackTarget{{OS: "linux", Arch: "amd64"}}},
+	} {
+		err := CheckCompatibility(with(func(bp *v1alpha1.StoreBuildpack) { bp.Stacks, bp.Targets = tc.stacks, tc.targets }), lifecycle, &idless)
+		if got := fmt.Sprint(err); (tc.wantErr == "" && err != nil) || (tc.wantErr != "" && got != tc.wantErr) {
+			t.Errorf("stack without an id, %s: error %v, want %q", name, err, tc.wantErr)
+		}
 	}
 }
 

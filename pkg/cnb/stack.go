@@ -1,6 +1,7 @@
 package cnb
 
 import (
+	"cmp"
 	"encoding/json"
 	"slices"
 	"strconv"
@@ -43,9 +44,13 @@ type Stack struct {
 }
 
 // ReadStack checks that build and run image configs form the stack id and
-// returns what they say. Every error is Permanent: the images or the spec
-// must change.
+// returns what they say. Without an id (a stack of RFC 0096), the stack's is
+// the one its images carry, if they do. Every error is Permanent: the images
+// or the spec must change.
 func ReadStack(id string, build, run *v1.ConfigFile) (*Stack, error) {
+	if id == "" {
+		id = cmp.Or(build.Config.Labels[LabelStackID], run.Config.Labels[LabelStackID])
+	}
 	for _, image := range []struct {
 		role   string
 		config *v1.ConfigFile

@@ -22,6 +22,7 @@ func TestReadStack(t *testing.T) {
 	jammy := map[string]string{LabelStackID: id, LabelDistroName: "ubuntu", LabelDistroVersion: "22.04"}
 	tests := []struct {
 		name       string
+		noID       bool // a stack without an id (RFC 0096)
 		build, run *v1.ConfigFile
 		want       *Stack
 		reason     string
@@ -36,6 +37,30 @@ func TestReadStack(t *testing.T) {
 		build: stackImage("linux", "arm64", nil, ids...),
 		run:   stackImage("linux", "arm64", nil),
 		want:  &Stack{ID: id, UserID: 1000, GroupID: 1001, OS: "linux", Arch: "arm64"},
+	}, {
+		name:  "no id: the images' own",
+		noID:  true,
+		build: stackImage("linux", "amd64", jammy, ids...),
+		run:   stackImage("linux", "amd64", map[string]string{LabelStackID: id, LabelDistroName: "ubuntu", LabelDistroVersion: "22.04"}),
+		want:  &Stack{ID: id, UserID: 1000, GroupID: 1001, OS: "linux", Arch: "amd64", DistroName: "ubuntu", DistroVersion: "22.04"},
+	}, {
+		name:  "no id, images without one",
+		noID:  true,
+		build: stackImage("linux", "arm64", nil, ids...),
+		run:   stackImage("linux", "arm64", nil),
+		want:  &Stack{UserID: 1000, GroupID: 1001, OS: "linux", Arch: "arm64"},
+	}, {
+		name:  "no id, images of two stacks",
+		noID:  true,
+		build: stackImage("linux", "amd64", nil, ids...),
+		run:   stackImage("linux", "amd64", map[string]string{LabelStackID: "other"}),
+		want:  &Stack{ID: "other", UserID: 1000, GroupID: 1001, OS: "linux", Arch: "amd64"},
+	}, {
+		name:   "no id, build and run images of different stacks",
+		noID:   true,
+		build:  stackImage("linux", "amd64", map[string]string{LabelStackID: "one"}, ids...),
+		run:    stackImage("linux", "amd64", map[string]string{LabelStackID: "other"}),
+		reason: ReasonStackIDMismatch,
 	}, {
 		name:   "more mixins than a status may list",
 		build:  stackImage("linux", "amd64", with(jammy, LabelStackMixins, manyMixins(MaxMixins+1)), ids...),
@@ -104,7 +129,11 @@ func TestReadStack(t *testing.T) {
 	}}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := ReadStack(id, tc.build, tc.run)
+			stackID := id
+			if tc.noID {
+				stackID = ""
+			}
+			got, err := ReadStack(stackID, tc.build, tc.run)
 			if tc.reason != "" {
 				f, ok := failure.As(err)
 				if !ok || f.Class != failure.Permanent || f.Reason != tc.reason {

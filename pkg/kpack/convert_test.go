@@ -1625,10 +1625,10 @@ spec:
 		name: "objects buildsmith would not accept are left out",
 		in: `apiVersion: kpack.io/v1alpha2
 kind: ClusterStack
-metadata: {name: no-id}
+metadata: {name: no-run-image}
 spec:
+  id: io.buildpacks.stacks.jammy
   buildImage: {image: paketobuildpacks/build-jammy-base}
-  runImage: {image: paketobuildpacks/run-jammy-base}
 ---
 apiVersion: kpack.io/v1alpha2
 kind: ClusterBuilder
@@ -1647,7 +1647,7 @@ metadata: {name: empty}
 spec: {}
 `,
 		warnings: []string{
-			"omitted: ClusterStack/no-id: not converted: not a valid ClusterStack: missing field(s): spec.id",
+			"omitted: ClusterStack/no-run-image: not converted: not a valid ClusterStack: missing field(s): spec.runImage.image",
 			"omitted: ClusterBuilder/bad-tag: not converted: not a valid ClusterBuilder: invalid value: gcr.io/sample/b@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef: spec.tag; must be a tag, not a digest",
 			"omitted: ClusterStore/empty: not converted: not a valid ClusterStore: missing field(s): spec.sources",
 		},

@@ -50,12 +50,14 @@ import (
 
 // Limits of buildsmith's CRDs that Validate leaves to the schema.
 const (
-	maxTargets    = 16
-	maxEnv        = 128
-	maxEnvName    = 256
-	maxMirrors    = 32
-	maxExtensions = 128
-	maxSystem     = 32
+	maxTargets = 16
+	maxEnv     = 128
+	maxEnvName = 256
+	maxMirrors = 32
+	// maxAdditionalRunImages: run images after the first.
+	maxAdditionalRunImages = 8
+	maxExtensions          = 128
+	maxSystem              = 32
 )
 
 // Options are what a builder.toml does not say.
@@ -75,7 +77,8 @@ type Options struct {
 	// default ServiceAccount; a ClusterBuilder pushes anonymously.
 	ServiceAccount string
 	// StackID is the ClusterStack's id when builder.toml has no stack id
-	// (pack allows none since RFC 0096; a ClusterStack needs one).
+	// (pack allows none since RFC 0096). Empty: a ClusterStack without
+	// one, whose id is its images'.
 	StackID string
 	// Source names the input in warnings and errors. Empty: "builder.toml".
 	Source string

@@ -112,13 +112,15 @@ func TestConvert(t *testing.T) {
 			}
 		},
 	}, {
-		name:  "no stack id: no ClusterStack",
+		name:  "no stack id (RFC 0096): a ClusterStack without one",
 		in:    stackless + oneBuildpack + lifecycleVersion,
 		opts:  cluster,
-		kinds: []string{"ClusterStore", "ClusterLifecycle", "ClusterBuilder"},
-		warnings: []string{"omitted: builder.toml: stack.id: missing (pack allows a stack without an id since RFC 0096; a ClusterStack needs one): " +
-			"ClusterStack base not written; give the stack id: the io.buildpacks.stack.id label of the build image, " +
-			"or for images without one an id the buildpacks' [[stacks]] accept"},
+		kinds: []string{"ClusterStore", "ClusterStack", "ClusterLifecycle", "ClusterBuilder"},
+		check: func(t *testing.T, objects []any) {
+			if id := objects[1].(*v1alpha1.ClusterStack).Spec.ID; id != "" {
+				t.Errorf("stack id %q, want none", id)
+			}
+		},
 	}, {
 		name:  "no stack id, one given",
 		in:    stackless + oneBuildpack + lifecycleVersion,
@@ -160,8 +162,12 @@ func TestConvert(t *testing.T) {
 			oneBuildpack + lifecycleVersion,
 		opts:  cluster,
 		kinds: []string{"ClusterStore", "ClusterStack", "ClusterLifecycle", "ClusterBuilder"},
-		warnings: []string{`warning: builder.toml: run.images[1]: "registry.example.com/run-full:1": a ClusterStack has one run image (with mirrors), ` +
-			`and a builder's run.toml names its stack's only: apps cannot be built for this run image with this builder; dropped`},
+		check: func(t *testing.T, objects []any) {
+			want := []v1alpha1.RunImageSource{{Image: "registry.example.com/run-full:1", Mirrors: []string{"m/run-full:1"}}}
+			if diff := cmp.Diff(want, objects[1].(*v1alpha1.ClusterStack).Spec.AdditionalRunImages); diff != "" {
+				t.Errorf("additionalRunImages (-want +got):\n%s", diff)
+			}
+		},
 	}, {
 		name:  "no [lifecycle]: buildsmith's default",
 		in:    withStack + oneBuildpack,

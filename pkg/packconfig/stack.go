@@ -54,9 +54,13 @@ func (c *converter) stack(stack, build, run *table) *v1alpha1.ClusterStack {
 	case stackRun != "":
 		run0 = &runImage{path: "stack.run-image", image: stackRun, mirrors: stackMirrors}
 	}
+	var more []runImage
 	for _, r := range runs[min(1, len(runs)):] {
-		c.warn(r.path, "%q: a ClusterStack has one run image (with mirrors), and a builder's run.toml names its stack's only: "+
-			"apps cannot be built for this run image with this builder; dropped", r.image)
+		if len(more) == maxAdditionalRunImages {
+			c.warn(r.path, "%q: more than buildsmith's %d run images after the first; dropped", r.image, maxAdditionalRunImages)
+			continue
+		}
+		more = append(more, r)
 	}
 	if id == "" {
 		id = c.opts.StackID
@@ -72,12 +76,8 @@ func (c *converter) stack(stack, build, run *table) *v1alpha1.ClusterStack {
 	case run0 == nil:
 		c.omit("run.images", "missing, and no stack.run-image: ClusterStack %s not written (pack refuses the file too)", stackName)
 		return nil
-	case id == "":
-		c.omit("stack.id", "missing (pack allows a stack without an id since RFC 0096; a ClusterStack needs one): ClusterStack %s not written; "+
-			"give the stack id: the io.buildpacks.stack.id label of the build image, or for images without one an id the buildpacks' [[stacks]] accept", stackName)
-		return nil
 	}
-	return &v1alpha1.ClusterStack{
+	out := &v1alpha1.ClusterStack{
 		TypeMeta:   typeMeta("ClusterStack"),
 		ObjectMeta: metav1.ObjectMeta{Name: stackName},
 		Spec: v1alpha1.ClusterStackSpec{
@@ -86,6 +86,10 @@ func (c *converter) stack(stack, build, run *table) *v1alpha1.ClusterStack {
 			RunImage:   c.runImageSource(run0),
 		},
 	}
+	for i := range more {
+		out.Spec.AdditionalRunImages = append(out.Spec.AdditionalRunImages, c.runImageSource(&more[i]))
+	}
+	return out
 }
 
 // runImageSource is the ClusterStack's run image: run's image, and those of

@@ -44,13 +44,17 @@ spec: {sources: registry.example.com/bp:1}`,
 		manifest: `{kind: ClusterStore}`,
 		want:     []string{"spec", "Required value"},
 	}, {
-		name:     "stack without id",
-		manifest: `{kind: ClusterStack, spec: {buildImage: {image: a}, runImage: {image: b}}}`,
-		want:     []string{"spec.id", "Required value"},
+		name:     "stack without a run image",
+		manifest: `{kind: ClusterStack, spec: {buildImage: {image: a}}}`,
+		want:     []string{"spec.runImage", "Required value"},
 	}, {
-		name:     "stack with empty id and numeric image",
+		name:     "stack with a numeric image",
 		manifest: `{kind: ClusterStack, spec: {id: "", buildImage: {image: 5}, runImage: {image: b}}}`,
-		want:     []string{"spec.id", "spec.buildImage.image", "must be of type string"},
+		want:     []string{"spec.buildImage.image", "must be of type string"},
+	}, {
+		name:     "stack with an additional run image without image, and too many",
+		manifest: `{kind: ClusterStack, spec: {buildImage: {image: a}, runImage: {image: b}, additionalRunImages: [{mirrors: [m]}, {image: c}, {image: c}, {image: c}, {image: c}, {image: c}, {image: c}, {image: c}, {image: c}]}}`,
+		want:     []string{"spec.additionalRunImages[0].image", "Required value", "spec.additionalRunImages", "must have at most 8 items"},
 	}, {
 		name:     "stack service account ref without namespace",
 		manifest: `{kind: ClusterStack, spec: {id: s, buildImage: {image: a}, runImage: {image: b}, serviceAccountRef: {name: x}}}`,

@@ -51,21 +51,22 @@ func (r *Core) assemble(ctx context.Context, reg registry.Access, stack *v1alpha
 	}
 	runImage, mirrors := runImageOf(stack, spec)
 	return cnb.AssembleBuilder(cnb.BuilderSpec{
-		BuildImage:       build.Image,
-		Stack:            b.stack,
-		RunImage:         runImage,
-		RunImageMirrors:  mirrors,
-		Lifecycle:        b.lifecycle.Lifecycle,
-		Buildpacks:       layers,
-		Order:            b.order.Order,
-		System:           b.order.System,
-		Extensions:       extensions,
-		OrderExtensions:  orderExtensions,
-		AdditionalLabels: spec.AdditionalLabels,
-		Env:              buildEnv(spec.Env),
-		CreatedBy:        r.Version,
-		Description:      spec.Description,
-		MaxLayers:        r.MaxLayers,
+		BuildImage:          build.Image,
+		Stack:               b.stack,
+		RunImage:            runImage,
+		RunImageMirrors:     mirrors,
+		AdditionalRunImages: additionalRunImagesOf(stack, spec),
+		Lifecycle:           b.lifecycle.Lifecycle,
+		Buildpacks:          layers,
+		Order:               b.order.Order,
+		System:              b.order.System,
+		Extensions:          extensions,
+		OrderExtensions:     orderExtensions,
+		AdditionalLabels:    spec.AdditionalLabels,
+		Env:                 buildEnv(spec.Env),
+		CreatedBy:           r.Version,
+		Description:         spec.Description,
+		MaxLayers:           r.MaxLayers,
 	})
 }
 
@@ -115,23 +116,40 @@ func buildEnv(env []v1alpha1.BuildEnv) []cnb.EnvVar {
 // resolved its run image to (mirrors hold the same image, so the same
 // digest).
 func runImageOf(stack *v1alpha1.ClusterStack, spec *v1alpha1.BuilderSpec) (string, []string) {
-	run := stack.Status.RunImage
-	if !spec.PinRunImage || run.LatestImage == "" {
-		return run.Image, run.Mirrors
+	run := pinned(stack.Status.RunImage, spec.PinRunImage)
+	return run.Image, run.Mirrors
+}
+
+// additionalRunImagesOf are the stack's additional run images as the
+// builder names them (pinned as runImageOf pins).
+func additionalRunImagesOf(stack *v1alpha1.ClusterStack, spec *v1alpha1.BuilderSpec) []cnb.RunImage {
+	var out []cnb.RunImage
+	for _, run := range stack.Status.AdditionalRunImages {
+		out = append(out, pinned(run, spec.PinRunImage))
 	}
-	pinned, err := name.NewDigest(run.LatestImage)
+	return out
+}
+
+// pinned is run by tag, or with pin by the digest it resolved to, mirrors
+// included.
+func pinned(run v1alpha1.ResolvedRunImage, pin bool) cnb.RunImage {
+	byTag := cnb.RunImage{Image: run.Image, Mirrors: run.Mirrors}
+	if !pin || run.LatestImage == "" {
+		return byTag
+	}
+	digest, err := name.NewDigest(run.LatestImage)
 	if err != nil {
-		return run.Image, run.Mirrors
+		return byTag
 	}
 	mirrors := make([]string, 0, len(run.Mirrors))
 	for _, m := range run.Mirrors {
 		ref, err := name.ParseReference(m)
 		if err != nil {
-			return run.Image, run.Mirrors // a stack that is Ready has none such
+			return byTag // a stack that is Ready has none such
 		}
-		mirrors = append(mirrors, ref.Context().Digest(pinned.DigestStr()).String())
+		mirrors = append(mirrors, ref.Context().Digest(digest.DigestStr()).String())
 	}
-	return pinned.String(), mirrors
+	return cnb.RunImage{Image: digest.String(), Mirrors: mirrors}
 }
 
 // runImageName is the run image a builder names (runImageOf), without mirrors.

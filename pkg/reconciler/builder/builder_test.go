@@ -8,7 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/BurntSushi/toml"
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
@@ -665,5 +667,80 @@ func TestBuilderPinnedRunImage(t *testing.T) {
 	check(moved, x.f.Addr+"/stack/run@"+digest('b'), "mirror.example.com/stack/run@"+digest('b'))
 	if moved.Status.LatestImage == pinned.Status.LatestImage || traffic.Total("PUT") == 0 {
 		t.Errorf("the pinned builder was not built again: latestImage %s, %d PUTs", moved.Status.LatestImage, traffic.Total("PUT"))
+	}
+}
+
+// TestBuilderAdditionalRunImages: a stack's additional run images follow its
+// run image in /cnb/run.toml and the metadata label, pinned with the run
+// image; one moving rebuilds a pinned builder.
+func TestBuilderAdditionalRunImages(t *testing.T) {
+	x := newFixture(t)
+	lifecycle := x.f.Addr + "/lifecycle:0.21.0"
+	digest := func(c byte) string { return "sha256:" + strings.Repeat(string(c), 64) }
+	x.stack.Status.RunImage.LatestImage = x.f.Addr + "/stack/run@" + digest('a')
+	x.stack.Status.AdditionalRunImages = []v1alpha1.ResolvedRunImage{{Image: x.f.Addr + "/stack/run-full:1",
+		LatestImage: x.f.Addr + "/stack/run-full@" + digest('c'), Mirrors: []string{"mirror.example.com/run-full:1"}}}
+	runImages := func(b *v1alpha1.Builder) (fromRunTOML, fromLabel []cnb.RunImage) {
+		t.Helper()
+		if !b.Status.IsReady() {
+			t.Fatalf("not Ready: %+v", b.Status.Conditions)
+		}
+		img := x.read(t, b.Status.LatestImage)
+		files, err := sampleimages.Files(img)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var run struct {
+			Images []struct {
+				Image   string   `toml:"image"`
+				Mirrors []string `toml:"mirrors"`
+			} `toml:"images"`
+		}
+		if _, err := toml.Decode(files["cnb/run.toml"], &run); err != nil {
+			t.Fatal(err)
+		}
+		for _, i := range run.Images {
+			fromRunTOML = append(fromRunTOML, cnb.RunImage{Image: i.Image, Mirrors: i.Mirrors})
+		}
+		cf, _ := img.ConfigFile()
+		var meta struct {
+			Images []struct {
+				Image   string   `json:"image"`
+				Mirrors []string `json:"mirrors"`
+			} `json:"images"`
+		}
+		if err := json.Unmarshal([]byte(cf.Config.Labels[cnb.LabelBuilderMetadata]), &meta); err != nil {
+			t.Fatal(err)
+		}
+		for _, i := range meta.Images {
+			fromLabel = append(fromLabel, cnb.RunImage{Image: i.Image, Mirrors: i.Mirrors})
+		}
+		return fromRunTOML, fromLabel
+	}
+	check := func(b *v1alpha1.Builder, want []cnb.RunImage) {
+		t.Helper()
+		fromRunTOML, fromLabel := runImages(b)
+		if diff := cmp.Diff(want, fromRunTOML, cmpopts.EquateEmpty()); diff != "" {
+			t.Errorf("run.toml images (-want +got):\n%s", diff)
+		}
+		if diff := cmp.Diff(want, fromLabel, cmpopts.EquateEmpty()); diff != "" {
+			t.Errorf("metadata label images (-want +got):\n%s", diff)
+		}
+	}
+
+	tagged, _, _, _ := x.run(t, x.builder(nil), lifecycle)
+	check(tagged, []cnb.RunImage{{Image: x.f.Addr + "/stack/run:1"}, {Image: x.f.Addr + "/stack/run-full:1", Mirrors: []string{"mirror.example.com/run-full:1"}}})
+
+	pinned, _, _, _ := x.run(t, x.builder(func(b *v1alpha1.Builder) { b.Spec.PinRunImage = true }), lifecycle)
+	check(pinned, []cnb.RunImage{{Image: x.f.Addr + "/stack/run@" + digest('a')},
+		{Image: x.f.Addr + "/stack/run-full@" + digest('c'), Mirrors: []string{"mirror.example.com/run-full@" + digest('c')}}})
+
+	// The additional run image moves under its tag: built again.
+	x.stack.Status.AdditionalRunImages[0].LatestImage = x.f.Addr + "/stack/run-full@" + digest('d')
+	moved, _, _, _ := x.run(t, pinned, lifecycle)
+	check(moved, []cnb.RunImage{{Image: x.f.Addr + "/stack/run@" + digest('a')},
+		{Image: x.f.Addr + "/stack/run-full@" + digest('d'), Mirrors: []string{"mirror.example.com/run-full@" + digest('d')}}})
+	if moved.Status.LatestImage == pinned.Status.LatestImage {
+		t.Errorf("the pinned builder was not built again: latestImage %s", moved.Status.LatestImage)
 	}
 }

@@ -34,16 +34,17 @@ func fingerprintOf(stack *v1alpha1.ClusterStack, builds []platformBuild, resolve
 		Labels                             map[string]string
 		Env                                []v1alpha1.BuildEnv
 		// Omitted when empty: the fingerprints of builders from before
-		// system buildpacks, extensions, descriptions and flattening stay
-		// the same.
+		// system buildpacks, extensions, descriptions, flattening and
+		// additional run images stay the same.
 		System          *v1alpha1.SystemBuildpacks `json:",omitempty"`
 		Extensions      []v1alpha1.StoreBuildpack  `json:",omitempty"`
 		OrderExtensions []v1alpha1.OrderEntry      `json:",omitempty"`
 		Description     string                     `json:",omitempty"`
 		Flatten         *v1alpha1.Flatten          `json:",omitempty"`
+		MoreRunImages   []cnb.RunImage             `json:",omitempty"`
 	}{stack.Status.BuildImage.LatestImage, runImage, spec.Tag, version, mirrors,
 		platforms, fingerprinted(resolved.Buildpacks), resolved.Order, spec.AdditionalLabels, spec.Env, resolved.System,
-		extensionModules, orderExtensions, spec.Description, spec.Flatten})
+		extensionModules, orderExtensions, spec.Description, spec.Flatten, additionalRunImagesOf(stack, spec)})
 	sum := sha256.Sum256(raw)
 	return "sha256:" + hex.EncodeToString(sum[:])
 }

@@ -39,34 +39,54 @@ func (r *Reconciler) reconcile(ctx context.Context, stack *v1alpha1.ClusterStack
 	}
 	reg := r.Registry.As(keychain)
 
-	// The build image first: when the run image is an index, the image
-	// for the build image's platform is the one that matters.
+	// The build image first: when a run image is an index, the image for
+	// the build image's platform is the one that matters.
 	build, err := read(ctx, reg, spec.BuildImage.Image, nil)
 	if err != nil {
 		return err
 	}
 	first := cnb.Platform{OS: build.Config.OS, Arch: build.Config.Architecture, Variant: build.Config.Variant}
-	run, err := read(ctx, reg, spec.RunImage.Image, ptr.To(first.V1()))
-	if err != nil {
-		return err
-	}
-	s, err := cnb.ReadStack(spec.ID, build.Config, run.Config)
-	if err != nil {
-		return err
+	sources := append([]v1alpha1.RunImageSource{spec.RunImage}, spec.AdditionalRunImages...)
+	runs := make([]*registry.Image, len(sources))
+	var s *cnb.Stack
+	for i, source := range sources {
+		run, err := read(ctx, reg, source.Image, ptr.To(first.V1()))
+		if err != nil {
+			return err
+		}
+		// Every run image forms the stack with the build image, under
+		// one id: the spec's, or the one the first pair carries.
+		id := spec.ID
+		if s != nil {
+			id = s.ID
+		}
+		pair, err := cnb.ReadStack(id, build.Config, run.Config)
+		if err != nil {
+			return runImageError(i, source, err)
+		}
+		if s == nil {
+			s = pair
+		}
+		runs[i] = run
 	}
 	platforms := []cnb.Platform{first}
-	if len(build.Platforms) > 1 || len(run.Platforms) > 1 {
-		// Indexes: every platform both have is a stack of its own, checked
+	parts := []cnb.PlatformPart{{Name: "build image", Platforms: cnb.PlatformsOfV1(build.Platforms)}}
+	indexes := len(build.Platforms) > 1
+	for i, run := range runs {
+		parts = append(parts, cnb.PlatformPart{Name: runImageName(i, sources[i]), Platforms: cnb.PlatformsOfV1(run.Platforms)})
+		indexes = indexes || len(run.Platforms) > 1
+	}
+	if indexes {
+		// Indexes: every platform all have is a stack of its own, checked
 		// as the first was; builders need them to agree on the user.
-		if platforms, err = cnb.SelectPlatforms(nil, []cnb.PlatformPart{
-			{Name: "build image", Platforms: cnb.PlatformsOfV1(build.Platforms)},
-			{Name: "run image", Platforms: cnb.PlatformsOfV1(run.Platforms)},
-		}); err != nil {
+		if platforms, err = cnb.SelectPlatforms(nil, parts); err != nil {
 			return err
 		}
 		for _, p := range platforms {
-			if err := checkPlatform(ctx, reg, build.Ref, run.Ref, p, s); err != nil {
-				return err
+			for i, run := range runs {
+				if err := checkPlatform(ctx, reg, build.Ref, run.Ref, p, s); err != nil {
+					return runImageError(i, sources[i], err)
+				}
 			}
 		}
 	}
@@ -81,8 +101,32 @@ func (r *Reconciler) reconcile(ctx context.Context, stack *v1alpha1.ClusterStack
 		status.Distro = &v1alpha1.Distro{Name: s.DistroName, Version: s.DistroVersion}
 	}
 	status.BuildImage = v1alpha1.ResolvedImage{Image: spec.BuildImage.Image, LatestImage: build.Ref.String()}
-	status.RunImage = v1alpha1.ResolvedRunImage{Image: spec.RunImage.Image, LatestImage: run.Ref.String(), Mirrors: spec.RunImage.Mirrors}
+	resolved := make([]v1alpha1.ResolvedRunImage, len(runs))
+	for i, run := range runs {
+		resolved[i] = v1alpha1.ResolvedRunImage{Image: sources[i].Image, LatestImage: run.Ref.String(), Mirrors: sources[i].Mirrors}
+	}
+	status.RunImage, status.AdditionalRunImages = resolved[0], resolved[1:]
+	if len(status.AdditionalRunImages) == 0 {
+		status.AdditionalRunImages = nil
+	}
 	return nil
+}
+
+// runImageName names the i-th run image of a stack (0: spec.runImage) in
+// messages.
+func runImageName(i int, source v1alpha1.RunImageSource) string {
+	if i == 0 {
+		return "run image"
+	}
+	return fmt.Sprintf("additional run image %s", source.Image)
+}
+
+// runImageError says which run image err is about, when there are several.
+func runImageError(i int, source v1alpha1.RunImageSource, err error) error {
+	if i == 0 {
+		return err
+	}
+	return fmt.Errorf("spec.additionalRunImages[%d] %s: %w", i-1, source.Image, err)
 }
 
 // checkPlatform reads the build and run images of platform p from their

@@ -34,6 +34,7 @@ func TestReconcile(t *testing.T) {
 	build := f.PushImage("stack/build:1", stackLabels, stackEnv...)
 	f.PushImage("stack/run:1", stackLabels)
 	f.PushImage("stack/run-other:1", map[string]string{cnb.LabelStackID: "other"})
+	f.PushImage("stack/run-full:1", stackLabels)
 	buildDigest, _ := build.Digest()
 	amd64 := v1.Platform{OS: "linux", Architecture: "amd64"}
 	arm64 := v1.Platform{OS: "linux", Architecture: "arm64"}
@@ -115,6 +116,50 @@ func TestReconcile(t *testing.T) {
 				t.Errorf("status.runImage.mirrors (-want +got):\n%s", diff)
 			}
 		},
+	}, {
+		name: "more run images are resolved, each checked against the build image",
+		spec: func(s *v1alpha1.ClusterStackSpec) {
+			s.AdditionalRunImages = []v1alpha1.RunImageSource{{Image: f.Addr + "/stack/run-full:1", Mirrors: []string{"mirror.example.com/run-full:1"}}}
+		},
+		want: reconcilertest.Outcome{Ready: corev1.ConditionTrue, Requeue: reconcilertest.Resync, MinDelay: 8 * time.Minute, MaxDelay: 12 * time.Minute,
+			EventReasons: []string{"Ready"}},
+		validate: func(t *testing.T, s *v1alpha1.ClusterStack) {
+			runs := s.Status.AdditionalRunImages
+			if len(runs) != 1 || runs[0].Image != f.Addr+"/stack/run-full:1" || !strings.HasPrefix(runs[0].LatestImage, f.Addr+"/stack/run-full@sha256:") ||
+				!cmp.Equal(runs[0].Mirrors, []string{"mirror.example.com/run-full:1"}) {
+				t.Errorf("status.additionalRunImages = %+v", runs)
+			}
+			if !strings.HasPrefix(s.Status.RunImage.LatestImage, f.Addr+"/stack/run@sha256:") {
+				t.Errorf("status.runImage = %+v", s.Status.RunImage)
+			}
+		},
+	}, {
+		name: "an additional run image of another stack stalls it, named",
+		spec: func(s *v1alpha1.ClusterStackSpec) {
+			s.AdditionalRunImages = []v1alpha1.RunImageSource{{Image: f.Addr + "/stack/run-full:1"}, {Image: f.Addr + "/stack/run-other:1"}}
+		},
+		want: reconcilertest.Outcome{Ready: corev1.ConditionFalse, Reason: cnb.ReasonStackIDMismatch, Stalled: true, Requeue: reconcilertest.NoRequeue,
+			EventReasons:    []string{cnb.ReasonStackIDMismatch},
+			MessageContains: "spec.additionalRunImages[1] " + f.Addr + `/stack/run-other:1: run image has stack id "other"`},
+	}, {
+		name: "a stack without an id takes its images'",
+		spec: func(s *v1alpha1.ClusterStackSpec) { s.ID = "" },
+		want: reconcilertest.Outcome{Ready: corev1.ConditionTrue, Requeue: reconcilertest.Resync, MinDelay: 8 * time.Minute, MaxDelay: 12 * time.Minute,
+			EventReasons: []string{"Ready"}},
+		validate: func(t *testing.T, s *v1alpha1.ClusterStack) {
+			if s.Status.ID != stackID {
+				t.Errorf("status.id = %q, want the images' %q", s.Status.ID, stackID)
+			}
+		},
+	}, {
+		name: "platforms are those of every image: an additional run image of amd64 only",
+		spec: func(s *v1alpha1.ClusterStackSpec) {
+			multi("multi/build:1", "multi/run:1")(s)
+			s.AdditionalRunImages = []v1alpha1.RunImageSource{{Image: f.Addr + "/multi/run-amd64:1"}}
+		},
+		want: reconcilertest.Outcome{Ready: corev1.ConditionTrue, Requeue: reconcilertest.Resync, MinDelay: 8 * time.Minute, MaxDelay: 12 * time.Minute,
+			EventReasons: []string{"Ready"}},
+		validate: platforms(v1alpha1.Platform{OS: "linux", Arch: "amd64"}),
 	}, {
 		name:   "unchanged, registry answers 503: stays Ready, not UpToDate, status kept, waits on the repository's circuit",
 		status: &previous,

@@ -29,11 +29,23 @@ type ClusterStack struct {
 // ClusterStackSpec names a stack's images.
 type ClusterStackSpec struct {
 	// ID is the stack id, e.g. io.buildpacks.stacks.jammy. Images that carry
-	// io.buildpacks.stack.id must carry this one.
-	// +kubebuilder:validation:MinLength=1
-	ID         string         `json:"id"`
+	// io.buildpacks.stack.id must carry this one. Empty: a stack of images
+	// identified by os, architecture and distro (buildpacks RFC 0096); its
+	// id is then the build image's label, if it has one, and buildpacks
+	// that name stacks and no targets run on it only with stack "*".
+	// +optional
+	ID         string         `json:"id,omitempty"`
 	BuildImage ImageSource    `json:"buildImage"`
 	RunImage   RunImageSource `json:"runImage"`
+	// AdditionalRunImages are more run images of the stack, each checked
+	// against the build image as RunImage is. Builders list them after
+	// RunImage in /cnb/run.toml: the lifecycle exports an app onto
+	// RunImage unless the platform names another of them (pack build
+	// --run-image).
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=8
+	AdditionalRunImages []RunImageSource `json:"additionalRunImages,omitempty"`
 	// ServiceAccountRef names the ServiceAccount with credentials to read the
 	// images; anonymous when empty.
 	// +optional
@@ -69,6 +81,8 @@ type ClusterStackStatus struct {
 	BuildImage ResolvedImage `json:"buildImage,omitzero"`
 	// +optional
 	RunImage ResolvedRunImage `json:"runImage,omitzero"`
+	// +optional
+	AdditionalRunImages []ResolvedRunImage `json:"additionalRunImages,omitempty"`
 }
 
 // RunImageSource is the run image, and mirrors of it: other repositories

@@ -64,22 +64,25 @@ func (c *ClusterStack) Validate(context.Context) *apis.FieldError {
 
 func (s *ClusterStackSpec) validate() *apis.FieldError {
 	var errs *apis.FieldError
-	if s.ID == "" {
-		errs = errs.Also(apis.ErrMissingField("id"))
-	}
 	if _, err := validateImage(s.BuildImage.Image); err != nil {
 		errs = errs.Also(err.ViaField("buildImage"))
 	}
-	if _, err := validateImage(s.RunImage.Image); err != nil {
-		errs = errs.Also(err.ViaField("runImage"))
-	}
-	for i, mirror := range s.RunImage.Mirrors {
-		if _, err := name.ParseReference(mirror); err != nil {
-			errs = errs.Also(apis.ErrInvalidArrayValue(mirror, "mirrors", i).ViaField("runImage"))
-		}
+	errs = errs.Also(s.RunImage.validate().ViaField("runImage"))
+	for i, run := range s.AdditionalRunImages {
+		errs = errs.Also(run.validate().ViaFieldIndex("additionalRunImages", i))
 	}
 	if s.ServiceAccountRef != nil {
 		errs = errs.Also(s.ServiceAccountRef.validate().ViaField("serviceAccountRef"))
+	}
+	return errs
+}
+
+func (r *RunImageSource) validate() *apis.FieldError {
+	_, errs := validateImage(r.Image)
+	for i, mirror := range r.Mirrors {
+		if _, err := name.ParseReference(mirror); err != nil {
+			errs = errs.Also(apis.ErrInvalidArrayValue(mirror, "mirrors", i))
+		}
 	}
 	return errs
 }

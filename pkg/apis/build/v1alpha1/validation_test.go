@@ -295,20 +295,27 @@ func TestValidate(t *testing.T) {
 			},
 		},
 		{
-			name: "stack without id and images",
+			name: "stack without images",
 			obj: stack(func(s *ClusterStackSpec) {
-				s.ID = ""
 				s.BuildImage.Image = ""
 				s.RunImage.Image = "Run:Image"
 				s.RunImage.Mirrors = []string{"mirror.example.com/run:1", "Bad:Mirror"}
+				s.AdditionalRunImages = []RunImageSource{{Image: "registry.example.com/stack/run-full:1"}, {Mirrors: []string{"Bad:Mirror"}}}
 				s.ServiceAccountRef = &ServiceAccountRef{Name: "sa", Namespace: "Not_A_Namespace"}
 			}),
 			want: []string{
-				"invalid value: Bad:Mirror: spec.runImage.mirrors[1]",
+				"invalid value: Bad:Mirror: spec.additionalRunImages[1].mirrors[0], spec.runImage.mirrors[1]",
 				"invalid value: Not_A_Namespace: spec.serviceAccountRef.namespace",
 				"invalid value: Run:Image: spec.runImage.image",
-				"missing field(s): spec.buildImage.image, spec.id",
+				"missing field(s): spec.additionalRunImages[1].image, spec.buildImage.image",
 			},
+		},
+		{
+			name: "stack without an id (RFC 0096), with more run images",
+			obj: stack(func(s *ClusterStackSpec) {
+				s.ID = ""
+				s.AdditionalRunImages = []RunImageSource{{Image: "registry.example.com/stack/run-full:1", Mirrors: []string{"mirror.example.com/run-full:1"}}}
+			}),
 		},
 	}
 	for _, tc := range tests {

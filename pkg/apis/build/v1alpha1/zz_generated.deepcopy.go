@@ -719,6 +719,13 @@ func (in *ClusterStackSpec) DeepCopyInto(out *ClusterStackSpec) {
 	*out = *in
 	out.BuildImage = in.BuildImage
 	in.RunImage.DeepCopyInto(&out.RunImage)
+	if in.AdditionalRunImages != nil {
+		in, out := &in.AdditionalRunImages, &out.AdditionalRunImages
+		*out = make([]RunImageSource, len(*in))
+		for i := range *in {
+			(*in)[i].DeepCopyInto(&(*out)[i])
+		}
+	}
 	if in.ServiceAccountRef != nil {
 		in, out := &in.ServiceAccountRef, &out.ServiceAccountRef
 		*out = new(ServiceAccountRef)
@@ -758,6 +765,13 @@ func (in *ClusterStackStatus) DeepCopyInto(out *ClusterStackStatus) {
 	}
 	out.BuildImage = in.BuildImage
 	in.RunImage.DeepCopyInto(&out.RunImage)
+	if in.AdditionalRunImages != nil {
+		in, out := &in.AdditionalRunImages, &out.AdditionalRunImages
+		*out = make([]ResolvedRunImage, len(*in))
+		for i := range *in {
+			(*in)[i].DeepCopyInto(&(*out)[i])
+		}
+	}
 	return
 }
 
