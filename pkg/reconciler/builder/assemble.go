@@ -2,6 +2,7 @@ package builder
 
 import (
 	"context"
+	"strings"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -111,37 +112,37 @@ func buildEnv(env []v1alpha1.BuildEnv) []cnb.EnvVar {
 	return out
 }
 
-// runImageOf is the run image a builder names, and its mirrors: the stack's
-// as its spec gives them, or, with spec.pinRunImage, by the digest the stack
-// resolved its run image to (mirrors hold the same image, so the same
-// digest).
+// runImageOf is the run image a builder names, and its mirrors (runImageAs).
 func runImageOf(stack *v1alpha1.ClusterStack, spec *v1alpha1.BuilderSpec) (string, []string) {
-	run := pinned(stack.Status.RunImage, spec.PinRunImage)
+	run := runImageAs(stack.Status.RunImage, spec)
 	return run.Image, run.Mirrors
 }
 
 // additionalRunImagesOf are the stack's additional run images as the
-// builder names them (pinned as runImageOf pins).
+// builder names them (runImageAs).
 func additionalRunImagesOf(stack *v1alpha1.ClusterStack, spec *v1alpha1.BuilderSpec) []cnb.RunImage {
 	var out []cnb.RunImage
 	for _, run := range stack.Status.AdditionalRunImages {
-		out = append(out, pinned(run, spec.PinRunImage))
+		out = append(out, runImageAs(run, spec))
 	}
 	return out
 }
 
-// pinned is run by tag, or with pin by the digest it resolved to, mirrors
-// included.
-func pinned(run v1alpha1.ResolvedRunImage, pin bool) cnb.RunImage {
+// runImageAs is a run image of the stack as a builder of spec names it: as
+// the stack's spec gives it; with spec.pinRunImage by the digest the stack
+// resolved it to (mirrors hold the same image, so the same digest); with
+// spec.copyRunImage by its copy in the builder's repository, the stack's
+// references, pinned, as mirrors.
+func runImageAs(run v1alpha1.ResolvedRunImage, spec *v1alpha1.BuilderSpec) cnb.RunImage {
 	byTag := cnb.RunImage{Image: run.Image, Mirrors: run.Mirrors}
-	if !pin || run.LatestImage == "" {
+	if (!spec.PinRunImage && !spec.CopyRunImage) || run.LatestImage == "" {
 		return byTag
 	}
 	digest, err := name.NewDigest(run.LatestImage)
 	if err != nil {
 		return byTag
 	}
-	mirrors := make([]string, 0, len(run.Mirrors))
+	mirrors := make([]string, 0, len(run.Mirrors)+1)
 	for _, m := range run.Mirrors {
 		ref, err := name.ParseReference(m)
 		if err != nil {
@@ -149,7 +150,49 @@ func pinned(run v1alpha1.ResolvedRunImage, pin bool) cnb.RunImage {
 		}
 		mirrors = append(mirrors, ref.Context().Digest(digest.DigestStr()).String())
 	}
-	return cnb.RunImage{Image: digest.String(), Mirrors: mirrors}
+	pinned := cnb.RunImage{Image: digest.String(), Mirrors: mirrors}
+	if !spec.CopyRunImage {
+		return pinned
+	}
+	copied, ok := runImageCopy(run, spec)
+	if !ok {
+		return pinned
+	}
+	return cnb.RunImage{Image: copied.Context().Digest(digest.DigestStr()).String(), Mirrors: append([]string{pinned.Image}, mirrors...)}
+}
+
+// runImageCopy is where a builder of spec copies run to (spec.copyRunImage):
+// its own repository, tagged by the run image's digest, so that builders of
+// one repository share a copy.
+func runImageCopy(run v1alpha1.ResolvedRunImage, spec *v1alpha1.BuilderSpec) (name.Tag, bool) {
+	digest, err := name.NewDigest(run.LatestImage)
+	if err != nil {
+		return name.Tag{}, false
+	}
+	tag, err := name.NewTag(spec.Tag)
+	if err != nil {
+		return name.Tag{}, false
+	}
+	return tag.Context().Tag("run-" + strings.ReplaceAll(digest.DigestStr(), ":", "-")), true
+}
+
+// copyRunImages copies the stack's run images into the builder's
+// repository (spec.copyRunImage): one HEAD each when the copy is there.
+func copyRunImages(ctx context.Context, reg registry.Access, stack *v1alpha1.ClusterStack, spec *v1alpha1.BuilderSpec) error {
+	if !spec.CopyRunImage {
+		return nil
+	}
+	for _, run := range append([]v1alpha1.ResolvedRunImage{stack.Status.RunImage}, stack.Status.AdditionalRunImages...) {
+		to, ok := runImageCopy(run, spec)
+		if !ok {
+			continue // the builder names the run image as the stack does
+		}
+		from, _ := name.NewDigest(run.LatestImage) // runImageCopy parsed it
+		if err := reg.Copy(ctx, from, to); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // runImageName is the run image a builder names (runImageOf), without mirrors.

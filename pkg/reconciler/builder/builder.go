@@ -148,6 +148,9 @@ func (r *Core) finish(ctx context.Context, in *inputs, status *v1alpha1.BuilderS
 // buildAndPush assembles the builder for each platform and pushes it (an
 // index when there are several), returning what the status records.
 func (r *Core) buildAndPush(ctx context.Context, in *inputs, spec *v1alpha1.BuilderSpec) (string, []v1alpha1.BuiltPlatform, error) {
+	if err := copyRunImages(ctx, in.registry, in.stack, spec); err != nil {
+		return "", nil, err
+	}
 	scratch, err := r.Flattening.scratch(spec)
 	if err != nil {
 		return "", nil, err

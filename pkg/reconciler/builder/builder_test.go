@@ -744,3 +744,58 @@ func TestBuilderAdditionalRunImages(t *testing.T) {
 		t.Errorf("the pinned builder was not built again: latestImage %s", moved.Status.LatestImage)
 	}
 }
+
+// TestBuilderCopiedRunImage: with spec.copyRunImage the run image is copied
+// into the builder's repository under its own digest, and run.toml names the
+// copy, the stack's reference after it; a second builder of the repository
+// finds the copy with one HEAD; a resync copies nothing.
+func TestBuilderCopiedRunImage(t *testing.T) {
+	x := newFixture(t)
+	lifecycle := x.f.Addr + "/lifecycle:0.21.0"
+	run, err := x.f.Resolve(x.f.Addr + "/stack/run:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	x.stack.Status.RunImage.LatestImage = run
+	x.stack.Status.RunImage.Mirrors = []string{"mirror.example.com/stack/run:1"}
+	digest := strings.TrimPrefix(run, x.f.Addr+"/stack/run@")
+	copied := x.f.Addr + "/builders/go@" + digest
+	copyTag := x.f.Addr + "/builders/go:run-" + strings.ReplaceAll(digest, ":", "-")
+
+	b, _, err, _ := x.run(t, x.builder(func(b *v1alpha1.Builder) { b.Spec.CopyRunImage = true }), lifecycle)
+	if !b.Status.IsReady() {
+		t.Fatalf("not Ready: %v", err)
+	}
+	if b.Status.Stack.RunImage != copied {
+		t.Errorf("status.stack.runImage %q, want the copy %q", b.Status.Stack.RunImage, copied)
+	}
+	if got, err := x.f.Resolve(copyTag); err != nil || got != copied {
+		t.Errorf("%s points at %q (%v), want %s", copyTag, got, err, copied)
+	}
+	files, err := sampleimages.Files(x.read(t, b.Status.LatestImage))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf("[[images]]\n  image = %q\n  mirrors = [%q, %q]\n", copied, run, "mirror.example.com/stack/run@"+digest)
+	if got := files["cnb/run.toml"]; got != want {
+		t.Errorf("run.toml:\n%s\nwant:\n%s", got, want)
+	}
+
+	// Another builder of the repository: the copy is there.
+	x.f.ForgetRequests()
+	other, _, err, _ := x.run(t, x.builder(func(b *v1alpha1.Builder) {
+		b.Name, b.Spec.Tag, b.Spec.CopyRunImage = "go-2", x.f.Addr+"/builders/go:two", true
+	}), lifecycle)
+	if !other.Status.IsReady() || other.Status.Stack.RunImage != copied {
+		t.Fatalf("second builder: ready %v, run image %q (%v)", other.Status.IsReady(), other.Status.Stack.RunImage, err)
+	}
+	if n := x.f.Count("", "/manifests/run-"); n != 1 {
+		t.Errorf("second builder: %d requests about the copy, want one HEAD: %q", n, x.f.Requests())
+	}
+	// A resync: one HEAD of the builder's tag, nothing of the copy.
+	x.f.ForgetRequests()
+	x.run(t, b, lifecycle)
+	if got := x.f.Requests(); len(got) != 1 {
+		t.Errorf("resync sent %q, want one HEAD", got)
+	}
+}

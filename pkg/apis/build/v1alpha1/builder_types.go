@@ -122,6 +122,16 @@ type BuilderSpec struct {
 	// stack's run image moves.
 	// +optional
 	PinRunImage bool `json:"pinRunImage,omitempty"`
+	// CopyRunImage copies the stack's run images (a whole index, for a
+	// multi-platform one) into the builder's repository, each tagged
+	// run-sha256-<hex> by its digest, and names the copies in
+	// /cnb/run.toml by digest, the stack's references after them as
+	// mirrors: apps build where only the builder's registry is reachable
+	// (air-gapped clusters). The builder's credentials must read the run
+	// images. A run image that moves is copied again and the builder
+	// rebuilt, as with PinRunImage.
+	// +optional
+	CopyRunImage bool `json:"copyRunImage,omitempty"`
 	// Flatten puts buildpacks together in fewer layers of the builder
 	// image (pack's --flatten), for a builder near the layer limit
 	// (--max-builder-layers). A flattened layer is made by the controller

@@ -1,0 +1,103 @@
+package registry
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/random"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/types"
+
+	"github.com/buildsmith/buildsmith/test/registrytest"
+)
+
+// TestCopy: an index is copied under its own digest, its blobs mounted
+// within a registry and uploaded across registries; a copy already in place
+// costs one HEAD.
+func TestCopy(t *testing.T) {
+	src := registrytest.New(t)
+	amd64, _ := random.Image(1024, 2)
+	arm64, _ := random.Image(1024, 2)
+	index := mutate.AppendManifests(mutate.IndexMediaType(empty.Index, types.OCIImageIndex),
+		mutate.IndexAddendum{Add: withPlatform(t, amd64, "amd64", ""), Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: "amd64"}}},
+		mutate.IndexAddendum{Add: withPlatform(t, arm64, "arm64", ""), Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: "arm64"}}},
+	)
+	if err := remote.WriteIndex(src.Ref("stacks/run:1"), index); err != nil {
+		t.Fatal(err)
+	}
+	digest, _ := index.Digest()
+	from := src.Ref("stacks/run:1").Context().Digest(digest.String())
+	c := newTestClient(t, Options{})
+	ctx := context.Background()
+
+	copied := func(f *registrytest.Registry, to name.Tag) {
+		t.Helper()
+		got, err := f.Resolve(to.String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := to.Context().Digest(digest.String()).String(); got != want {
+			t.Errorf("%s points at %s, want %s", to, got, want)
+		}
+	}
+
+	// The index's blobs: 2 layers and a config for each platform.
+	blobs := map[string]bool{}
+	for _, img := range []v1.Image{amd64, arm64} {
+		m, _ := withPlatform(t, img, "x", "").Manifest()
+		for _, l := range m.Layers {
+			blobs[l.Digest.String()] = true
+		}
+	}
+	for _, img := range []v1.Image{withPlatform(t, amd64, "amd64", ""), withPlatform(t, arm64, "arm64", "")} {
+		cfg, _ := img.ConfigName()
+		blobs[cfg.String()] = true
+	}
+	uploaded := func(f *registrytest.Registry) int {
+		n := 0
+		for _, r := range f.Requests() {
+			if method, path, _ := strings.Cut(r, " "); method == http.MethodPut && strings.Contains(path, "/blobs/uploads/") {
+				if _, d, ok := strings.Cut(path, "digest="); ok && blobs[strings.Replace(d, "%3A", ":", 1)] {
+					n++
+				}
+			}
+		}
+		return n
+	}
+
+	// Within a registry: every blob mounted, none uploaded; each manifest
+	// read once.
+	to, _ := name.NewTag(src.Addr + "/builders/go:run-1")
+	src.ForgetRequests()
+	if err := c.As(nil).Copy(ctx, from, to); err != nil {
+		t.Fatal(err)
+	}
+	copied(src, to)
+	if up, mounts, reads := uploaded(src), src.Count(http.MethodPost, "mount="), src.Count(http.MethodGet, "/stacks/run/manifests/"); up != 0 || mounts != 6 || reads != 3 {
+		t.Errorf("copy within a registry: %d blobs uploaded, %d mounted, %d manifests read; want 0, 6 and 3: %q", up, mounts, reads, src.Requests())
+	}
+	src.ForgetRequests()
+	if err := c.As(nil).Copy(ctx, from, to); err != nil {
+		t.Fatal(err)
+	}
+	if got := src.Requests(); len(got) != 1 || src.Count(http.MethodHead, "/manifests/run-1") != 1 {
+		t.Errorf("copying again sent %q, want one HEAD", got)
+	}
+
+	// To another registry: every blob uploaded, read from the source.
+	dst := registrytest.New(t)
+	across, _ := name.NewTag(dst.Addr + "/builders/go:run-1")
+	if err := c.As(nil).Copy(ctx, from, across); err != nil {
+		t.Fatal(err)
+	}
+	copied(dst, across)
+	if up := uploaded(dst); up != len(blobs) {
+		t.Errorf("copy across registries: %d blobs uploaded, want %d", up, len(blobs))
+	}
+}
