@@ -169,6 +169,9 @@ func (d *demo) seed() error {
 		"buildsmith-demo/buildpacks/greeting:1.0.0": greeting,
 		"buildsmith-demo/stack/build:1.0.0":         build,
 		"buildsmith-demo/stack/run:1.0.0":           run,
+		// The second run image of the run images sample (the same image
+		// under another name: the demo has one run image to give).
+		"buildsmith-demo/stack/run-full:1.0.0": run,
 	} {
 		ref, err := name.ParseReference(d.registry.Addr + "/" + repo)
 		if err != nil {
