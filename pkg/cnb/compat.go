@@ -15,7 +15,34 @@ const (
 	// ReasonPlatformAPIUnsupported: the builder needs a platform API (for
 	// system buildpacks or extensions) its lifecycle does not have.
 	ReasonPlatformAPIUnsupported = "PlatformAPIUnsupported"
+	// ReasonDistroMismatch: the stack is not of a distribution a target of
+	// the builder is for.
+	ReasonDistroMismatch = "DistroMismatch"
 )
+
+// CheckDistro checks that the stack is of one of distros (a target's; none:
+// any), as its images' labels say. A stack whose images do not say is
+// refused too: nothing would tell a builder meant for one distribution
+// from one of another.
+func CheckDistro(distros []v1alpha1.TargetDistribution, stack *Stack) error {
+	if len(distros) == 0 {
+		return nil
+	}
+	var meant []string
+	for _, d := range distros {
+		if d.Name == stack.DistroName && (len(d.Versions) == 0 || slices.Contains(d.Versions, stack.DistroVersion)) {
+			return nil
+		}
+		meant = append(meant, strings.TrimSpace(d.Name+" "+strings.Join(d.Versions, ", ")))
+	}
+	platform := Platform{OS: stack.OS, Arch: stack.Arch, Variant: stack.Variant}
+	if stack.DistroName == "" {
+		return failure.Permanentf(ReasonDistroMismatch, "the %s target is for %s; the stack's images do not say their distro (labels %s, %s)",
+			platform, strings.Join(meant, "; "), LabelDistroName, LabelDistroVersion)
+	}
+	return failure.Permanentf(ReasonDistroMismatch, "the %s target is for %s; the stack is %s %s",
+		platform, strings.Join(meant, "; "), stack.DistroName, stack.DistroVersion)
+}
 
 // SystemPlatformAPI is the first platform API whose lifecycle reads
 // /cnb/system.toml; ExtensionsPlatformAPI the first whose detector runs

@@ -32,37 +32,40 @@ func (c *converter) env(tables []*table) []v1alpha1.BuildEnv {
 	return env
 }
 
-// targets reads [[targets]]: the platforms to build the builder for.
-func (c *converter) targets(tables []*table) []v1alpha1.Platform {
-	var targets []v1alpha1.Platform
+// targets reads [[targets]]: the platforms to build the builder for, and
+// the distributions each is for.
+func (c *converter) targets(tables []*table) []v1alpha1.Target {
+	var targets []v1alpha1.Target
+	var platforms []v1alpha1.Platform
 	for _, t := range tables {
-		p := v1alpha1.Platform{OS: t.str("os"), Arch: t.str("arch"), Variant: t.str("variant")}
-		var distros []string
+		target := v1alpha1.Target{Platform: v1alpha1.Platform{OS: t.str("os"), Arch: t.str("arch"), Variant: t.str("variant")}}
 		for _, d := range t.tables("distributions") {
-			distro := d.str("name")
-			if versions := d.strs("versions"); len(versions) > 0 {
-				distro += " " + strings.Join(versions, ", ")
+			distro := v1alpha1.TargetDistribution{Name: d.str("name"), Versions: d.strs("versions")}
+			switch {
+			case distro.Name == "":
+				c.warn(d.path, "no name; dropped")
+			case len(distro.Versions) > maxDistroVersions:
+				c.warn(d.at("versions"), "more than buildsmith's %d versions; dropped", maxDistroVersions)
+			case len(target.Distributions) == maxDistros:
+				c.warn(d.path, "more than buildsmith's %d distributions of a target; dropped", maxDistros)
+			default:
+				target.Distributions = append(target.Distributions, distro)
 			}
-			distros = append(distros, distro)
-		}
-		if len(distros) > 0 {
-			c.warn(t.at("distributions"), "%s: a builder's targets are os, arch and variant: each platform's builder is for the distro of the stack's build image "+
-				"(its io.buildpacks.base.distro.* labels, which the ClusterStack reads and checks against the run image's), not checked against these; dropped",
-				strings.Join(distros, "; "))
 		}
 		if t.has("specs") {
 			t.take("specs")
-			c.warn(t.at("specs"), "a builder's targets are os, arch and variant: features, annotations, labels, flattening and paths are not carried; dropped")
+			c.warn(t.at("specs"), "a builder's targets are os, arch, variant and distributions: features, annotations, labels, flattening and paths are not carried; dropped")
 		}
-		switch {
+		switch p := target.Platform; {
 		case p.OS == "" || p.Arch == "":
 			c.warn(t.path, "a target needs both os and arch; dropped")
-		case slices.Contains(targets, p):
+		case slices.Contains(platforms, p):
 			c.warn(t.path, "the same platform as an earlier target; dropped")
 		case len(targets) == maxTargets:
 			c.warn(t.path, "more than buildsmith's %d targets; dropped", maxTargets)
 		default:
-			targets = append(targets, p)
+			targets = append(targets, target)
+			platforms = append(platforms, p)
 		}
 	}
 	return targets

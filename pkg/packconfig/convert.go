@@ -51,9 +51,12 @@ import (
 // Limits of buildsmith's CRDs that Validate leaves to the schema.
 const (
 	maxTargets = 16
-	maxEnv     = 128
-	maxEnvName = 256
-	maxMirrors = 32
+	// maxDistros and maxDistroVersions: of a target.
+	maxDistros        = 16
+	maxDistroVersions = 16
+	maxEnv            = 128
+	maxEnvName        = 256
+	maxMirrors        = 32
 	// maxAdditionalRunImages: run images after the first.
 	maxAdditionalRunImages = 8
 	maxExtensions          = 128

@@ -327,12 +327,14 @@ suffix = "sometimes"
 	}, {
 		name: "targets: the same twice",
 		in: withStack + oneBuildpack + lifecycleVersion +
-			"[[targets]]\nos = \"linux\"\narch = \"arm\"\nvariant = \"v7\"\n[[targets]]\nos = \"linux\"\narch = \"arm\"\nvariant = \"v7\"\n",
+			"[[targets]]\nos = \"linux\"\narch = \"arm\"\nvariant = \"v7\"\n[[targets.distributions]]\nname = \"ubuntu\"\nversions = [\"22.04\"]\n" +
+			"[[targets]]\nos = \"linux\"\narch = \"arm\"\nvariant = \"v7\"\n",
 		opts:     cluster,
 		kinds:    []string{"ClusterStore", "ClusterStack", "ClusterLifecycle", "ClusterBuilder"},
 		warnings: []string{"warning: builder.toml: targets[1]: the same platform as an earlier target; dropped"},
 		check: func(t *testing.T, objects []any) {
-			want := []v1alpha1.Platform{{OS: "linux", Arch: "arm", Variant: "v7"}}
+			want := []v1alpha1.Target{{Platform: v1alpha1.Platform{OS: "linux", Arch: "arm", Variant: "v7"},
+				Distributions: []v1alpha1.TargetDistribution{{Name: "ubuntu", Versions: []string{"22.04"}}}}}
 			if diff := cmp.Diff(want, objects[3].(*v1alpha1.ClusterBuilder).Spec.Targets); diff != "" {
 				t.Errorf("targets (-want +got):\n%s", diff)
 			}

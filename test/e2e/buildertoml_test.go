@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -15,6 +16,7 @@ import (
 	"github.com/BurntSushi/toml"
 	"github.com/google/go-cmp/cmp"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/buildsmith/buildsmith/pkg/apis/build/v1alpha1"
@@ -26,13 +28,12 @@ import (
 // paketoShapedTOML is a builder.toml laid out as Paketo's are
 // (builder-jammy-base, ubuntu-noble-builder: buildpacks by docker:// uri
 // and version, a [lifecycle] version, [[order]] groups, [build] and
-// [[run.images]] beside a [stack] id, [[targets]]), with what Heroku's
+// [[run.images]] beside a [stack] id, [[targets]] with distributions), with what Heroku's
 // builder-24 adds (an optional buildpack in a group) and [[build.env]],
 // over the images of the e2e registry %[1]s. The first group never passes
 // detection and example/never is optional in the second: the real
 // lifecycle only gets past both if the order and its optional flag came
-// through. Its one field buildsmith does not carry is
-// [[targets.distributions]], which the converter must warn about.
+// through. Every field is carried: the converter warns of nothing.
 const paketoShapedTOML = `description = "Hello and Procfile on the e2e stack, in the shape of a Paketo builder"
 
 [[buildpacks]]
@@ -124,6 +125,11 @@ func TestBuilderTOMLBecomesReady(t *testing.T) {
 	lifecycleTag := packconfig.LifecycleRepository + ":" + lifecycleVersion
 	objects := storeStack{Addr: f.Addr, StackID: "io.buildpacks.stacks.test"}
 	objects.pushSamples(t, func(repo string, img v1.Image, err error) {
+		// The stack says its distro, as Paketo's images do: the file's
+		// [[targets.distributions]] are checked against it.
+		if err == nil && strings.HasPrefix(repo, "stack/") {
+			img, err = withDistro(img, "ubuntu", "22.04")
+		}
 		push(t, f, repo, img, err)
 		// The e2e reaches no Docker Hub: the lifecycle is mirrored under
 		// the repository the converter names, as an air-gapped cluster has it.
@@ -162,9 +168,7 @@ func TestBuilderTOMLBecomesReady(t *testing.T) {
 	t.Logf("convert said:\n%s", warnings.String())
 	// Each warning line must be one of these, and each of these printed
 	// once: nothing else of the file may go missing unannounced.
-	expected := []struct{ prefix, contains string }{
-		{"warning: " + file + ": targets[0].distributions: ubuntu 22.04: ", "dropped"},
-	}
+	var expected []struct{ prefix, contains string }
 	seen := make([]int, len(expected))
 	for _, line := range strings.Split(strings.TrimSuffix(warnings.String(), "\n"), "\n") {
 		if line == "" {
@@ -237,6 +241,11 @@ func TestBuilderTOMLBecomesReady(t *testing.T) {
 		t.Errorf("the builder's lifecycle %+v is not the ClusterLifecycle's %+v", cb.Status.Lifecycle, lc.Status)
 	}
 	// [[targets]]: linux/amd64 alone.
+	wantTargets := []v1alpha1.Target{{Platform: v1alpha1.Platform{OS: "linux", Arch: "amd64"},
+		Distributions: []v1alpha1.TargetDistribution{{Name: "ubuntu", Versions: []string{"22.04"}}}}}
+	if !reflect.DeepEqual(cb.Spec.Targets, wantTargets) {
+		t.Errorf("spec.targets %+v, want %+v", cb.Spec.Targets, wantTargets)
+	}
 	if len(cb.Status.Platforms) != 1 || cb.Status.Platforms[0].Platform != (v1alpha1.Platform{OS: "linux", Arch: "amd64"}) {
 		t.Errorf("status.platforms %+v, want linux/amd64 alone", cb.Status.Platforms)
 	}
@@ -354,4 +363,19 @@ func TestBuilderTOMLBecomesReady(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(layers, "example_procfile/procfile/marker")); err != nil {
 		t.Errorf("example/procfile did not build: %v", err)
 	}
+}
+
+// withDistro labels img as of distro name and version, as stack images say
+// it (io.buildpacks.base.distro.*).
+func withDistro(img v1.Image, name, version string) (v1.Image, error) {
+	cf, err := img.ConfigFile()
+	if err != nil {
+		return nil, err
+	}
+	cfg := cf.Config.DeepCopy()
+	if cfg.Labels == nil {
+		cfg.Labels = map[string]string{}
+	}
+	cfg.Labels["io.buildpacks.base.distro.name"], cfg.Labels["io.buildpacks.base.distro.version"] = name, version
+	return mutate.Config(img, *cfg)
 }

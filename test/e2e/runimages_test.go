@@ -156,8 +156,9 @@ func TestRunImagesPinnedAcceptedByTheRealLifecycle(t *testing.T) {
 	if analyzed.Image != pinnedMirror || analyzed.Reference != pinnedMirror {
 		t.Errorf("analyzed.toml [run-image] for an app in the mirror's registry %+v, want %s", analyzed, pinnedMirror)
 	}
-	// -run-image (pack build --run-image) chooses another run image; at
-	// 0.21 it wins over run.toml, which is then not read for it.
+	// -run-image (pack build --run-image) chooses another run image: at
+	// 0.21 the analyzer then does not read run.toml (the exporter still
+	// does, to label the app with the entry holding that image).
 	analyzed = analyze(t, w.rootfs, buildUserDir(t, work, "analyze-second"),
 		append(registryArgs, "-run", runTOMLPath, "-run-image", pinnedFull, f.Addr+"/apps/runimages:analyzed")...)
 	if analyzed.Image != pinnedFull || analyzed.Reference != pinnedFull {
@@ -311,61 +312,4 @@ func buildUserDir(t *testing.T, parent, base string) string {
 		t.Fatal(err)
 	}
 	return dir
-}
-
-func TestRunImagesProbeCopy(t *testing.T) {
-	ctx := context.Background()
-	f := registrytest.New(t)
-	const stackID = "io.buildpacks.stacks.runimages"
-	objects := storeStack{Addr: f.Addr, Name: "probecopy", Buildpackages: []string{"buildpacks/hello:1.0.0"}, StackID: stackID}
-	objects.pushSamples(t, func(repo string, img v1.Image, err error) { push(t, f, repo, img, err) })
-	base, _ := sampleimages.StackImage(stackID, 0)
-	extra, _ := sampleimages.Layer(sampleimages.File{Path: "etc/", Mode: 0o755},
-		sampleimages.File{Path: "etc/run-flavour", Mode: 0o644, Content: []byte("full\n")})
-	full, err := mutate.AppendLayers(base, extra)
-	push(t, f, "stack/run-full:1", full, err)
-	const ns = "probecopy"
-	tenantNamespace(t, ns)
-	useLifecycleImage(t, f.Addr+"/buildsmith/lifecycle:0.21.0")
-	startController(t)
-	bs := client.BuildsmithV1alpha1()
-	bs.ClusterStores().Create(ctx, &v1alpha1.ClusterStore{ObjectMeta: metav1.ObjectMeta{Name: objects.Name},
-		Spec: v1alpha1.ClusterStoreSpec{Sources: []v1alpha1.ImageSource{{Image: f.Addr + "/buildpacks/hello:1.0.0"}}}}, metav1.CreateOptions{})
-	bs.ClusterStacks().Create(ctx, &v1alpha1.ClusterStack{ObjectMeta: metav1.ObjectMeta{Name: objects.Name},
-		Spec: v1alpha1.ClusterStackSpec{
-			BuildImage:          v1alpha1.ImageSource{Image: f.Addr + "/stack/build:1"},
-			RunImage:            v1alpha1.RunImageSource{Image: f.Addr + "/stack/run:1"},
-			AdditionalRunImages: []v1alpha1.RunImageSource{{Image: f.Addr + "/stack/run-full:1"}},
-		}}, metav1.CreateOptions{})
-	objects.createBuilder(t, ns, "copied", v1alpha1.NamespacedBuilderSpec{BuilderSpec: v1alpha1.BuilderSpec{
-		Order: helloOrder(), CopyRunImage: true}})
-	builder := readyBuilder(t, ns, "copied", 30*time.Second)
-	w := unpackBuilder(t, pullImage(t, builder.Status.LatestImage))
-	runTOMLPath := filepath.Join(w.rootfs, "cnb/run.toml")
-	raw, _ := os.ReadFile(runTOMLPath)
-	t.Logf("run.toml:\n%s", raw)
-	var runTOML struct {
-		Images []runImageEntry `toml:"images"`
-	}
-	toml.DecodeFile(runTOMLPath, &runTOML)
-	second := runTOML.Images[1].Image
-	layers := buildUserDir(t, filepath.Dir(w.rootfs), "create-copy-second")
-	runLifecycle(t, w.rootfs, "creator", "-insecure-registry", f.Addr, "-uid", "1000", "-gid", "1000",
-		"-app", w.app, "-layers", layers, "-platform", w.platform,
-		"-buildpacks", filepath.Join(w.rootfs, "cnb/buildpacks"), "-order", filepath.Join(w.rootfs, "cnb/order.toml"),
-		"-run", runTOMLPath, "-launcher", filepath.Join(w.rootfs, "cnb/lifecycle/lifecycle"),
-		"-run-image", second, f.Addr+"/apps/copy:second")
-	var report struct {
-		Image struct {
-			Digest string `toml:"digest"`
-		} `toml:"image"`
-	}
-	toml.DecodeFile(filepath.Join(layers, "report.toml"), &report)
-	app := pullImage(t, f.Addr+"/apps/copy@"+report.Image.Digest)
-	cf, _ := app.ConfigFile()
-	var meta struct {
-		RunImage json.RawMessage `json:"runImage"`
-	}
-	json.Unmarshal([]byte(cf.Config.Labels["io.buildpacks.lifecycle.metadata"]), &meta)
-	t.Logf("PROBE -run-image %s\nPROBE full digest %s base digest %s\nPROBE app label runImage: %s", second, imageDigest(t, full), imageDigest(t, base), meta.RunImage)
 }

@@ -24,7 +24,7 @@ type platformBuild struct {
 // of the order have, and checks the buildpacks against each platform's
 // lifecycle and stack. skipped says which of the stack's platforms a
 // default build leaves out, and why.
-func (r *Core) platforms(ctx context.Context, in *inputs, targets []v1alpha1.Platform) ([]platformBuild, []string, error) {
+func (r *Core) platforms(ctx context.Context, in *inputs, targets []v1alpha1.Target) ([]platformBuild, []string, error) {
 	stack, resolved, extensions := in.stack, in.resolved, in.extensions
 	stackPlatforms := cnb.PlatformsOf(stack.Status.Platforms)
 	parts := []cnb.PlatformPart{
@@ -41,7 +41,11 @@ func (r *Core) platforms(ctx context.Context, in *inputs, targets []v1alpha1.Pla
 			parts = append(parts, cnb.PlatformPart{Name: "extension " + ext.ID + "@" + ext.Version, Platforms: cnb.PlatformsOf(ext.Platforms)})
 		}
 	}
-	selected, err := cnb.SelectPlatforms(cnb.PlatformsOf(targets), parts)
+	asked := make([]v1alpha1.Platform, len(targets))
+	for i, t := range targets {
+		asked[i] = t.Platform
+	}
+	selected, err := cnb.SelectPlatforms(cnb.PlatformsOf(asked), parts)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -68,6 +72,13 @@ func (r *Core) platforms(ctx context.Context, in *inputs, targets []v1alpha1.Pla
 			GroupID: stack.Status.GroupID, OS: p.OS, Arch: p.Arch, Variant: p.Variant}
 		if d := stack.Status.Distro; d != nil {
 			info.DistroName, info.DistroVersion = d.Name, d.Version
+		}
+		for _, t := range targets {
+			if (cnb.Platform{OS: t.OS, Arch: t.Arch, Variant: t.Variant}).Matches(p) {
+				if err := cnb.CheckDistro(t.Distributions, info); err != nil {
+					return nil, nil, err
+				}
+			}
 		}
 		if err := cnb.CheckCompatibility(order.Buildpacks, lifecycle.APIs.Buildpack, info); err != nil {
 			return nil, nil, err

@@ -227,20 +227,20 @@ func TestMultiPlatformBuilder(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		order   []string
-		targets []v1alpha1.Platform
+		targets []v1alpha1.Target
 		want    rt.Outcome
 	}{{
 		name: "target arm64: an arm64 builder", order: []string{"example/hello"},
-		targets: []v1alpha1.Platform{{OS: "linux", Arch: "arm64"}},
+		targets: []v1alpha1.Target{{Platform: v1alpha1.Platform{OS: "linux", Arch: "arm64"}}},
 		want:    ready,
 	}, {
 		name: "target arm64 with an amd64-only buildpack: stalled", order: []string{"example/hello", "example/x86"},
-		targets: []v1alpha1.Platform{{OS: "linux", Arch: "arm64"}},
+		targets: []v1alpha1.Target{{Platform: v1alpha1.Platform{OS: "linux", Arch: "arm64"}}},
 		want: rt.Outcome{Ready: corev1.ConditionFalse, Reason: cnb.ReasonPlatformUnsupported, Stalled: true, Requeue: rt.NoRequeue,
 			EventReasons: []string{cnb.ReasonPlatformUnsupported}, MessageContains: "linux/arm64 is not in buildpack example/x86@1.0.0"},
 	}, {
 		name: "target the stack lacks: stalled", order: []string{"example/hello"},
-		targets: []v1alpha1.Platform{{OS: "linux", Arch: "riscv64"}},
+		targets: []v1alpha1.Target{{Platform: v1alpha1.Platform{OS: "linux", Arch: "riscv64"}}},
 		want: rt.Outcome{Ready: corev1.ConditionFalse, Reason: cnb.ReasonPlatformUnsupported, Stalled: true, Requeue: rt.NoRequeue,
 			EventReasons: []string{cnb.ReasonPlatformUnsupported}, MessageContains: "ClusterStack jammy"},
 	}} {
@@ -280,7 +280,7 @@ func mustRef(t *testing.T, s string) name.Reference {
 func TestTwoPlatformCost(t *testing.T) {
 	x := multiFixture(t)
 	lifecycle := x.f.Addr + "/multi/lifecycle:0.21.0"
-	run := func(name string, targets ...v1alpha1.Platform) registryTraffic {
+	run := func(name string, targets ...v1alpha1.Target) registryTraffic {
 		b := x.builder(func(b *v1alpha1.Builder) {
 			b.Name, b.Spec.Tag = name, x.f.Addr+"/builders/"+name+":latest"
 			b.Spec.Order, b.Spec.Targets = order("example/hello"), targets
@@ -295,8 +295,8 @@ func TestTwoPlatformCost(t *testing.T) {
 	// controller has it.
 	run("warm")
 	both := run("both")
-	amd := run("amd", v1alpha1.Platform{OS: "linux", Arch: "amd64"})
-	arm := run("arm", v1alpha1.Platform{OS: "linux", Arch: "arm64"})
+	amd := run("amd", v1alpha1.Target{Platform: v1alpha1.Platform{OS: "linux", Arch: "amd64"}})
+	arm := run("arm", v1alpha1.Target{Platform: v1alpha1.Platform{OS: "linux", Arch: "arm64"}})
 	singles := registryTraffic{requests: amd.requests + arm.requests, puts: amd.puts + arm.puts, up: amd.up + arm.up}
 	t.Logf("one two-platform builder: %d requests, %d PUTs, %d bytes up; two single-platform builders: %d requests, %d PUTs, %d bytes up",
 		both.requests, both.puts, both.up, singles.requests, singles.puts, singles.up)
@@ -309,3 +309,48 @@ func TestTwoPlatformCost(t *testing.T) {
 }
 
 type registryTraffic struct{ requests, puts, up int64 }
+
+// TestBuilderTargetDistributions: a target's distributions must include
+// the stack's distro, or the builder stalls naming both.
+func TestBuilderTargetDistributions(t *testing.T) {
+	x := multiFixture(t)
+	lifecycle := x.f.Addr + "/multi/lifecycle:0.21.0"
+	arm64 := func(distros ...v1alpha1.TargetDistribution) []v1alpha1.Target {
+		return []v1alpha1.Target{{Platform: v1alpha1.Platform{OS: "linux", Arch: "arm64"}, Distributions: distros}}
+	}
+	for _, tc := range []struct {
+		name    string
+		distro  *v1alpha1.Distro
+		targets []v1alpha1.Target
+		message string // "" for Ready
+	}{{
+		name: "the stack's distro and version", distro: &v1alpha1.Distro{Name: "ubuntu", Version: "22.04"},
+		targets: arm64(v1alpha1.TargetDistribution{Name: "debian"}, v1alpha1.TargetDistribution{Name: "ubuntu", Versions: []string{"20.04", "22.04"}}),
+	}, {
+		name: "any version of the stack's distro", distro: &v1alpha1.Distro{Name: "ubuntu", Version: "24.04"},
+		targets: arm64(v1alpha1.TargetDistribution{Name: "ubuntu"}),
+	}, {
+		name: "another version", distro: &v1alpha1.Distro{Name: "ubuntu", Version: "24.04"},
+		targets: arm64(v1alpha1.TargetDistribution{Name: "ubuntu", Versions: []string{"22.04"}}),
+		message: "the linux/arm64 target is for ubuntu 22.04; the stack is ubuntu 24.04",
+	}, {
+		name:    "a stack that does not say",
+		targets: arm64(v1alpha1.TargetDistribution{Name: "ubuntu", Versions: []string{"22.04"}}),
+		message: "the linux/arm64 target is for ubuntu 22.04; the stack's images do not say their distro",
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			x.stack.Status.Distro = tc.distro
+			b := x.builder(func(b *v1alpha1.Builder) {
+				b.Name, b.Spec.Tag = "distros", x.f.Addr+"/builders/distros:latest"
+				b.Spec.Order, b.Spec.Targets = order("example/hello"), tc.targets
+			})
+			got, events, err, _ := x.run(t, b, lifecycle)
+			want := rt.Outcome{Ready: corev1.ConditionTrue, Requeue: rt.Resync, MinDelay: 8 * time.Minute, MaxDelay: 12 * time.Minute, EventReasons: []string{"Ready"}}
+			if tc.message != "" {
+				want = rt.Outcome{Ready: corev1.ConditionFalse, Reason: cnb.ReasonDistroMismatch, Stalled: true, Requeue: rt.NoRequeue,
+					EventReasons: []string{cnb.ReasonDistroMismatch}, MessageContains: tc.message}
+			}
+			rt.Check(t, got, err, events, want)
+		})
+	}
+}

@@ -107,7 +107,7 @@ type BuilderSpec struct {
 	// +optional
 	// +listType=atomic
 	// +kubebuilder:validation:MaxItems=16
-	Targets []Platform `json:"targets,omitempty"`
+	Targets []Target `json:"targets,omitempty"`
 	// Description is a human-readable description of the builder (pack's
 	// description in builder.toml), written as the description of the
 	// image's io.buildpacks.builder.metadata label, which `pack builder
@@ -168,6 +168,32 @@ type FlattenGroup struct {
 	// +kubebuilder:validation:MaxItems=256
 	// +listType=atomic
 	Buildpacks []string `json:"buildpacks"`
+}
+
+// Target is a platform to build a builder for, and the distributions it is
+// meant for.
+type Target struct {
+	Platform `json:",inline"`
+	// Distributions are those the platform's builder is for (pack's
+	// [[targets.distributions]]): the stack's distro (the
+	// io.buildpacks.base.distro.* labels of its images) must be one of
+	// them, or the builder stalls (DistroMismatch) instead of giving apps
+	// a distro its author did not mean. Empty: any.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=16
+	Distributions []TargetDistribution `json:"distributions,omitempty"`
+}
+
+// TargetDistribution is a distribution, and the versions of it meant.
+type TargetDistribution struct {
+	// +kubebuilder:validation:MinLength=1
+	Name string `json:"name"`
+	// Versions are the versions meant; empty: any.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=16
+	Versions []string `json:"versions,omitempty"`
 }
 
 // SystemBuildpacks are the buildpacks of /cnb/system.toml. The lifecycle
