@@ -2,6 +2,7 @@ package builder
 
 import (
 	"context"
+	"fmt"
 	"strings"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -114,7 +115,7 @@ func buildEnv(env []v1alpha1.BuildEnv) []cnb.EnvVar {
 
 // runImageOf is the run image a builder names, and its mirrors (runImageAs).
 func runImageOf(stack *v1alpha1.ClusterStack, spec *v1alpha1.BuilderSpec) (string, []string) {
-	run := runImageAs(stack.Status.RunImage, spec)
+	run := runImageAs(stack.Status.RunImage, 0, spec)
 	return run.Image, run.Mirrors
 }
 
@@ -122,18 +123,18 @@ func runImageOf(stack *v1alpha1.ClusterStack, spec *v1alpha1.BuilderSpec) (strin
 // builder names them (runImageAs).
 func additionalRunImagesOf(stack *v1alpha1.ClusterStack, spec *v1alpha1.BuilderSpec) []cnb.RunImage {
 	var out []cnb.RunImage
-	for _, run := range stack.Status.AdditionalRunImages {
-		out = append(out, runImageAs(run, spec))
+	for i, run := range stack.Status.AdditionalRunImages {
+		out = append(out, runImageAs(run, i+1, spec))
 	}
 	return out
 }
 
-// runImageAs is a run image of the stack as a builder of spec names it: as
-// the stack's spec gives it; with spec.pinRunImage by the digest the stack
-// resolved it to (mirrors hold the same image, so the same digest); with
-// spec.copyRunImage by its copy in the builder's repository, the stack's
-// references, pinned, as mirrors.
-func runImageAs(run v1alpha1.ResolvedRunImage, spec *v1alpha1.BuilderSpec) cnb.RunImage {
+// runImageAs is the i-th run image of the stack (0: its runImage) as a
+// builder of spec names it: as the stack's spec gives it; with
+// spec.pinRunImage by the digest the stack resolved it to (mirrors hold the
+// same image, so the same digest); with spec.copyRunImage by its copy
+// (runImageCopy), the stack's references, pinned, as mirrors.
+func runImageAs(run v1alpha1.ResolvedRunImage, i int, spec *v1alpha1.BuilderSpec) cnb.RunImage {
 	byTag := cnb.RunImage{Image: run.Image, Mirrors: run.Mirrors}
 	if (!spec.PinRunImage && !spec.CopyRunImage) || run.LatestImage == "" {
 		return byTag
@@ -154,17 +155,20 @@ func runImageAs(run v1alpha1.ResolvedRunImage, spec *v1alpha1.BuilderSpec) cnb.R
 	if !spec.CopyRunImage {
 		return pinned
 	}
-	copied, ok := runImageCopy(run, spec)
+	copied, ok := runImageCopy(run, i, spec)
 	if !ok {
 		return pinned
 	}
 	return cnb.RunImage{Image: copied.Context().Digest(digest.DigestStr()).String(), Mirrors: append([]string{pinned.Image}, mirrors...)}
 }
 
-// runImageCopy is where a builder of spec copies run to (spec.copyRunImage):
-// its own repository, tagged by the run image's digest, so that builders of
-// one repository share a copy.
-func runImageCopy(run v1alpha1.ResolvedRunImage, spec *v1alpha1.BuilderSpec) (name.Tag, bool) {
+// runImageCopy is where a builder of spec copies the i-th run image of its
+// stack (spec.copyRunImage), tagged by the run image's digest so that the
+// builders of a repository share copies. The first goes into the builder's
+// own repository; each further one into a repository of its own beside it
+// (<repository>-run-2, -run-3…): the lifecycle tells the run images of
+// run.toml apart by repository alone once they are pinned by digest.
+func runImageCopy(run v1alpha1.ResolvedRunImage, i int, spec *v1alpha1.BuilderSpec) (name.Tag, bool) {
 	digest, err := name.NewDigest(run.LatestImage)
 	if err != nil {
 		return name.Tag{}, false
@@ -173,17 +177,66 @@ func runImageCopy(run v1alpha1.ResolvedRunImage, spec *v1alpha1.BuilderSpec) (na
 	if err != nil {
 		return name.Tag{}, false
 	}
-	return tag.Context().Tag("run-" + strings.ReplaceAll(digest.DigestStr(), ":", "-")), true
+	repo := tag.Context()
+	if i > 0 {
+		if repo, err = name.NewRepository(fmt.Sprintf("%s-run-%d", repo.Name(), i+1), nameOptions(tag)...); err != nil {
+			return name.Tag{}, false
+		}
+	}
+	return repo.Tag("run-" + strings.ReplaceAll(digest.DigestStr(), ":", "-")), true
 }
 
-// copyRunImages copies the stack's run images into the builder's
-// repository (spec.copyRunImage): one HEAD each when the copy is there.
+// nameOptions parse a reference of ref's registry as ref was parsed.
+func nameOptions(ref name.Reference) []name.Option {
+	if ref.Context().Scheme() == "http" {
+		return []name.Option{name.Insecure}
+	}
+	return nil
+}
+
+// ReasonRunImagesShareRepository: a pinned builder would name two run
+// images of one repository.
+const ReasonRunImagesShareRepository = "RunImagesShareRepository"
+
+// checkRunImageRepositories refuses a builder whose run.toml would name
+// two run images in one repository by digest (pinned or copied): the
+// lifecycle (0.21) matches the run image an app is built on to run.toml's
+// entries by repository alone once a digest is given, so the app would be
+// labelled, and later rebased, as the first of them.
+func checkRunImageRepositories(stack *v1alpha1.ClusterStack, spec *v1alpha1.BuilderSpec) error {
+	if !spec.PinRunImage && !spec.CopyRunImage {
+		return nil
+	}
+	image, mirrors := runImageOf(stack, spec)
+	runs := append([]cnb.RunImage{{Image: image, Mirrors: mirrors}}, additionalRunImagesOf(stack, spec)...)
+	owner := map[string]int{}
+	for i, run := range runs {
+		for _, ref := range append([]string{run.Image}, run.Mirrors...) {
+			parsed, err := name.ParseReference(ref)
+			if err != nil {
+				continue
+			}
+			repo := parsed.Context().Name()
+			if j, taken := owner[repo]; taken && j != i {
+				return failure.Permanentf(ReasonRunImagesShareRepository,
+					"run images %d and %d of ClusterStack %s are both in %s: pinned by digest (pinRunImage, copyRunImage), the lifecycle tells run images apart "+
+						"by repository alone and would label apps built on one as the other; give each run image a repository of its own, or name them by tag",
+					j+1, i+1, stack.Name, repo)
+			}
+			owner[repo] = i
+		}
+	}
+	return nil
+}
+
+// copyRunImages copies the stack's run images for the builder
+// (spec.copyRunImage): one HEAD each when the copy is there.
 func copyRunImages(ctx context.Context, reg registry.Access, stack *v1alpha1.ClusterStack, spec *v1alpha1.BuilderSpec) error {
 	if !spec.CopyRunImage {
 		return nil
 	}
-	for _, run := range append([]v1alpha1.ResolvedRunImage{stack.Status.RunImage}, stack.Status.AdditionalRunImages...) {
-		to, ok := runImageCopy(run, spec)
+	for i, run := range append([]v1alpha1.ResolvedRunImage{stack.Status.RunImage}, stack.Status.AdditionalRunImages...) {
+		to, ok := runImageCopy(run, i, spec)
 		if !ok {
 			continue // the builder names the run image as the stack does
 		}

@@ -743,6 +743,24 @@ func TestBuilderAdditionalRunImages(t *testing.T) {
 	if moved.Status.LatestImage == pinned.Status.LatestImage {
 		t.Errorf("the pinned builder was not built again: latestImage %s", moved.Status.LatestImage)
 	}
+
+	// Two run images of one repository: by tag the lifecycle tells them
+	// apart, pinned by digest it cannot; the pinned builder stalls, and
+	// keeps its image.
+	x.stack.Status.AdditionalRunImages[0] = v1alpha1.ResolvedRunImage{Image: x.f.Addr + "/stack/run:full", LatestImage: x.f.Addr + "/stack/run@" + digest('e')}
+	tagged, _, _, _ = x.run(t, x.builder(nil), lifecycle)
+	check(tagged, []cnb.RunImage{{Image: x.f.Addr + "/stack/run:1"}, {Image: x.f.Addr + "/stack/run:full"}})
+	for name, b := range map[string]*v1alpha1.Builder{"pinned": moved, "copied": x.builder(func(b *v1alpha1.Builder) { b.Spec.CopyRunImage = true })} {
+		t.Run(name, func(t *testing.T) {
+			failed, events, err, _ := x.run(t, b, lifecycle)
+			rt.Check(t, failed, err, events, rt.Outcome{Ready: corev1.ConditionFalse, Reason: ReasonRunImagesShareRepository, Stalled: true,
+				Requeue: rt.NoRequeue, EventReasons: []string{ReasonRunImagesShareRepository},
+				MessageContains: "run images 1 and 2 of ClusterStack jammy are both in " + x.f.Addr + "/stack/run: pinned by digest"})
+			if failed.Status.LatestImage != b.Status.LatestImage {
+				t.Errorf("latestImage %q, want %q kept", failed.Status.LatestImage, b.Status.LatestImage)
+			}
+		})
+	}
 }
 
 // TestBuilderCopiedRunImage: with spec.copyRunImage the run image is copied
@@ -780,6 +798,33 @@ func TestBuilderCopiedRunImage(t *testing.T) {
 	if got := files["cnb/run.toml"]; got != want {
 		t.Errorf("run.toml:\n%s\nwant:\n%s", got, want)
 	}
+
+	// A second run image goes into a repository of its own beside the
+	// builder's.
+	full, err := x.f.Resolve(x.f.Addr + "/lifecycle:0.21.0") // any image will do
+	if err != nil {
+		t.Fatal(err)
+	}
+	x.stack.Status.AdditionalRunImages = []v1alpha1.ResolvedRunImage{{Image: x.f.Addr + "/lifecycle:0.21.0", LatestImage: full}}
+	fullDigest := strings.TrimPrefix(full, x.f.Addr+"/lifecycle@")
+	two, _, err, _ := x.run(t, x.builder(func(b *v1alpha1.Builder) {
+		b.Name, b.Spec.Tag, b.Spec.CopyRunImage = "go-two-runs", x.f.Addr+"/builders/go:two-runs", true
+	}), lifecycle)
+	if !two.Status.IsReady() {
+		t.Fatalf("builder of two run images: %v", err)
+	}
+	secondCopy := x.f.Addr + "/builders/go-run-2@" + fullDigest
+	if got, err := x.f.Resolve(x.f.Addr + "/builders/go-run-2:run-" + strings.ReplaceAll(fullDigest, ":", "-")); err != nil || got != secondCopy {
+		t.Errorf("second run image copied to %q (%v), want %s", got, err, secondCopy)
+	}
+	files, err = sampleimages.Files(x.read(t, two.Status.LatestImage))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(files["cnb/run.toml"], fmt.Sprintf("image = %q", secondCopy)) {
+		t.Errorf("run.toml does not name the second copy %s:\n%s", secondCopy, files["cnb/run.toml"])
+	}
+	x.stack.Status.AdditionalRunImages = nil
 
 	// Another builder of the repository: the copy is there.
 	x.f.ForgetRequests()

@@ -94,6 +94,9 @@ func (r *Core) resolveInputs(ctx context.Context, obj object, spec *v1alpha1.Bui
 	if err := checkSignatures(plannedImages(in.tag, len(in.builds)), in.keys); err != nil {
 		return nil, err
 	}
+	if err := checkRunImageRepositories(in.stack, spec); err != nil {
+		return nil, err
+	}
 	in.runImage = runImageName(in.stack, spec)
 	in.fingerprint = fingerprintOf(in.stack, in.builds, in.resolved, in.extensions, spec, r.Version)
 	return in, nil
