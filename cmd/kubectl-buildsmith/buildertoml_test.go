@@ -98,6 +98,11 @@ func TestConvertBuilderTOML(t *testing.T) {
 		wantStdout: []string{"kind: ClusterStore\n", "kind: ClusterLifecycle\n", "kind: ClusterBuilder\n"},
 		wantStderr: []string{"warning: stdin: run.images: missing", "kubectl-buildsmith convert: 1 object(s) not converted; see the warnings above\n"},
 	}, {
+		name: "the sample converts with no warning",
+		args: []string{"--builder-toml", filepath.Join("..", "..", "config", "samples", "pack", "builder.toml"),
+			"--tag", "localhost:5000/buildsmith-demo/builders/from-pack:latest"},
+		wantStdout: []string{"kind: ClusterStore\n", "kind: ClusterStack\n", "additionalRunImages:\n", "kind: ClusterLifecycle\n", "kind: ClusterBuilder\n"},
+	}, {
 		name:       "larger than --max-input-bytes",
 		args:       []string{"--builder-toml", file, "--tag", "r.example.com/b:1", "--max-input-bytes", "100"},
 		wantStatus: 1,
