@@ -38,6 +38,11 @@ func newFakeTimeClient(t testing.TB, opts Options) (*Client, *fakeTime) {
 // do what falls due at each before the next, as real time would.
 func (ft *fakeTime) advance(d time.Duration) {
 	ft.t.Helper()
+	// What the test did before (a circuit opened, a waiter added) nudges
+	// probers: they tick before the clock moves. A prober ticking while it
+	// moves would arm its timer past the time it records as its next, and
+	// settle would wait for a tick that never comes.
+	ft.settle(false)
 	for d > 0 {
 		step := min(d, 10*time.Millisecond)
 		ft.clock.Step(step)
