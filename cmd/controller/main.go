@@ -87,6 +87,9 @@ func main() {
 	if err := registerRegistryMetrics(client); err != nil {
 		log.Fatalf("registering metrics: %v", err)
 	}
+	if err := own.flattening.RemoveStale(); err != nil {
+		log.Printf("removing stale flattened layers from --scratch-dir: %v", err)
+	}
 	builders := builder.Config{Registry: client, Options: opts, Version: version,
 		Lifecycle: builder.NewLifecycleSource(opts.ResyncInterval), Signing: own.signing, MaxLayers: own.maxLayers,
 		Flattening: own.flattening}

@@ -21,11 +21,10 @@ const (
 )
 
 // CheckDistro checks that the stack is of one of distros (a target's; none:
-// any), as its images' labels say. A stack whose images do not say is
-// refused too: nothing would tell a builder meant for one distribution
-// from one of another.
+// any), as its images' labels say. A stack whose images do not say passes:
+// nothing tells its distro, and pack builds such builders too.
 func CheckDistro(distros []v1alpha1.TargetDistribution, stack *Stack) error {
-	if len(distros) == 0 {
+	if len(distros) == 0 || stack.DistroName == "" {
 		return nil
 	}
 	var meant []string
@@ -35,13 +34,8 @@ func CheckDistro(distros []v1alpha1.TargetDistribution, stack *Stack) error {
 		}
 		meant = append(meant, strings.TrimSpace(d.Name+" "+strings.Join(d.Versions, ", ")))
 	}
-	platform := Platform{OS: stack.OS, Arch: stack.Arch, Variant: stack.Variant}
-	if stack.DistroName == "" {
-		return failure.Permanentf(ReasonDistroMismatch, "the %s target is for %s; the stack's images do not say their distro (labels %s, %s)",
-			platform, strings.Join(meant, "; "), LabelDistroName, LabelDistroVersion)
-	}
 	return failure.Permanentf(ReasonDistroMismatch, "the %s target is for %s; the stack is %s %s",
-		platform, strings.Join(meant, "; "), stack.DistroName, stack.DistroVersion)
+		Platform{OS: stack.OS, Arch: stack.Arch, Variant: stack.Variant}, strings.Join(meant, "; "), stack.DistroName, stack.DistroVersion)
 }
 
 // SystemPlatformAPI is the first platform API whose lifecycle reads

@@ -3,6 +3,7 @@ package cnb
 import (
 	"archive/tar"
 	"compress/gzip"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io"
@@ -29,6 +30,19 @@ const (
 	// ReasonScratchUnavailable: the controller could not write a
 	// flattened layer to its scratch directory (full, or not writable).
 	ReasonScratchUnavailable = "ScratchUnavailable"
+	// ReasonInvalidBuildpackLayer: a buildpack's layer is not a tar
+	// archive that can be flattened (its digest checked out: the
+	// buildpackage must change).
+	ReasonInvalidBuildpackLayer = "InvalidBuildpackLayer"
+)
+
+// Bounds of what a flattened layer's entries may hold, whatever the budget:
+// a longer name could not be a path on Linux, and each directory is
+// remembered (by a hash) until the layer is written.
+const (
+	maxEntryName     = 4096
+	maxFlattenedDirs = 1 << 16
+	tarBlock         = 512
 )
 
 // FlattenOptions say where and how flattened layers are made.
@@ -41,8 +55,14 @@ type FlattenOptions struct {
 	Budget *FlattenBudget
 	// MediaType is the media type of the builder's other layers.
 	MediaType types.MediaType
-	// Read calls read with the uncompressed contents of bp's layer.
+	// Read calls read with the uncompressed contents of bp's layer. An
+	// error it returns with a class keeps it; one without is the layer's
+	// content's (InvalidBuildpackLayer).
 	Read func(bp BuildpackLayer, read func(io.Reader) error) error
+	// Made are the layers flattened already, by what they were made of:
+	// the platforms of a builder share them where their buildpack layers
+	// are the same. Nil: none kept.
+	Made map[string]BuildpackLayer
 }
 
 // FlattenBudget is how many bytes flattened layers may take, and have left.
@@ -67,22 +87,26 @@ func Flatten(bps []BuildpackLayer, f *v1alpha1.Flatten, opts FlattenOptions) ([]
 	for i, bp := range ordered {
 		modules[i] = bp.Buildpack
 	}
-	groups, err := planFlatten(modules, f)
-	if err != nil {
-		return nil, err
-	}
 	flattened := map[string]BuildpackLayer{} // by the DiffID it replaces
-	for _, group := range groups {
+	for _, group := range planFlatten(modules, f) {
 		if len(group) < 2 {
 			continue
 		}
 		units := make([]BuildpackLayer, len(group))
+		key := string(opts.MediaType)
 		for i, unit := range group {
 			units[i] = ordered[unit]
+			key += " " + units[i].Buildpack.DiffID
 		}
-		layer, err := writeFlattened(units, opts)
-		if err != nil {
-			return nil, err
+		layer, made := opts.Made[key]
+		if !made {
+			var err error
+			if layer, err = writeFlattened(units, opts); err != nil {
+				return nil, err
+			}
+			if opts.Made != nil {
+				opts.Made[key] = layer
+			}
 		}
 		for _, unit := range units {
 			flattened[unit.Buildpack.DiffID] = layer
@@ -100,13 +124,45 @@ func Flatten(bps []BuildpackLayer, f *v1alpha1.Flatten, opts FlattenOptions) ([]
 	return out, nil
 }
 
+// CheckFlatten checks that every buildpack f names is one of modules (the
+// builder's, on any of its platforms).
+func CheckFlatten(modules []v1alpha1.StoreBuildpack, f *v1alpha1.Flatten) error {
+	if f == nil {
+		return nil
+	}
+	index := indexModules(modules)
+	var unknown []string
+	for _, name := range flattenNames(f) {
+		if len(index.named(name)) == 0 {
+			unknown = append(unknown, name)
+		}
+	}
+	if len(unknown) > 0 {
+		names := moduleNames(modules)
+		slices.Sort(names)
+		return failure.Permanentf(ReasonFlattenNotInBuilder, "spec.flatten names %s, which the builder does not have (it has %s)",
+			listOf(unknown, 10), listOf(names, 10))
+	}
+	return nil
+}
+
+func flattenNames(f *v1alpha1.Flatten) []string {
+	var names []string
+	for _, group := range f.Groups {
+		names = append(names, group.Buildpacks...)
+	}
+	return append(names, f.Except...)
+}
+
 // planFlatten groups the layers of modules (sorted as the builder has
 // them): each group lists, in that order, the index of one buildpack of
 // each of its layers. A layer is the buildpacks of one DiffID (a
 // buildpackage may hold several in one), and goes where the first of
 // them is named: the first group naming one, else all (unless one of
-// them is excepted), else its own layer.
-func planFlatten(modules []v1alpha1.StoreBuildpack, f *v1alpha1.Flatten) ([][]int, error) {
+// them is excepted), else its own layer. A name none of modules answers
+// to is skipped: CheckFlatten checked it against every platform's, and
+// this platform lacks an optional buildpack.
+func planFlatten(modules []v1alpha1.StoreBuildpack, f *v1alpha1.Flatten) [][]int {
 	layerOf := make([]int, len(modules)) // module → its layer's first module
 	first := map[string]int{}
 	for i, bp := range modules {
@@ -116,20 +172,12 @@ func planFlatten(modules []v1alpha1.StoreBuildpack, f *v1alpha1.Flatten) ([][]in
 			first[bp.DiffID], layerOf[i] = i, i
 		}
 	}
-	var unknown []string
 	index := indexModules(modules)
-	named := func(name string) []int {
-		found := index.named(name)
-		if len(found) == 0 {
-			unknown = append(unknown, name)
-		}
-		return found
-	}
 	all := len(f.Groups)
 	groupOf := map[int]int{} // layer → group
 	for g, group := range f.Groups {
 		for _, name := range group.Buildpacks {
-			for _, i := range named(name) {
+			for _, i := range index.named(name) {
 				if _, taken := groupOf[layerOf[i]]; !taken {
 					groupOf[layerOf[i]] = g
 				}
@@ -138,13 +186,9 @@ func planFlatten(modules []v1alpha1.StoreBuildpack, f *v1alpha1.Flatten) ([][]in
 	}
 	excepted := map[int]bool{}
 	for _, name := range f.Except {
-		for _, i := range named(name) {
+		for _, i := range index.named(name) {
 			excepted[layerOf[i]] = true
 		}
-	}
-	if len(unknown) > 0 {
-		return nil, failure.Permanentf(ReasonFlattenNotInBuilder, "spec.flatten names %s, which the builder does not have (it has %s)",
-			listOf(unknown, 10), listOf(moduleNames(modules), 10))
 	}
 	if f.All {
 		for i := range modules {
@@ -159,7 +203,7 @@ func planFlatten(modules []v1alpha1.StoreBuildpack, f *v1alpha1.Flatten) ([][]in
 			groups[g] = append(groups[g], i)
 		}
 	}
-	return groups, nil
+	return groups
 }
 
 // moduleIndex finds modules by id.
@@ -223,7 +267,7 @@ func listOf(names []string, max int) string {
 func writeFlattened(units []BuildpackLayer, opts FlattenOptions) (BuildpackLayer, error) {
 	file, err := os.CreateTemp(opts.Dir, "flattened-*.tar.gz")
 	if err != nil {
-		return BuildpackLayer{}, scratchError(err)
+		return BuildpackLayer{}, ScratchError(err)
 	}
 	defer file.Close()
 	zw, err := gzip.NewWriterLevel(scratchWriter{file}, gzip.BestSpeed)
@@ -231,30 +275,34 @@ func writeFlattened(units []BuildpackLayer, opts FlattenOptions) (BuildpackLayer
 		return BuildpackLayer{}, err
 	}
 	tw := tar.NewWriter(zw)
-	copied := &entryCopier{out: tw, dirs: map[string]bool{}, budget: opts.Budget}
+	copied := &entryCopier{out: tw, dirs: map[[sha256.Size]byte]bool{}, budget: opts.Budget}
 	for _, unit := range units {
 		if err := opts.Read(unit, copied.copyAll); err != nil {
-			return BuildpackLayer{}, err
+			if _, classified := failure.As(err); classified {
+				return BuildpackLayer{}, err
+			}
+			return BuildpackLayer{}, failure.Permanentf(ReasonInvalidBuildpackLayer, "buildpack %s@%s: its layer %s cannot be flattened: %v",
+				unit.Buildpack.ID, unit.Buildpack.Version, unit.Buildpack.DiffID, err)
 		}
 	}
 	if err := errors.Join(tw.Close(), zw.Close(), file.Close()); err != nil {
-		return BuildpackLayer{}, scratchError(err)
+		return BuildpackLayer{}, ScratchError(err)
 	}
 	layer, err := tarball.LayerFromFile(file.Name(), tarball.WithMediaType(opts.MediaType))
 	if err != nil {
-		return BuildpackLayer{}, scratchError(err)
+		return BuildpackLayer{}, ScratchError(err)
 	}
 	diffID, err := layer.DiffID()
 	if err != nil {
-		return BuildpackLayer{}, scratchError(err)
+		return BuildpackLayer{}, ScratchError(err)
 	}
 	digest, err := layer.Digest()
 	if err != nil {
-		return BuildpackLayer{}, scratchError(err)
+		return BuildpackLayer{}, ScratchError(err)
 	}
 	size, err := layer.Size()
 	if err != nil {
-		return BuildpackLayer{}, scratchError(err)
+		return BuildpackLayer{}, ScratchError(err)
 	}
 	return BuildpackLayer{
 		Buildpack: v1alpha1.StoreBuildpack{DiffID: diffID.String(), Digest: digest.String(), Size: size},
@@ -266,7 +314,7 @@ func writeFlattened(units []BuildpackLayer, opts FlattenOptions) (BuildpackLayer
 // time it comes, within a budget of bytes.
 type entryCopier struct {
 	out    *tar.Writer
-	dirs   map[string]bool
+	dirs   map[[sha256.Size]byte]bool // by a hash of the cleaned path
 	budget *FlattenBudget
 }
 
@@ -280,15 +328,26 @@ func (c *entryCopier) copyAll(r io.Reader) error {
 		if err != nil {
 			return err
 		}
+		if len(hdr.Name) > maxEntryName || len(hdr.Linkname) > maxEntryName {
+			return fmt.Errorf("an entry's name or link is longer than %d bytes", maxEntryName)
+		}
 		if hdr.Typeflag == tar.TypeDir {
-			dir := path.Clean("/" + hdr.Name)
+			dir := sha256.Sum256([]byte(path.Clean("/" + hdr.Name)))
 			if c.dirs[dir] {
 				continue // every buildpack's layer has /cnb/buildpacks
 			}
+			if len(c.dirs) == maxFlattenedDirs {
+				return failure.Permanentf(ReasonFlattenTooLarge, "the flattened layers would hold more than %d directories: flatten fewer buildpacks", maxFlattenedDirs)
+			}
 			c.dirs[dir] = true
 		}
-		// A header is at most a few blocks; count one.
-		if c.budget.Left -= 512 + hdr.Size; c.budget.Left < 0 {
+		// What the entry takes in the archive: its header (PAX records
+		// for long names and attributes included) and its content.
+		size := tarBlock + int64(len(hdr.Name)+len(hdr.Linkname)) + hdr.Size
+		for k, v := range hdr.PAXRecords {
+			size += int64(len(k) + len(v))
+		}
+		if c.budget.Left -= size; c.budget.Left < 0 {
 			return failure.Permanentf(ReasonFlattenTooLarge, "the flattened layers would be larger than %d bytes uncompressed (--max-flattened-bytes): "+
 				"flatten fewer buildpacks", c.budget.Max)
 		}
@@ -301,19 +360,23 @@ func (c *entryCopier) copyAll(r io.Reader) error {
 	}
 }
 
-// scratchWriter marks the errors of writing the scratch file, so that they
-// are not taken for the registry's whose layer is being read meanwhile.
+// ScratchWriter marks the errors of writing w, a scratch file, so that they
+// are not taken for those of the layer being read meanwhile.
+func ScratchWriter(w io.Writer) io.Writer { return scratchWriter{w} }
+
 type scratchWriter struct{ w io.Writer }
 
 func (s scratchWriter) Write(p []byte) (int, error) {
 	n, err := s.w.Write(p)
 	if err != nil {
-		err = scratchError(err)
+		err = ScratchError(err)
 	}
 	return n, err
 }
 
-func scratchError(err error) error {
+// ScratchError classifies an error of the scratch directory: Transient
+// ScratchUnavailable (it fills and empties with the pushes under way).
+func ScratchError(err error) error {
 	if _, ok := failure.As(err); ok {
 		return err
 	}

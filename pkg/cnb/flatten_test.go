@@ -2,7 +2,9 @@ package cnb
 
 import (
 	"archive/tar"
+	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -38,7 +40,6 @@ func TestPlanFlatten(t *testing.T) {
 		name    string
 		flatten v1alpha1.Flatten
 		want    [][]int // by module index, the last group being all
-		wantErr string
 	}{{
 		name: "nothing",
 		want: [][]int{nil},
@@ -59,27 +60,28 @@ func TestPlanFlatten(t *testing.T) {
 		flatten: v1alpha1.Flatten{All: true, Except: []string{"jdk"}},
 		want:    [][]int{{0, 3, 4, 5}},
 	}, {
-		name: "unknown names, all of them reported",
-		flatten: v1alpha1.Flatten{Groups: []v1alpha1.FlattenGroup{{Buildpacks: []string{"go@2.0.0", "ruby"}}}, All: true,
-			Except: []string{"python"}},
-		wantErr: "spec.flatten names go@2.0.0, ruby, python, which the builder does not have " +
-			"(it has go@1.0.0, java@1.0.0, jdk@1.0.0, maven@1.0.0, node@1.0.0, procfile@1.0.0)",
+		name:    "names this platform lacks are skipped (CheckFlatten checked them against every platform)",
+		flatten: v1alpha1.Flatten{Groups: []v1alpha1.FlattenGroup{{Buildpacks: []string{"go", "ruby"}}, {Buildpacks: []string{"node", "procfile"}}}, All: true, Except: []string{"python"}},
+		want:    [][]int{{0}, {4, 5}, {1, 3}},
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := planFlatten(modules, &tc.flatten)
-			if tc.wantErr != "" {
-				if f, ok := failure.As(err); !ok || f.Class != failure.Permanent || f.Reason != ReasonFlattenNotInBuilder || err.Error() != tc.wantErr {
-					t.Fatalf("error = %v, want Permanent %s: %s", err, ReasonFlattenNotInBuilder, tc.wantErr)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
+			got := planFlatten(modules, &tc.flatten)
 			if diff := cmp.Diff(tc.want, got); diff != "" {
 				t.Errorf("groups (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+func TestCheckFlatten(t *testing.T) {
+	modules := []v1alpha1.StoreBuildpack{{ID: "go", Version: "1.0.0"}, {ID: "node", Version: "2.0.0"}}
+	if err := CheckFlatten(modules, &v1alpha1.Flatten{Groups: []v1alpha1.FlattenGroup{{Buildpacks: []string{"go", "node@2.0.0"}}}}); err != nil {
+		t.Errorf("names the builder has: %v", err)
+	}
+	err := CheckFlatten(modules, &v1alpha1.Flatten{Groups: []v1alpha1.FlattenGroup{{Buildpacks: []string{"go@2.0.0", "ruby"}}}, All: true, Except: []string{"python"}})
+	want := "spec.flatten names go@2.0.0, ruby, python, which the builder does not have (it has go@1.0.0, node@2.0.0)"
+	if f, ok := failure.As(err); !ok || f.Class != failure.Permanent || f.Reason != ReasonFlattenNotInBuilder || err.Error() != want {
+		t.Errorf("error = %v, want Permanent %s: %s", err, ReasonFlattenNotInBuilder, want)
 	}
 }
 
@@ -163,6 +165,26 @@ func TestFlatten(t *testing.T) {
 		t.Errorf("flattened again: digest %s, first %s", again[0].Buildpack.Digest, goLayer.Buildpack.Digest)
 	}
 
+	// Another platform of the same buildpack layers takes the layer made
+	// for the first, reading nothing.
+	made := map[string]BuildpackLayer{}
+	reads := 0
+	counting := FlattenOptions{Dir: t.TempDir(), Budget: NewFlattenBudget(1 << 20), MediaType: types.OCILayer, Made: made,
+		Read: func(bp BuildpackLayer, read func(io.Reader) error) error { reads++; return readUncompressed(bp, read) }}
+	first, err := Flatten(bps, &v1alpha1.Flatten{All: true}, counting)
+	if err != nil {
+		t.Fatal(err)
+	}
+	readsBefore := reads
+	second, err := Flatten(bps, &v1alpha1.Flatten{All: true}, counting)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if readsBefore != 3 || reads != 3 || second[0].Buildpack.Digest != first[0].Buildpack.Digest {
+		t.Errorf("flattened twice with one Made: %d reads, then %d; digests %s, %s; want 3 reads, then none, one digest",
+			readsBefore, reads-readsBefore, first[0].Buildpack.Digest, second[0].Buildpack.Digest)
+	}
+
 	// A builder of them has one layer fewer, and the layers label names
 	// the flattened layer for both.
 	spec := builderSpec(t)
@@ -216,7 +238,7 @@ func entryNames(t *testing.T, bp BuildpackLayer) []string {
 
 func TestFlattenFailures(t *testing.T) {
 	all := &v1alpha1.Flatten{All: true}
-	readFails := errors.New("connection reset")
+	registryFails := &failure.Error{Class: failure.Transient, Reason: "RegistryUnavailable", Err: errors.New("connection reset")}
 	for name, tc := range map[string]struct {
 		opts       FlattenOptions
 		wantClass  failure.Class
@@ -231,14 +253,32 @@ func TestFlattenFailures(t *testing.T) {
 			opts:      FlattenOptions{Dir: "/nonexistent/buildsmith"},
 			wantClass: failure.Transient, wantReason: ReasonScratchUnavailable,
 		},
-		"a layer cannot be read": {
+		"the registry fails to give a layer: its error, as classified": {
 			opts: FlattenOptions{Read: func(bp BuildpackLayer, read func(io.Reader) error) error {
 				if bp.Buildpack.ID == "example/node" {
-					return readFails
+					return registryFails
 				}
 				return readUncompressed(bp, read)
 			}},
-			wantIs: readFails,
+			wantIs: registryFails,
+		},
+		"a layer that is not a tar archive": {
+			opts: FlattenOptions{Read: func(bp BuildpackLayer, read func(io.Reader) error) error {
+				return read(strings.NewReader(strings.Repeat("not a tar ", 100)))
+			}},
+			wantClass: failure.Permanent, wantReason: ReasonInvalidBuildpackLayer,
+		},
+		"long names count against the budget": {
+			opts: FlattenOptions{Budget: NewFlattenBudget(64 << 10), Read: func(bp BuildpackLayer, read func(io.Reader) error) error {
+				return read(bytes.NewReader(longNamesTar(t, 40, 2048)))
+			}},
+			wantClass: failure.Permanent, wantReason: ReasonFlattenTooLarge,
+		},
+		"a name longer than a path can be": {
+			opts: FlattenOptions{Read: func(bp BuildpackLayer, read func(io.Reader) error) error {
+				return read(bytes.NewReader(longNamesTar(t, 1, 5000)))
+			}},
+			wantClass: failure.Permanent, wantReason: ReasonInvalidBuildpackLayer,
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -272,4 +312,23 @@ func TestFlattenFailures(t *testing.T) {
 	if _, err := os.Stat("/nonexistent/buildsmith"); err == nil {
 		t.Error("a scratch directory was made")
 	}
+}
+
+// longNamesTar is a tar of n empty files whose names are length bytes long
+// (PAX headers hold them), 40 such names weighing some 80 KiB in headers
+// and nothing in content.
+func longNamesTar(t *testing.T, n, length int) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for i := range n {
+		name := fmt.Sprintf("cnb/buildpacks/%d/", i) + strings.Repeat("x", length)
+		if err := tw.WriteHeader(&tar.Header{Name: name[:length], Typeflag: tar.TypeReg, Mode: 0o644, Format: tar.FormatPAX}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
 }

@@ -16,6 +16,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/types"
 	"golang.org/x/sync/errgroup"
 	"golang.org/x/sync/singleflight"
+
+	"github.com/buildsmith/buildsmith/pkg/failure"
 )
 
 // A push writes an artifact and what it references to one repository in
@@ -186,7 +188,8 @@ func indexChildren(idx v1.ImageIndex) ([]remote.Taggable, error) {
 		default:
 			// Attestations and other artifacts as index entries: what
 			// buildsmith assembles has none.
-			return nil, fmt.Errorf("index entry %s: media type %q is neither an image nor an index", child.Digest, child.MediaType)
+			return nil, &failure.Error{Class: failure.Permanent, Reason: ReasonInvalidImage,
+				Err: fmt.Errorf("index entry %s: media type %q is neither an image nor an index", child.Digest, child.MediaType)}
 		}
 	}
 	return out, nil

@@ -98,28 +98,51 @@ func (a Access) Lookup(ctx context.Context, ref name.Reference) (desc Descriptor
 	return desc, err == nil, err
 }
 
-// ReadLayer calls read with the uncompressed contents of the blob at ref
-// (a layer), checked against its digest as it is read. Like a push, the
-// read is not cut while bytes move (WriteTimeout), only when they stop.
-// An error read returns is classified as the registry's unless it already
-// has a class.
-func (a Access) ReadLayer(ctx context.Context, ref name.Digest, read func(io.Reader) error) error {
+// ReadLayer writes the blob at ref (a layer as stored, compressed) to w,
+// checked against its digest: the bytes are read to their end, where a
+// difference is an error. Like a push, the read is not cut while bytes
+// move (WriteTimeout), only when they stop. An error of w's is returned as
+// it is, never taken for the registry's.
+func (a Access) ReadLayer(ctx context.Context, ref name.Digest, w io.Writer) error {
 	c := a.client
 	if insecure, ok := c.hosts.reference(ref).(name.Digest); ok {
 		ref = insecure
 	}
-	return c.do(ctx, ref, c.opts.WriteTimeout, func(ctx context.Context, s *session) error {
+	dst := &recordingWriter{w: w}
+	err := c.do(ctx, ref, c.opts.WriteTimeout, func(ctx context.Context, s *session) error {
 		layer, err := s.puller.Layer(ctx, ref)
 		if err != nil {
 			return err
 		}
-		rc, err := layer.Uncompressed()
+		rc, err := layer.Compressed()
 		if err != nil {
 			return err
 		}
 		defer rc.Close()
-		return read(rc)
+		if _, err := io.Copy(dst, rc); err != nil && dst.err == nil {
+			return err
+		}
+		return nil
 	}, a.keychain)
+	if dst.err != nil {
+		return dst.err
+	}
+	return err
+}
+
+// recordingWriter keeps the first error of w apart from those of what is
+// copied into it.
+type recordingWriter struct {
+	w   io.Writer
+	err error
+}
+
+func (r *recordingWriter) Write(p []byte) (int, error) {
+	n, err := r.w.Write(p)
+	if err != nil && r.err == nil {
+		r.err = err
+	}
+	return n, err
 }
 
 // ReadImage reads the manifest and config of the image ref names. When ref

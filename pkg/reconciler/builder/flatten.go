@@ -1,12 +1,16 @@
 package builder
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 
 	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/partial"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
 	"github.com/buildsmith/buildsmith/pkg/apis/build/v1alpha1"
@@ -31,11 +35,13 @@ type Flattening struct {
 	MaxBytes int64
 }
 
-// scratchDir is a directory of one push's flattened layers, and what they
-// may take; "" when the builder flattens nothing.
+// scratchDir is a directory of one push's flattened layers, what they may
+// take, and those made so far (its platforms share them); path is "" when
+// the builder flattens nothing.
 type scratchDir struct {
 	path   string
 	budget *cnb.FlattenBudget
+	made   map[string]cnb.BuildpackLayer
 }
 
 // scratch makes the directory for a push of a builder of spec.
@@ -52,7 +58,23 @@ func (f Flattening) scratch(spec *v1alpha1.BuilderSpec) (scratchDir, error) {
 	if limit <= 0 {
 		limit = DefaultMaxFlattenedBytes
 	}
-	return scratchDir{path: dir, budget: cnb.NewFlattenBudget(limit)}, nil
+	return scratchDir{path: dir, budget: cnb.NewFlattenBudget(limit), made: map[string]cnb.BuildpackLayer{}}, nil
+}
+
+// RemoveStale removes the scratch directories of pushes a crash cut short
+// (a restarted container keeps its emptyDir): before any push of this
+// process begins.
+func (f Flattening) RemoveStale() error {
+	dirs, err := filepath.Glob(filepath.Join(cmp.Or(f.ScratchDir, os.TempDir()), "flatten-*"))
+	if err != nil {
+		return err
+	}
+	for _, dir := range dirs {
+		if err := os.RemoveAll(dir); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // remove deletes the directory, once the push no longer reads its layers.
@@ -62,23 +84,69 @@ func (s scratchDir) remove() {
 	}
 }
 
-// options are cnb.FlattenOptions reading each layer from the buildpackage
-// it came from, with reg's circuits, classification and timeouts.
+// flattenOptions are cnb.FlattenOptions that read each layer from the
+// buildpackage it came from: downloaded whole into the scratch directory
+// first (reg's circuits, classification and digest check, at the
+// network's pace), then read from there, so that neither a slow disk
+// stalls the registry's answer nor a layer's content is taken for the
+// registry's fault.
 func flattenOptions(ctx context.Context, reg registry.Access, dir scratchDir, mediaType types.MediaType) cnb.FlattenOptions {
 	return cnb.FlattenOptions{
 		Dir:       dir.path,
 		Budget:    dir.budget,
 		MediaType: mediaType,
+		Made:      dir.made,
 		Read: func(bp cnb.BuildpackLayer, read func(io.Reader) error) error {
 			digest, err := bp.Layer.Digest()
 			if err != nil {
 				return err
 			}
+			size, err := bp.Layer.Size()
+			if err != nil {
+				return err
+			}
+			if size > dir.budget.Left {
+				return failure.Permanentf(cnb.ReasonFlattenTooLarge, "buildpack %s@%s: its layer of %d bytes would take the flattened layers past %d bytes (--max-flattened-bytes): "+
+					"flatten fewer buildpacks", bp.Buildpack.ID, bp.Buildpack.Version, size, dir.budget.Max)
+			}
 			store, err := name.NewDigest(bp.Buildpack.StoreImage.Image)
 			if err != nil {
 				return failure.Permanentf(ReasonStoreNotReady, "buildpack %s@%s: store image %q: %v", bp.Buildpack.ID, bp.Buildpack.Version, bp.Buildpack.StoreImage.Image, err)
 			}
-			return reg.ReadLayer(ctx, store.Context().Digest(digest.String()), read)
+			blob, err := os.CreateTemp(dir.path, "blob-*")
+			if err != nil {
+				return cnb.ScratchError(err)
+			}
+			defer os.Remove(blob.Name())
+			defer blob.Close()
+			if err := reg.ReadLayer(ctx, store.Context().Digest(digest.String()), cnb.ScratchWriter(blob)); err != nil {
+				return err
+			}
+			if _, err := blob.Seek(0, io.SeekStart); err != nil {
+				return cnb.ScratchError(err)
+			}
+			layer, err := partial.CompressedToLayer(&downloadedLayer{file: blob, digest: digest, size: size})
+			if err != nil {
+				return err
+			}
+			rc, err := layer.Uncompressed()
+			if err != nil {
+				return err
+			}
+			defer rc.Close()
+			return read(rc)
 		},
 	}
 }
+
+// downloadedLayer is a layer's blob in a scratch file, read once.
+type downloadedLayer struct {
+	file   *os.File
+	digest v1.Hash
+	size   int64
+}
+
+func (l *downloadedLayer) Digest() (v1.Hash, error)            { return l.digest, nil }
+func (l *downloadedLayer) Size() (int64, error)                { return l.size, nil }
+func (l *downloadedLayer) MediaType() (types.MediaType, error) { return types.OCILayer, nil }
+func (l *downloadedLayer) Compressed() (io.ReadCloser, error)  { return io.NopCloser(l.file), nil }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -109,7 +110,7 @@ func TestFlattenedBuilder(t *testing.T) {
 		"a buildpack the builder lacks": {&v1alpha1.Flatten{Groups: []v1alpha1.FlattenGroup{{Buildpacks: []string{"example/php", "example/ruby"}}}}, 0,
 			cnb.ReasonFlattenNotInBuilder, "spec.flatten names example/ruby, which the builder does not have (it has example/go@1.1.0, example/node@2.0.0, example/php@8.0.0)"},
 		"over the budget": {&v1alpha1.Flatten{Groups: []v1alpha1.FlattenGroup{{Buildpacks: []string{"example/go", "example/php"}}}}, 16 << 10,
-			cnb.ReasonFlattenTooLarge, "the flattened layers would be larger than 16384 bytes uncompressed (--max-flattened-bytes)"},
+			cnb.ReasonFlattenTooLarge, "16384 bytes (--max-flattened-bytes): flatten fewer buildpacks"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			b := builder("flat", tc.flatten)
@@ -124,4 +125,56 @@ func TestFlattenedBuilder(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestFlattenedMultiPlatformBuilder: each platform flattens the buildpacks
+// it has; a name only some platforms have (an optional buildpack) is no
+// error, one none has stalls the builder.
+func TestFlattenedMultiPlatformBuilder(t *testing.T) {
+	x := multiFixture(t)
+	lifecycle := x.f.Addr + "/multi/lifecycle:0.21.0"
+	orderWithX86 := []v1alpha1.OrderEntry{{Group: []v1alpha1.BuildpackRef{{ID: "example/hello"}, {ID: "example/x86", Optional: true}}}}
+	layers := func(image string) int {
+		t.Helper()
+		n, err := x.read(t, image).Layers()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(n)
+	}
+	build := func(name string, flatten *v1alpha1.Flatten) *v1alpha1.Builder {
+		t.Helper()
+		b, events, err, _ := x.run(t, x.builder(func(b *v1alpha1.Builder) {
+			b.Name, b.Spec.Tag, b.Spec.Order, b.Spec.Flatten = name, x.f.Addr+"/builders/"+name+":latest", orderWithX86, flatten
+		}), lifecycle)
+		if flatten != nil && len(flatten.Except) > 0 && flatten.Except[0] == "example/ghost" {
+			rt.Check(t, b, err, events, rt.Outcome{Ready: corev1.ConditionFalse, Reason: cnb.ReasonFlattenNotInBuilder, Stalled: true,
+				Requeue: rt.NoRequeue, EventReasons: []string{cnb.ReasonFlattenNotInBuilder},
+				MessageContains: "spec.flatten names example/ghost, which the builder does not have (it has example/hello@1.0.0, example/x86@1.0.0)"})
+			return b
+		}
+		if !b.Status.IsReady() || len(b.Status.Platforms) != 2 {
+			t.Fatalf("%s: ready %v, platforms %+v (%v)", name, b.Status.IsReady(), b.Status.Platforms, err)
+		}
+		return b
+	}
+	plain := build("plain", nil)
+	all := build("all", &v1alpha1.Flatten{All: true})
+	// amd64 has hello and x86, flattened into one layer; arm64 has hello
+	// alone, which stays as it is.
+	for i, want := range []int{layers(plain.Status.Platforms[0].Image) - 1, layers(plain.Status.Platforms[1].Image)} {
+		if got := layers(all.Status.Platforms[i].Image); got != want {
+			t.Errorf("%s: %d layers flattened, want %d", all.Status.Platforms[i].Platform, got, want)
+		}
+	}
+	digestOf := func(image string) string { _, d, _ := strings.Cut(image, "@"); return d }
+	if digestOf(all.Status.Platforms[1].Image) != digestOf(plain.Status.Platforms[1].Image) {
+		t.Errorf("arm64, with nothing to flatten, differs from the plain builder's: %s, %s", all.Status.Platforms[1].Image, plain.Status.Platforms[1].Image)
+	}
+	// x86 is named though arm64 lacks it.
+	except := build("except", &v1alpha1.Flatten{All: true, Except: []string{"example/x86"}})
+	if got, want := layers(except.Status.Platforms[0].Image), layers(plain.Status.Platforms[0].Image); got != want {
+		t.Errorf("amd64 with x86 excepted: %d layers, want %d", got, want)
+	}
+	build("ghost", &v1alpha1.Flatten{All: true, Except: []string{"example/ghost"}})
 }

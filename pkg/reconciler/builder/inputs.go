@@ -97,6 +97,11 @@ func (r *Core) resolveInputs(ctx context.Context, obj object, spec *v1alpha1.Bui
 	if err := checkRunImageRepositories(in.stack, spec); err != nil {
 		return nil, err
 	}
+	// Against the buildpacks of every platform: a platform without an
+	// optional buildpack flattens without it.
+	if err := cnb.CheckFlatten(in.resolved.Buildpacks, spec.Flatten); err != nil {
+		return nil, err
+	}
 	in.runImage = runImageName(in.stack, spec)
 	in.fingerprint = fingerprintOf(in.stack, in.builds, in.resolved, in.extensions, spec, r.Version)
 	return in, nil

@@ -1,6 +1,7 @@
 package builder
 
 import (
+	"cmp"
 	"context"
 	"slices"
 
@@ -73,12 +74,8 @@ func (r *Core) platforms(ctx context.Context, in *inputs, targets []v1alpha1.Tar
 		if d := stack.Status.Distro; d != nil {
 			info.DistroName, info.DistroVersion = d.Name, d.Version
 		}
-		for _, t := range targets {
-			if (cnb.Platform{OS: t.OS, Arch: t.Arch, Variant: t.Variant}).Matches(p) {
-				if err := cnb.CheckDistro(t.Distributions, info); err != nil {
-					return nil, nil, err
-				}
-			}
+		if err := checkTargetDistros(targets, p, info); err != nil {
+			return nil, nil, err
 		}
 		if err := cnb.CheckCompatibility(order.Buildpacks, lifecycle.APIs.Buildpack, info); err != nil {
 			return nil, nil, err
@@ -99,4 +96,21 @@ func (r *Core) platforms(ctx context.Context, in *inputs, targets []v1alpha1.Tar
 		builds[i] = platformBuild{platform: p, stack: info, lifecycle: lifecycle, order: order, extensions: extensions}
 	}
 	return builds, skipped, nil
+}
+
+// checkTargetDistros checks the stack of platform p against the targets
+// that ask for p: one of them passing is enough.
+func checkTargetDistros(targets []v1alpha1.Target, p cnb.Platform, stack *cnb.Stack) error {
+	var first error
+	for _, t := range targets {
+		if !(cnb.Platform{OS: t.OS, Arch: t.Arch, Variant: t.Variant}).Matches(p) {
+			continue
+		}
+		err := cnb.CheckDistro(t.Distributions, stack)
+		if err == nil {
+			return nil
+		}
+		first = cmp.Or(first, err)
+	}
+	return first
 }

@@ -334,9 +334,8 @@ func TestBuilderTargetDistributions(t *testing.T) {
 		targets: arm64(v1alpha1.TargetDistribution{Name: "ubuntu", Versions: []string{"22.04"}}),
 		message: "the linux/arm64 target is for ubuntu 22.04; the stack is ubuntu 24.04",
 	}, {
-		name:    "a stack that does not say",
+		name:    "a stack that does not say: nothing to check",
 		targets: arm64(v1alpha1.TargetDistribution{Name: "ubuntu", Versions: []string{"22.04"}}),
-		message: "the linux/arm64 target is for ubuntu 22.04; the stack's images do not say their distro",
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			x.stack.Status.Distro = tc.distro

@@ -3,6 +3,7 @@
 package clusterstack
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 
@@ -48,26 +49,27 @@ func (r *Reconciler) reconcile(ctx context.Context, stack *v1alpha1.ClusterStack
 	first := cnb.Platform{OS: build.Config.OS, Arch: build.Config.Architecture, Variant: build.Config.Variant}
 	sources := append([]v1alpha1.RunImageSource{spec.RunImage}, spec.AdditionalRunImages...)
 	runs := make([]*registry.Image, len(sources))
-	var s *cnb.Stack
 	for i, source := range sources {
-		run, err := read(ctx, reg, source.Image, ptr.To(first.V1()))
-		if err != nil {
+		if runs[i], err = read(ctx, reg, source.Image, ptr.To(first.V1())); err != nil {
 			return err
 		}
-		// Every run image forms the stack with the build image, under
-		// one id: the spec's, or the one the first pair carries.
-		id := spec.ID
-		if s != nil {
-			id = s.ID
-		}
+	}
+	// Every run image forms the stack with the build image, under one id:
+	// the spec's, or, for a stack without one, the first its images carry
+	// (which every other image carrying one must then carry too).
+	id := spec.ID
+	for _, run := range runs {
+		id = cmp.Or(id, build.Config.Config.Labels[cnb.LabelStackID], run.Config.Config.Labels[cnb.LabelStackID])
+	}
+	var s *cnb.Stack
+	for i, run := range runs {
 		pair, err := cnb.ReadStack(id, build.Config, run.Config)
 		if err != nil {
-			return runImageError(i, source, err)
+			return runImageError(i, sources[i], err)
 		}
 		if s == nil {
 			s = pair
 		}
-		runs[i] = run
 	}
 	platforms := []cnb.Platform{first}
 	parts := []cnb.PlatformPart{{Name: "build image", Platforms: cnb.PlatformsOfV1(build.Platforms)}}

@@ -35,6 +35,9 @@ func TestReconcile(t *testing.T) {
 	f.PushImage("stack/run:1", stackLabels)
 	f.PushImage("stack/run-other:1", map[string]string{cnb.LabelStackID: "other"})
 	f.PushImage("stack/run-full:1", stackLabels)
+	f.PushImage("stack/build-bare:1", nil, stackEnv...)
+	f.PushImage("stack/run-bare:1", nil)
+	f.PushImage("stack/run-bare-jammy:1", map[string]string{cnb.LabelStackID: stackID})
 	buildDigest, _ := build.Digest()
 	amd64 := v1.Platform{OS: "linux", Architecture: "amd64"}
 	arm64 := v1.Platform{OS: "linux", Architecture: "arm64"}
@@ -151,6 +154,15 @@ func TestReconcile(t *testing.T) {
 				t.Errorf("status.id = %q, want the images' %q", s.Status.ID, stackID)
 			}
 		},
+	}, {
+		name: "a stack without an id whose images carry two",
+		spec: func(s *v1alpha1.ClusterStackSpec) {
+			s.ID, s.BuildImage.Image, s.RunImage.Image = "", f.Addr+"/stack/build-bare:1", f.Addr+"/stack/run-bare:1"
+			s.AdditionalRunImages = []v1alpha1.RunImageSource{{Image: f.Addr + "/stack/run-bare-jammy:1"}, {Image: f.Addr + "/stack/run-other:1"}}
+		},
+		want: reconcilertest.Outcome{Ready: corev1.ConditionFalse, Reason: cnb.ReasonStackIDMismatch, Stalled: true, Requeue: reconcilertest.NoRequeue,
+			EventReasons:    []string{cnb.ReasonStackIDMismatch},
+			MessageContains: "spec.additionalRunImages[1] " + f.Addr + `/stack/run-other:1: run image has stack id "other" (label io.buildpacks.stack.id), the stack says "` + stackID + `"`},
 	}, {
 		name: "platforms are those of every image: an additional run image of amd64 only",
 		spec: func(s *v1alpha1.ClusterStackSpec) {

@@ -159,6 +159,7 @@ type Flatten struct {
 	// +optional
 	// +listType=atomic
 	// +kubebuilder:validation:MaxItems=256
+	// +kubebuilder:validation:items:MaxLength=512
 	Except []string `json:"except,omitempty"`
 }
 
@@ -166,6 +167,7 @@ type Flatten struct {
 type FlattenGroup struct {
 	// +kubebuilder:validation:MinItems=1
 	// +kubebuilder:validation:MaxItems=256
+	// +kubebuilder:validation:items:MaxLength=512
 	// +listType=atomic
 	Buildpacks []string `json:"buildpacks"`
 }
@@ -176,9 +178,9 @@ type Target struct {
 	Platform `json:",inline"`
 	// Distributions are those the platform's builder is for (pack's
 	// [[targets.distributions]]): the stack's distro (the
-	// io.buildpacks.base.distro.* labels of its images) must be one of
-	// them, or the builder stalls (DistroMismatch) instead of giving apps
-	// a distro its author did not mean. Empty: any.
+	// io.buildpacks.base.distro.* labels of its images), when they say
+	// it, must be one of them, or the builder stalls (DistroMismatch)
+	// instead of giving apps a distro its author did not mean. Empty: any.
 	// +optional
 	// +listType=atomic
 	// +kubebuilder:validation:MaxItems=16
