@@ -3,6 +3,7 @@ package builder
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -123,10 +124,37 @@ func runImageOf(stack *v1alpha1.ClusterStack, spec *v1alpha1.BuilderSpec) (strin
 // builder names them (runImageAs).
 func additionalRunImagesOf(stack *v1alpha1.ClusterStack, spec *v1alpha1.BuilderSpec) []cnb.RunImage {
 	var out []cnb.RunImage
+	// Copies have repositories of their own, but the stack's references,
+	// their mirrors, may share one with an earlier run image's: the
+	// lifecycle would take them for that one (checkRunImageRepositories),
+	// so they are left out.
+	taken := map[string]bool{}
+	if spec.CopyRunImage {
+		image, mirrors := runImageOf(stack, spec)
+		for _, ref := range append([]string{image}, mirrors...) {
+			taken[repositoryOf(ref)] = true
+		}
+	}
 	for i, run := range stack.Status.AdditionalRunImages {
-		out = append(out, runImageAs(run, i+1, spec))
+		r := runImageAs(run, i+1, spec)
+		if spec.CopyRunImage {
+			r.Mirrors = slices.DeleteFunc(r.Mirrors, func(m string) bool { return taken[repositoryOf(m)] })
+			for _, ref := range append([]string{r.Image}, r.Mirrors...) {
+				taken[repositoryOf(ref)] = true
+			}
+		}
+		out = append(out, r)
 	}
 	return out
+}
+
+// repositoryOf is ref's repository, "" when ref is not a reference.
+func repositoryOf(ref string) string {
+	parsed, err := name.ParseReference(ref)
+	if err != nil {
+		return ""
+	}
+	return parsed.Context().Name()
 }
 
 // runImageAs is the i-th run image of the stack (0: its runImage) as a
@@ -212,11 +240,10 @@ func checkRunImageRepositories(stack *v1alpha1.ClusterStack, spec *v1alpha1.Buil
 	owner := map[string]int{}
 	for i, run := range runs {
 		for _, ref := range append([]string{run.Image}, run.Mirrors...) {
-			parsed, err := name.ParseReference(ref)
-			if err != nil {
+			repo := repositoryOf(ref)
+			if repo == "" {
 				continue
 			}
-			repo := parsed.Context().Name()
 			if j, taken := owner[repo]; taken && j != i {
 				return failure.Permanentf(ReasonRunImagesShareRepository,
 					"run images %d and %d of ClusterStack %s are both in %s: pinned by digest (pinRunImage, copyRunImage), the lifecycle tells run images apart "+

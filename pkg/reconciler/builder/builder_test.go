@@ -750,7 +750,7 @@ func TestBuilderAdditionalRunImages(t *testing.T) {
 	x.stack.Status.AdditionalRunImages[0] = v1alpha1.ResolvedRunImage{Image: x.f.Addr + "/stack/run:full", LatestImage: x.f.Addr + "/stack/run@" + digest('e')}
 	tagged, _, _, _ = x.run(t, x.builder(nil), lifecycle)
 	check(tagged, []cnb.RunImage{{Image: x.f.Addr + "/stack/run:1"}, {Image: x.f.Addr + "/stack/run:full"}})
-	for name, b := range map[string]*v1alpha1.Builder{"pinned": moved, "copied": x.builder(func(b *v1alpha1.Builder) { b.Spec.CopyRunImage = true })} {
+	for name, b := range map[string]*v1alpha1.Builder{"pinned": moved} {
 		t.Run(name, func(t *testing.T) {
 			failed, events, err, _ := x.run(t, b, lifecycle)
 			rt.Check(t, failed, err, events, rt.Outcome{Ready: corev1.ConditionFalse, Reason: ReasonRunImagesShareRepository, Stalled: true,
@@ -823,6 +823,31 @@ func TestBuilderCopiedRunImage(t *testing.T) {
 	}
 	if !strings.Contains(files["cnb/run.toml"], fmt.Sprintf("image = %q", secondCopy)) {
 		t.Errorf("run.toml does not name the second copy %s:\n%s", secondCopy, files["cnb/run.toml"])
+	}
+
+	// A second run image of the stack's run repository: its copy has a
+	// repository of its own, and the stack's reference, which the
+	// lifecycle would take for the first run image's, is no mirror of it.
+	x.f.PushImage("stack/run:full", nil)
+	sameRepo, err := x.f.Resolve(x.f.Addr + "/stack/run:full")
+	if err != nil {
+		t.Fatal(err)
+	}
+	x.stack.Status.AdditionalRunImages = []v1alpha1.ResolvedRunImage{{Image: x.f.Addr + "/stack/run:full", LatestImage: sameRepo}}
+	shared, _, err, _ := x.run(t, x.builder(func(b *v1alpha1.Builder) {
+		b.Name, b.Spec.Tag, b.Spec.CopyRunImage = "go-shared", x.f.Addr+"/builders/go:shared", true
+	}), lifecycle)
+	if !shared.Status.IsReady() {
+		t.Fatalf("builder of two run images of one repository, copied: %v", err)
+	}
+	files, err = sampleimages.Files(x.read(t, shared.Status.LatestImage))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want = fmt.Sprintf("[[images]]\n  image = %q\n  mirrors = [%q, %q]\n\n[[images]]\n  image = %q\n",
+		copied, run, "mirror.example.com/stack/run@"+digest, x.f.Addr+"/builders/go-run-2@"+strings.TrimPrefix(sameRepo, x.f.Addr+"/stack/run@"))
+	if got := files["cnb/run.toml"]; got != want {
+		t.Errorf("run.toml:\n%s\nwant:\n%s", got, want)
 	}
 	x.stack.Status.AdditionalRunImages = nil
 
