@@ -90,6 +90,9 @@ func main() {
 	if err := own.flattening.RemoveStale(); err != nil {
 		log.Printf("removing stale flattened layers from --scratch-dir: %v", err)
 	}
+	if own.rememberedFlattened > 0 {
+		own.flattening.Memory = builder.NewFlattenMemory(own.rememberedFlattened)
+	}
 	builders := builder.Config{Registry: client, Options: opts, Version: version,
 		Lifecycle: builder.NewLifecycleSource(opts.ResyncInterval), Signing: own.signing, MaxLayers: own.maxLayers,
 		Flattening: own.flattening}
@@ -125,14 +128,16 @@ func withLeaderElection(ctx context.Context, cfg *rest.Config) (context.Context,
 // (reconciler.Options) and of the registry client (registry.Options) are
 // theirs.
 type flags struct {
-	signing       builder.SigningLimits
-	maxLayers     int
-	flattening    builder.Flattening
-	disableHA     bool
-	healthProbes  bool
-	profilingPort int
-	metricsPort   int
-	workers       int
+	signing    builder.SigningLimits
+	maxLayers  int
+	flattening builder.Flattening
+	// rememberedFlattened is how many flattened layers are remembered.
+	rememberedFlattened int
+	disableHA           bool
+	healthProbes        bool
+	profilingPort       int
+	metricsPort         int
+	workers             int
 }
 
 func (f *flags) add(fs *flag.FlagSet) {
@@ -147,6 +152,8 @@ func (f *flags) add(fs *flag.FlagSet) {
 		"directory of the flattened layers of builders being pushed (spec.flatten); at most 2 × --workers × --max-flattened-bytes in use")
 	fs.Int64Var(&f.flattening.MaxBytes, "max-flattened-bytes", builder.DefaultMaxFlattenedBytes,
 		"most bytes (uncompressed) of the flattened layers of one builder, all its platforms; more stalls the builder with FlattenTooLarge")
+	fs.IntVar(&f.rememberedFlattened, "remembered-flattened-layers", builder.DefaultRememberedFlattenedLayers,
+		"most flattened layers remembered (about 100 bytes each), so that a rebuild whose repository holds them reads no buildpack layer; 0: none")
 	fs.BoolVar(&f.disableHA, "disable-ha", false, "run without leader election (for local runs)")
 	fs.BoolVar(&f.healthProbes, "health-probes", true, "serve readiness and liveness probes on :8080")
 	fs.IntVar(&f.profilingPort, "profiling-port", 8008, "port of the profiling server when profiling is enabled in config-observability; 0 picks a free one")

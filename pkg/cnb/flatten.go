@@ -11,6 +11,7 @@ import (
 	"path"
 	"slices"
 	"strings"
+	"sync"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
@@ -63,6 +64,24 @@ type FlattenOptions struct {
 	// the platforms of a builder share them where their buildpack layers
 	// are the same. Nil: none kept.
 	Made map[string]BuildpackLayer
+	// Remembered, when set, knows layers flattened before: one it knows
+	// is made only when its content is read, so that a push that finds it
+	// in the repository (a rebuild after a stack patch) reads no
+	// buildpack layer at all.
+	Remembered FlattenMemory
+}
+
+// FlattenMemory remembers what flattened layers were, by what they were
+// made of.
+type FlattenMemory interface {
+	Get(key string) (FlattenedLayer, bool)
+	Add(key string, layer FlattenedLayer)
+}
+
+// FlattenedLayer is what a flattened layer was: its digests and size.
+type FlattenedLayer struct {
+	DiffID, Digest string
+	Size           int64
 }
 
 // FlattenBudget is how many bytes flattened layers may take, and have left.
@@ -101,7 +120,7 @@ func Flatten(bps []BuildpackLayer, f *v1alpha1.Flatten, opts FlattenOptions) ([]
 		layer, made := opts.Made[key]
 		if !made {
 			var err error
-			if layer, err = writeFlattened(units, opts); err != nil {
+			if layer, err = flattenedLayer(key, units, opts); err != nil {
 				return nil, err
 			}
 			if opts.Made != nil {
@@ -122,6 +141,24 @@ func Flatten(bps []BuildpackLayer, f *v1alpha1.Flatten, opts FlattenOptions) ([]
 		}
 	}
 	return out, nil
+}
+
+// flattenedLayer is the layer of units: made now, or, when opts remembers
+// it, made only if its content is read.
+func flattenedLayer(key string, units []BuildpackLayer, opts FlattenOptions) (BuildpackLayer, error) {
+	if opts.Remembered != nil {
+		if known, ok := opts.Remembered.Get(key); ok {
+			return lazyFlattened(known, units, opts)
+		}
+	}
+	layer, err := writeFlattened(units, opts)
+	if err != nil {
+		return BuildpackLayer{}, err
+	}
+	if opts.Remembered != nil {
+		opts.Remembered.Add(key, FlattenedLayer{DiffID: layer.Buildpack.DiffID, Digest: layer.Buildpack.Digest, Size: layer.Buildpack.Size})
+	}
+	return layer, nil
 }
 
 // CheckFlatten checks that every buildpack f names is one of modules (the
@@ -391,4 +428,70 @@ func LayerMediaType(base v1.Image) types.MediaType {
 		return types.DockerLayer
 	}
 	return types.OCILayer
+}
+
+// lazyFlattened is a flattened layer known by its digests, made when its
+// content is first read. The same inputs give the same bytes, so what is
+// made is what was known; were it not (another build of the controller),
+// reading it fails rather than give bytes under another digest.
+func lazyFlattened(known FlattenedLayer, units []BuildpackLayer, opts FlattenOptions) (BuildpackLayer, error) {
+	diffID, err := v1.NewHash(known.DiffID)
+	if err != nil {
+		return BuildpackLayer{}, err
+	}
+	digest, err := v1.NewHash(known.Digest)
+	if err != nil {
+		return BuildpackLayer{}, err
+	}
+	l := &lazyLayer{diffID: diffID, digest: digest, size: known.Size, mediaType: opts.MediaType}
+	l.make = func() (v1.Layer, error) {
+		made, err := writeFlattened(units, opts)
+		if err != nil {
+			return nil, err
+		}
+		if made.Buildpack.Digest != known.Digest {
+			return nil, &failure.Error{Class: failure.Transient, Reason: ReasonScratchUnavailable,
+				Err: fmt.Errorf("the flattened layer came out as %s, not the %s made before of the same layers", made.Buildpack.Digest, known.Digest)}
+		}
+		return made.Layer, nil
+	}
+	return BuildpackLayer{Buildpack: v1alpha1.StoreBuildpack{DiffID: known.DiffID, Digest: known.Digest, Size: known.Size}, Layer: l}, nil
+}
+
+// lazyLayer is a layer whose content is made on first read.
+type lazyLayer struct {
+	diffID, digest v1.Hash
+	size           int64
+	mediaType      types.MediaType
+	make           func() (v1.Layer, error)
+
+	once  sync.Once
+	layer v1.Layer
+	err   error
+}
+
+func (l *lazyLayer) Digest() (v1.Hash, error)            { return l.digest, nil }
+func (l *lazyLayer) DiffID() (v1.Hash, error)            { return l.diffID, nil }
+func (l *lazyLayer) Size() (int64, error)                { return l.size, nil }
+func (l *lazyLayer) MediaType() (types.MediaType, error) { return l.mediaType, nil }
+
+func (l *lazyLayer) made() (v1.Layer, error) {
+	l.once.Do(func() { l.layer, l.err = l.make() })
+	return l.layer, l.err
+}
+
+func (l *lazyLayer) Compressed() (io.ReadCloser, error) {
+	layer, err := l.made()
+	if err != nil {
+		return nil, err
+	}
+	return layer.Compressed()
+}
+
+func (l *lazyLayer) Uncompressed() (io.ReadCloser, error) {
+	layer, err := l.made()
+	if err != nil {
+		return nil, err
+	}
+	return layer.Uncompressed()
 }

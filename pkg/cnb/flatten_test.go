@@ -185,6 +185,25 @@ func TestFlatten(t *testing.T) {
 			readsBefore, reads-readsBefore, first[0].Buildpack.Digest, second[0].Buildpack.Digest)
 	}
 
+	// A remembered layer is made only when read, and comes out as it was.
+	memory := mapMemory{}
+	remembering := counting
+	remembering.Made, remembering.Remembered = nil, memory
+	if _, err := Flatten(bps, &v1alpha1.Flatten{All: true}, remembering); err != nil {
+		t.Fatal(err)
+	}
+	readsBefore = reads
+	lazy, err := Flatten(bps, &v1alpha1.Flatten{All: true}, remembering)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if reads != readsBefore || lazy[0].Buildpack.Digest != first[0].Buildpack.Digest {
+		t.Errorf("a remembered layer: %d reads before its content is asked for, digest %s; want none, %s", reads-readsBefore, lazy[0].Buildpack.Digest, first[0].Buildpack.Digest)
+	}
+	if got := entryNames(t, lazy[0]); len(got) != len(entryNames(t, first[0])) || reads != readsBefore+3 {
+		t.Errorf("the remembered layer read: %d entries after %d reads", len(got), reads-readsBefore)
+	}
+
 	// A builder of them has one layer fewer, and the layers label names
 	// the flattened layer for both.
 	spec := builderSpec(t)
@@ -332,3 +351,9 @@ func longNamesTar(t *testing.T, n, length int) []byte {
 	}
 	return buf.Bytes()
 }
+
+// mapMemory is a FlattenMemory without bounds, for tests.
+type mapMemory map[string]FlattenedLayer
+
+func (m mapMemory) Get(key string) (FlattenedLayer, bool) { l, ok := m[key]; return l, ok }
+func (m mapMemory) Add(key string, l FlattenedLayer)      { m[key] = l }

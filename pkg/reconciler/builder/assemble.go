@@ -37,7 +37,7 @@ func (r *Core) assemble(ctx context.Context, reg registry.Access, stack *v1alpha
 		}
 		layers = append(layers, cnb.BuildpackLayer{Buildpack: bp, Layer: layer})
 	}
-	if layers, err = cnb.Flatten(layers, spec.Flatten, flattenOptions(ctx, reg, scratch, cnb.LayerMediaType(build.Image))); err != nil {
+	if layers, err = cnb.Flatten(layers, spec.Flatten, r.Flattening.options(ctx, reg, scratch, cnb.LayerMediaType(build.Image))); err != nil {
 		return nil, err
 	}
 	var extensions []cnb.BuildpackLayer

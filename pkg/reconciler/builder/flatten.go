@@ -3,6 +3,7 @@ package builder
 import (
 	"cmp"
 	"context"
+	"crypto/sha256"
 	"fmt"
 	"io"
 	"os"
@@ -12,6 +13,7 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/partial"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+	"k8s.io/utils/lru"
 
 	"github.com/buildsmith/buildsmith/pkg/apis/build/v1alpha1"
 	"github.com/buildsmith/buildsmith/pkg/cnb"
@@ -33,6 +35,36 @@ type Flattening struct {
 	// platforms), uncompressed (0: the default). With the number of
 	// workers, it bounds the scratch space in use.
 	MaxBytes int64
+	// Memory remembers the layers flattened, so that a rebuild whose
+	// repository holds its flattened layers reads no buildpack layer; nil:
+	// every push flattens.
+	Memory *FlattenMemory
+}
+
+// DefaultRememberedFlattenedLayers is how many flattened layers a
+// controller remembers by default (about 100 bytes each).
+const DefaultRememberedFlattenedLayers = 4096
+
+// FlattenMemory remembers flattened layers (their digests and size) by
+// what they were made of, the least recently used forgotten first.
+type FlattenMemory struct{ cache *lru.Cache }
+
+// NewFlattenMemory remembers up to size flattened layers.
+func NewFlattenMemory(size int) *FlattenMemory { return &FlattenMemory{cache: lru.New(size)} }
+
+// Get implements cnb.FlattenMemory.
+func (m *FlattenMemory) Get(key string) (cnb.FlattenedLayer, bool) {
+	v, ok := m.cache.Get(sha256.Sum256([]byte(key)))
+	if !ok {
+		return cnb.FlattenedLayer{}, false
+	}
+	return v.(cnb.FlattenedLayer), true
+}
+
+// Add implements cnb.FlattenMemory. Keys are hashed: what a layer is made
+// of names every buildpack layer in it.
+func (m *FlattenMemory) Add(key string, layer cnb.FlattenedLayer) {
+	m.cache.Add(sha256.Sum256([]byte(key)), layer)
 }
 
 // scratchDir is a directory of one push's flattened layers, what they may
@@ -90,8 +122,8 @@ func (s scratchDir) remove() {
 // network's pace), then read from there, so that neither a slow disk
 // stalls the registry's answer nor a layer's content is taken for the
 // registry's fault.
-func flattenOptions(ctx context.Context, reg registry.Access, dir scratchDir, mediaType types.MediaType) cnb.FlattenOptions {
-	return cnb.FlattenOptions{
+func (f Flattening) options(ctx context.Context, reg registry.Access, dir scratchDir, mediaType types.MediaType) cnb.FlattenOptions {
+	opts := cnb.FlattenOptions{
 		Dir:       dir.path,
 		Budget:    dir.budget,
 		MediaType: mediaType,
@@ -137,6 +169,10 @@ func flattenOptions(ctx context.Context, reg registry.Access, dir scratchDir, me
 			return read(rc)
 		},
 	}
+	if f.Memory != nil {
+		opts.Remembered = f.Memory
+	}
+	return opts
 }
 
 // downloadedLayer is a layer's blob in a scratch file, read once.

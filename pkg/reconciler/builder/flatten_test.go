@@ -3,6 +3,7 @@ package builder
 import (
 	"context"
 	"encoding/json"
+	"net/http"
 	"os"
 	"strings"
 	"testing"
@@ -94,6 +95,31 @@ func TestFlattenedBuilder(t *testing.T) {
 	if flatDigest != againDigest {
 		t.Errorf("the same flattened builder from another controller: %s, first %s", againDigest, flatDigest)
 	}
+	// A controller that remembers its flattened layers rebuilds a
+	// flattened builder (its description changed) whose repository holds
+	// the layer without reading a buildpack layer or uploading it again.
+	remembering := controller(t.TempDir())
+	remembering.Flattening.Memory = NewFlattenMemory(16)
+	first, _, err, _, _ := x.runWith(t, remembering, builder("remembered", &v1alpha1.Flatten{All: true}), lifecycle)
+	if !first.Status.IsReady() {
+		t.Fatalf("remembered: %v", err)
+	}
+	changed := builder("remembered", &v1alpha1.Flatten{All: true})
+	changed.Status, changed.Spec.Description = first.Status, "rebuilt"
+	x.f.ForgetRequests()
+	rebuilt, _, err, _, _ := x.runWith(t, remembering, changed, lifecycle)
+	if !rebuilt.Status.IsReady() || rebuilt.Status.LatestImage == first.Status.LatestImage {
+		t.Fatalf("rebuilt: ready %v, latestImage %s (first %s): %v", rebuilt.Status.IsReady(), rebuilt.Status.LatestImage, first.Status.LatestImage, err)
+	}
+	flatLayer, err := flatImage.LayerByDiffID(mustHash(t, shared))
+	if err != nil {
+		t.Fatal(err)
+	}
+	layerDigest, _ := flatLayer.Digest()
+	if reads, uploads := x.f.Count(http.MethodGet, "/v2/bp/"), x.f.Count(http.MethodPut, strings.Replace(layerDigest.String(), ":", "%3A", 1)); reads != 0 || uploads != 0 {
+		t.Errorf("rebuild remembering its flattened layer: %d buildpack reads, %d uploads of it; want none: %q", reads, uploads, x.f.Requests())
+	}
+
 	// Another grouping is another builder.
 	_, grouped := build(controller(t.TempDir()), builder("flat-again",
 		&v1alpha1.Flatten{Groups: []v1alpha1.FlattenGroup{{Buildpacks: []string{"example/php", "example/node"}}}}))
@@ -177,4 +203,13 @@ func TestFlattenedMultiPlatformBuilder(t *testing.T) {
 		t.Errorf("amd64 with x86 excepted: %d layers, want %d", got, want)
 	}
 	build("ghost", &v1alpha1.Flatten{All: true, Except: []string{"example/ghost"}})
+}
+
+func mustHash(t *testing.T, s string) v1.Hash {
+	t.Helper()
+	h, err := v1.NewHash(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
 }
