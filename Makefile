@@ -38,6 +38,10 @@ codegen: ## regenerate pkg/client, deepcopy and config/crd from the API types
 verify-codegen:
 	hack/verify-codegen.sh
 
+.PHONY: verify-tracked-sizes
+verify-tracked-sizes:
+	hack/verify-tracked-sizes.sh
+
 .PHONY: vet
 vet:
 	$(GO) vet ./...
@@ -52,7 +56,7 @@ fmt-check:
 RACE_PKGS = ./pkg/registry/... ./pkg/reconciler/... ./pkg/turns/... ./pkg/replicas/...
 
 .PHONY: test
-test: tools verify-codegen vet fmt-check ## everything CI runs
+test: tools verify-codegen verify-tracked-sizes vet fmt-check ## everything CI runs
 	$(GO) test -count=1 -race $(RACE_PKGS)
 	$(GO) test -count=1 -timeout 30m $$($(GO) list ./... | grep -v -e /pkg/registry -e /pkg/reconciler -e /pkg/turns -e /pkg/replicas)
 
