@@ -15,6 +15,9 @@ import (
 // call is the state of one Client operation, carried in the context of the
 // requests it makes.
 type call struct {
+	// target is the place the call is about (its reference's registry and
+	// repository).
+	target     Place
 	retryAfter atomic.Int64 // the longest Retry-After seen, in ns
 	callOutage
 	// admitted: the registries whose widespread failure let this call
@@ -38,8 +41,8 @@ func (c *call) RetryAfter() time.Duration { return time.Duration(c.retryAfter.Lo
 
 type callKey struct{}
 
-func withCall(ctx context.Context) (context.Context, *call) {
-	c := &call{}
+func withCall(ctx context.Context, target Place) (context.Context, *call) {
+	c := &call{target: target}
 	return context.WithValue(ctx, callKey{}, c), c
 }
 

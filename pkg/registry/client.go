@@ -23,6 +23,11 @@ type Options struct {
 	// included. ggcr's retry sleeps ignore cancellation, so the deadline is
 	// what keeps a worker from being parked on a hung registry. Default 30s.
 	Timeout time.Duration
+	// MinReadRate is the slowest a blob read (ReadLayer) may move on
+	// average, in bytes a second: its deadline is Timeout plus what its
+	// size takes at this rate, so a registry trickling a byte every few
+	// seconds cannot hold a read for ever. Default 256 KiB/s.
+	MinReadRate int64
 	// WriteTimeout bounds each Write; 0 means no bound: a push that moves
 	// is never cut (AnswerTimeout and StallTimeout catch one that stopped).
 	WriteTimeout time.Duration
@@ -52,8 +57,13 @@ type Options struct {
 	// requeue. Default 10s; negative: never wait.
 	MaxRetryAfterWait time.Duration
 	// Transport carries the requests. Default: http.DefaultTransport's
-	// settings with bounded dial, TLS handshake and response header waits.
+	// settings with bounded dial, TLS handshake and response header waits,
+	// and response headers of at most MaxHeaderBytes.
 	Transport http.RoundTripper
+	// MaxHeaderBytes bounds the headers of one answer (the default
+	// Transport's): a registry's real headers are a few KiB, and net/http
+	// alone allows 10 MiB. Default 64 KiB.
+	MaxHeaderBytes int64
 	// UserAgent is prepended to ggcr's user agent. Default "buildsmith".
 	UserAgent string
 	// Circuits tunes the circuits of failing places and their probes.
@@ -101,6 +111,9 @@ func (o Options) withDefaults() Options {
 	if o.Timeout <= 0 {
 		o.Timeout = 30 * time.Second
 	}
+	if o.MinReadRate <= 0 {
+		o.MinReadRate = 256 << 10
+	}
 	if o.AnswerTimeout <= 0 {
 		o.AnswerTimeout = 5 * time.Second
 	}
@@ -122,8 +135,11 @@ func (o Options) withDefaults() Options {
 	if o.MaxRetryAfterWait == 0 {
 		o.MaxRetryAfterWait = 10 * time.Second
 	}
+	if o.MaxHeaderBytes <= 0 {
+		o.MaxHeaderBytes = 64 << 10
+	}
 	if o.Transport == nil {
-		o.Transport = defaultTransport(o.CACertificates, o.LoopbackRegistries)
+		o.Transport = defaultTransport(o.CACertificates, o.LoopbackRegistries, o.MaxHeaderBytes)
 	}
 	if o.Clock == nil {
 		o.Clock = clock.RealClock{}
@@ -155,8 +171,9 @@ func (o Options) withDefaults() Options {
 	return o
 }
 
-func defaultTransport(caCertificates []byte, loopback bool) http.RoundTripper {
+func defaultTransport(caCertificates []byte, loopback bool, maxHeaderBytes int64) http.RoundTripper {
 	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxResponseHeaderBytes = maxHeaderBytes
 	dialer := &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}
 	if !loopback {
 		// Names are checked before any request (hostPolicy); this checks

@@ -16,6 +16,10 @@ import (
 func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.Timeout, "registry-timeout", o.Timeout, "deadline of one registry read, retries included (default 30s)")
 	fs.DurationVar(&o.WriteTimeout, "registry-write-timeout", o.WriteTimeout, "deadline of one image push (default none: a push that moves is never cut)")
+	fs.Int64Var(&o.MinReadRate, "registry-min-read-rate", o.MinReadRate,
+		"slowest average rate, in bytes a second, a layer download (flatten) may move at: its deadline is --registry-timeout plus its size at this rate (default 262144: 256 KiB/s)")
+	fs.Int64Var(&o.MaxHeaderBytes, "registry-max-header-bytes", o.MaxHeaderBytes,
+		"largest headers of one registry answer; a registry sending more fails the request (default 65536)")
 	fs.DurationVar(&o.AnswerTimeout, "registry-answer-timeout", o.AnswerTimeout, "how long a registry read waits for an answer before the registry counts as hanging (default 5s; writes wait 60s after their upload)")
 	fs.DurationVar(&o.StallTimeout, "registry-stall-timeout", o.StallTimeout, "an upload the registry takes no byte of for this long is cut (default 30s; a download is cut after the answer timeout without a byte)")
 	fs.DurationVar(&o.MaxRetryAfterWait, "registry-max-retry-after-wait", o.MaxRetryAfterWait,

@@ -111,7 +111,7 @@ func TestLoopbackRefusedAfterResolving(t *testing.T) {
 	// The dialer sees the resolved address; ask it for 127.0.0.1 directly.
 	for _, allowed := range []bool{false, true} {
 		req, _ := http.NewRequest(http.MethodGet, "http://"+f.Addr+"/v2/", nil)
-		resp, err := defaultTransport(nil, allowed).RoundTrip(req)
+		resp, err := defaultTransport(nil, allowed, 64<<10).RoundTrip(req)
 		if allowed {
 			if err != nil {
 				t.Fatalf("loopback allowed: %v", err)

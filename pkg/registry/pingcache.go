@@ -22,14 +22,20 @@ const pingTTL = 5 * time.Minute
 // every authenticated transport) from the registry's last answer: 200 or
 // 401 with its challenge, kept for pingTTL, dropped by a 401 whose
 // challenge differs, one ping per registry in flight, at most
-// maxPingAnswers kept. Why, and what it saves: docs/design.md § Registry
+// maxPingBytes kept. Why, and what it saves: docs/design.md § Registry
 // client decisions, "The /v2/ ping is remembered per registry".
+//
+// Only what ggcr reads of a ping is kept: the status and the challenge,
+// up to maxChallenge bytes (a longer one is not kept, and costs its
+// registry a ping each time). Registries are tenants' choice, and a
+// tenant's may answer with megabytes of headers.
 type pingCache struct {
 	next  http.RoundTripper
 	clock clock.PassiveClock
 
 	mu       sync.Mutex
 	answers  map[pingKey]pingAnswer
+	bytes    int // kept, as pingAnswer.cost counts them
 	inFlight map[pingKey]*pingInFlight
 }
 
@@ -42,17 +48,24 @@ type pingInFlight struct {
 	stale bool
 }
 
-// maxPingAnswers bounds the answers kept: one per registry in use (and
-// scheme), a few hundred bytes each.
-const maxPingAnswers = 1024
+// Bounds of the answers kept: one per registry in use (and scheme), a few
+// hundred bytes each (Docker Hub's challenge is about 120; realm, service
+// and scope make a few hundred at most).
+const (
+	maxPingBytes = 1 << 20
+	maxChallenge = 4 << 10
+)
 
 type pingKey struct{ scheme, host string }
 
 type pingAnswer struct {
-	status int
-	header http.Header
-	at     time.Time
+	status    int
+	challenge string // WWW-Authenticate
+	at        time.Time
 }
+
+// cost is about the memory an answer kept under key takes.
+func (a pingAnswer) cost(key pingKey) int { return 128 + len(key.host) + len(a.challenge) }
 
 func newPingCache(clk clock.PassiveClock) *pingCache {
 	return &pingCache{clock: clk, answers: map[pingKey]pingAnswer{}, inFlight: map[pingKey]*pingInFlight{}}
@@ -96,7 +109,7 @@ func (p *pingCache) lookup(key pingKey) (answer pingAnswer, ok bool, wait chan s
 		if p.clock.Now().Sub(answer.at) < pingTTL {
 			return answer, true, nil
 		}
-		delete(p.answers, key)
+		p.drop(key)
 	}
 	if ping, ok := p.inFlight[key]; ok {
 		return pingAnswer{}, false, ping.answered
@@ -114,10 +127,12 @@ func (p *pingCache) ping(req *http.Request, key pingKey) (*http.Response, error)
 	defer p.mu.Unlock()
 	ping := p.inFlight[key]
 	if err == nil && (resp.StatusCode == http.StatusOK || resp.StatusCode == http.StatusUnauthorized) && !ping.stale {
-		p.makeRoom()
-		header := resp.Header.Clone()
-		header.Del("Content-Length") // the replayed answer has no body
-		p.answers[key] = pingAnswer{status: resp.StatusCode, header: header, at: p.clock.Now()}
+		answer := pingAnswer{status: resp.StatusCode, challenge: resp.Header.Get("WWW-Authenticate"), at: p.clock.Now()}
+		if len(answer.challenge) <= maxChallenge {
+			p.makeRoom(answer.cost(key))
+			p.answers[key] = answer
+			p.bytes += answer.cost(key)
+		}
 	}
 	close(ping.answered)
 	delete(p.inFlight, key)
@@ -130,8 +145,8 @@ func (p *pingCache) challenged(host, challenge string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for key, answer := range p.answers {
-		if key.host == host && !sameChallenge(answer.header.Get("WWW-Authenticate"), challenge) {
-			delete(p.answers, key)
+		if key.host == host && !sameChallenge(answer.challenge, challenge) {
+			p.drop(key)
 			for _, scheme := range []string{"https", "http"} {
 				if ping, ok := p.inFlight[pingKey{scheme, host}]; ok {
 					ping.stale = true
@@ -141,23 +156,34 @@ func (p *pingCache) challenged(host, challenge string) {
 	}
 }
 
-// makeRoom drops expired answers, or else the oldest, so that one more
+// drop forgets key's answer; p.mu must be held.
+func (p *pingCache) drop(key pingKey) {
+	if answer, ok := p.answers[key]; ok {
+		p.bytes -= answer.cost(key)
+		delete(p.answers, key)
+	}
+}
+
+// makeRoom drops expired answers, then the oldest, until one of cost bytes
 // fits; p.mu must be held.
-func (p *pingCache) makeRoom() {
-	if len(p.answers) < maxPingAnswers {
+func (p *pingCache) makeRoom(cost int) {
+	if p.bytes+cost <= maxPingBytes {
 		return
 	}
 	now := p.clock.Now()
-	var oldest pingKey
 	for key, answer := range p.answers {
 		if now.Sub(answer.at) >= pingTTL {
-			delete(p.answers, key)
-		} else if oldest == (pingKey{}) || answer.at.Before(p.answers[oldest].at) {
-			oldest = key
+			p.drop(key)
 		}
 	}
-	if len(p.answers) >= maxPingAnswers {
-		delete(p.answers, oldest)
+	for p.bytes+cost > maxPingBytes && len(p.answers) > 0 {
+		var oldest pingKey
+		for key, answer := range p.answers {
+			if oldest == (pingKey{}) || answer.at.Before(p.answers[oldest].at) {
+				oldest = key
+			}
+		}
+		p.drop(oldest)
 	}
 }
 
@@ -188,13 +214,17 @@ func isPing(req *http.Request) bool {
 }
 
 func (a pingAnswer) response(req *http.Request) *http.Response {
+	header := http.Header{}
+	if a.challenge != "" {
+		header.Set("WWW-Authenticate", a.challenge)
+	}
 	return &http.Response{
 		Status:     fmt.Sprintf("%d %s", a.status, http.StatusText(a.status)),
 		StatusCode: a.status,
 		Proto:      "HTTP/1.1",
 		ProtoMajor: 1,
 		ProtoMinor: 1,
-		Header:     a.header.Clone(),
+		Header:     header,
 		Body:       http.NoBody,
 		Request:    req,
 	}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -152,46 +154,86 @@ func TestSameChallenge(t *testing.T) {
 }
 
 // TestPingAnswersBounded: a tenant naming thousands of registries (one
-// server answering under many names) leaves at most maxPingAnswers answers
-// kept, and a kept answer is still used.
+// server answering under many names), each answering its ping with a long
+// challenge and megabytes of other headers, leaves at most maxPingBytes of
+// answers kept: only the status and the challenge of each, none whose
+// challenge is over maxChallenge; a kept answer is still used.
 func TestPingAnswersBounded(t *testing.T) {
-	f := registrytest.New(t)
 	sent := 0
+	junk := strings.Repeat("j", 1<<20)
+	challenge := `Bearer realm="https://auth.example/token",service="` + strings.Repeat("s", maxChallenge-100) + `"`
 	answer := roundTripFunc(func(req *http.Request) (*http.Response, error) {
 		sent++
-		return http.DefaultTransport.RoundTrip(req)
+		header := http.Header{"X-Junk": {junk, junk, junk, junk, junk, junk, junk, junk}, "Www-Authenticate": {challenge}}
+		if strings.HasPrefix(req.URL.Host, "long") {
+			header.Set("WWW-Authenticate", challenge+strings.Repeat("x", 100))
+		}
+		return &http.Response{StatusCode: http.StatusUnauthorized, Header: header, Body: http.NoBody, Request: req}, nil
 	})
 	p := newPingCache(clock.RealClock{})
 	p.next = answer
 	ping := func(key pingKey) {
 		t.Helper()
-		// Every name is answered by the same server.
-		req, err := http.NewRequest(http.MethodGet, "http://"+f.Addr+"/v2/", nil)
+		req, err := http.NewRequest(http.MethodGet, "http://"+key.host+"/v2/", nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		resp, err := p.ping(req, key)
-		if err != nil {
+		if _, err := p.ping(req, key); err != nil {
 			t.Fatal(err)
 		}
-		_ = resp.Body.Close()
 	}
-	for i := range maxPingAnswers + 100 {
+	hosts := 2 * maxPingBytes / maxChallenge
+	for i := range hosts {
 		key := pingKey{"http", fmt.Sprintf("host%d.example:5000", i)}
 		if _, ok, _ := p.lookup(key); ok {
 			t.Fatalf("%s answered before its ping", key.host)
 		}
 		ping(key)
 	}
-	if n := len(p.answers); n > maxPingAnswers {
-		t.Errorf("%d answers kept, want at most %d", n, maxPingAnswers)
+	kept := 0
+	for key, a := range p.answers {
+		kept += a.cost(key)
 	}
-	last := pingKey{"http", fmt.Sprintf("host%d.example:5000", maxPingAnswers+99)}
-	if _, ok, _ := p.lookup(last); !ok {
-		t.Error("the last answer was not kept")
+	if kept != p.bytes || p.bytes > maxPingBytes {
+		t.Errorf("%d bytes kept (counted %d), want at most %d", kept, p.bytes, maxPingBytes)
 	}
-	if sent != maxPingAnswers+100 {
+	last := pingKey{"http", fmt.Sprintf("host%d.example:5000", hosts-1)}
+	a, ok, _ := p.lookup(last)
+	if !ok {
+		t.Fatal("the last answer was not kept")
+	}
+	replayed := a.response(&http.Request{})
+	if len(replayed.Header) != 1 || replayed.Header.Get("WWW-Authenticate") != challenge || replayed.StatusCode != http.StatusUnauthorized {
+		t.Errorf("replayed %d with headers %d long, want 401 and the challenge alone", replayed.StatusCode, len(fmt.Sprint(replayed.Header)))
+	}
+	if sent != hosts {
 		t.Errorf("%d pings sent, want one per host", sent)
+	}
+	if _, ok, _ := p.lookup(pingKey{"http", "long.example"}); ok {
+		t.Fatal("long.example answered before its ping")
+	}
+	ping(pingKey{"http", "long.example"})
+	if _, ok, _ := p.lookup(pingKey{"http", "long.example"}); ok {
+		t.Errorf("a challenge over %d bytes was kept", maxChallenge)
+	}
+}
+
+// TestAnswerHeadersBounded: a registry answering with more headers than
+// --registry-max-header-bytes fails the request, classified, without
+// the controller reading them all.
+func TestAnswerHeadersBounded(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		for i := range 8 {
+			w.Header().Set(fmt.Sprintf("X-Junk-%d", i), strings.Repeat("j", 128<<10))
+		}
+		w.WriteHeader(http.StatusUnauthorized)
+	}))
+	t.Cleanup(srv.Close)
+	c := newTestClient(t, Options{})
+	ref, _ := name.ParseReference(strings.TrimPrefix(srv.URL, "http://") + "/team/app:1")
+	_, err := c.As(nil).Resolve(context.Background(), ref)
+	if e := Classify(err); err == nil || !strings.Contains(err.Error(), "exceeded") {
+		t.Fatalf("headers of 1 MiB: %v (%+v), want the request failed for them", err, e)
 	}
 }
 
@@ -205,8 +247,7 @@ func TestPingStaleOnlyForItsHost(t *testing.T) {
 		<-release
 		return &http.Response{StatusCode: http.StatusOK, Header: http.Header{}, Body: http.NoBody, Request: req}, nil
 	})
-	kept := pingAnswer{status: http.StatusUnauthorized, at: time.Now(),
-		header: http.Header{"Www-Authenticate": {`Bearer realm="https://auth.b.example/token"`}}}
+	kept := pingAnswer{status: http.StatusUnauthorized, at: time.Now(), challenge: `Bearer realm="https://auth.b.example/token"`}
 	p.answers[pingKey{"http", "b.example"}] = kept
 	var wg sync.WaitGroup
 	for _, host := range []string{"a.example", "b.example"} {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"time"
 
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
@@ -14,6 +15,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
 	"github.com/buildsmith/buildsmith/pkg/cnb"
+	"github.com/buildsmith/buildsmith/pkg/failure"
 	"github.com/buildsmith/buildsmith/pkg/worker"
 )
 
@@ -98,18 +100,21 @@ func (a Access) Lookup(ctx context.Context, ref name.Reference) (desc Descriptor
 	return desc, err == nil, err
 }
 
-// ReadLayer writes the blob at ref (a layer as stored, compressed) to w,
-// checked against its digest: the bytes are read to their end, where a
-// difference is an error. Like a push, the read is not cut while bytes
-// move (WriteTimeout), only when they stop. An error of w's is returned as
-// it is, never taken for the registry's.
-func (a Access) ReadLayer(ctx context.Context, ref name.Digest, w io.Writer) error {
+// ReadLayer writes the blob at ref (a layer as stored, compressed), of
+// size bytes as its manifest declares, to w, checked against its digest.
+// At most size bytes are taken: a registry sending more (an endless body)
+// fails the read at the first byte beyond, before it reaches w. The read
+// is not cut while bytes move at MinReadRate or faster: its deadline is
+// Timeout plus what size takes at that rate (and a body that stops for
+// AnswerTimeout is cut sooner). An error of w's is returned as it is,
+// never taken for the registry's.
+func (a Access) ReadLayer(ctx context.Context, ref name.Digest, size int64, w io.Writer) error {
 	c := a.client
 	if insecure, ok := c.hosts.reference(ref).(name.Digest); ok {
 		ref = insecure
 	}
 	dst := &recordingWriter{w: w}
-	err := c.do(ctx, ref, c.opts.WriteTimeout, func(ctx context.Context, s *session) error {
+	err := c.do(ctx, ref, c.readLayerTimeout(size), func(ctx context.Context, s *session) error {
 		layer, err := s.puller.Layer(ctx, ref)
 		if err != nil {
 			return err
@@ -119,7 +124,21 @@ func (a Access) ReadLayer(ctx context.Context, ref name.Digest, w io.Writer) err
 			return err
 		}
 		defer rc.Close()
-		if _, err := io.Copy(dst, rc); err != nil && dst.err == nil {
+		n, err := io.Copy(dst, io.LimitReader(rc, size))
+		if err != nil {
+			if dst.err == nil {
+				return err
+			}
+			return nil
+		}
+		if n < size {
+			return blobSizeError(ref, size, fmt.Sprintf("ended after %d", n))
+		}
+		// The digest is checked when the body ends: read on to its end,
+		// which must come now.
+		if extra, err := io.Copy(io.Discard, io.LimitReader(rc, 1)); extra > 0 {
+			return blobSizeError(ref, size, "sent more than")
+		} else if err != nil {
 			return err
 		}
 		return nil
@@ -128,6 +147,19 @@ func (a Access) ReadLayer(ctx context.Context, ref name.Digest, w io.Writer) err
 		return dst.err
 	}
 	return err
+}
+
+// readLayerTimeout is the deadline of reading a blob of size bytes.
+func (c *Client) readLayerTimeout(size int64) time.Duration {
+	return c.opts.Timeout + time.Duration(float64(max(size, 0))/float64(c.opts.MinReadRate)*float64(time.Second))
+}
+
+// blobSizeError is a blob whose bytes are not the size its manifest
+// declares: the registry's answer is wrong (as with other bytes under the
+// digest), and the next read may be right.
+func blobSizeError(ref name.Digest, size int64, what string) error {
+	return &failure.Error{Class: failure.Transient, Reason: ReasonRegistryError,
+		Err: fmt.Errorf("blob %s: the registry %s the %d bytes its manifest declares; not read further", ref.DigestStr(), what, size)}
 }
 
 // recordingWriter keeps the first error of w apart from those of what is

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"k8s.io/utils/clock"
+	"k8s.io/utils/lru"
 
 	"github.com/buildsmith/buildsmith/pkg/failure"
 	"github.com/buildsmith/buildsmith/pkg/worker"
@@ -29,12 +30,19 @@ import (
 // deadline allows: under a steady rate limit, calls then make progress a
 // request at a time instead of failing whole and starting over. A longer
 // hold fails the call at once, for the caller's requeue.
+//
+// What a hold is keyed on is bounded, as a registry chooses it: an answer
+// to a request the call did not address (a redirect to a fresh path, a
+// token service) holds the call's own place, a path whose repository is
+// longer than a repository name may be holds its host, and at most
+// maxHolds are kept, the least recently used forgotten first (a forgotten
+// hold costs one early request, answered with the same Retry-After).
 type retryAfterHolds struct {
 	clock   clock.Clock
 	maxWait time.Duration
 
 	mu    sync.Mutex
-	holds map[holdKey]retryAfterHold
+	holds *lru.Cache // holdKey → retryAfterHold
 }
 
 // holdKey is a host and a repository; an empty repository is the host.
@@ -45,8 +53,33 @@ type retryAfterHold struct {
 	reason string // of the answer that asked for it
 }
 
+// maxHolds bounds the holds kept: one per place that asked to be left
+// alone, each about 100 bytes.
+const maxHolds = 4096
+
+// maxHeldRepository is the longest repository a hold is kept for: the
+// longest a reference may name (distribution's limit, which ggcr's name
+// checks). A longer path is not one of ours; its host is held instead.
+const maxHeldRepository = 255
+
 func newRetryAfterHolds(clk clock.Clock, maxWait time.Duration) *retryAfterHolds {
-	return &retryAfterHolds{clock: clk, maxWait: maxWait, holds: map[holdKey]retryAfterHold{}}
+	return &retryAfterHolds{clock: clk, maxWait: maxWait, holds: lru.New(maxHolds)}
+}
+
+// heldPlace is the place an answer to req is held against: the request's
+// own (host, repository), unless the call that sent it addressed another
+// place (ggcr followed a redirect, or asked a token service), which is
+// then held; a repository too long to be one is its host.
+func heldPlace(req *http.Request) holdKey {
+	key := holdKey{req.URL.Host, repositoryOf(req.URL.Path)}
+	if call := callFrom(req.Context()); call != nil && call.target.Host != "" &&
+		(key.host != call.target.Host || (key.repo != "" && key.repo != call.target.Repository)) {
+		return holdKey{call.target.Host, call.target.Repository}
+	}
+	if len(key.repo) > maxHeldRepository {
+		key.repo = ""
+	}
+	return key
 }
 
 // note records that repo (or the host, when "") answered with status and
@@ -63,24 +96,10 @@ func (h *retryAfterHolds) note(host, repo string, status int, d time.Duration) {
 	key := holdKey{host, repo}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if until.After(h.holds[key].until) {
-		h.holds[key] = retryAfterHold{until: until, reason: reason}
-	}
-	if len(h.holds) > maxHoldsBeforePrune {
-		// Holds are dropped when looked up after they end; those of places
-		// nobody asks for again (a tenant's thousand repositories) go here.
-		now := h.clock.Now()
-		for k, hold := range h.holds {
-			if !hold.until.After(now) {
-				delete(h.holds, k)
-			}
-		}
+	if old, ok := h.holds.Get(key); !ok || until.After(old.(retryAfterHold).until) {
+		h.holds.Add(key, retryAfterHold{until: until, reason: reason})
 	}
 }
-
-// maxHoldsBeforePrune is the number of holds above which a new one sweeps
-// the ended ones away.
-const maxHoldsBeforePrune = 1024
 
 // left returns how long repo is held (by its own hold or its host's),
 // and why; 0 when it is not.
@@ -90,12 +109,13 @@ func (h *retryAfterHolds) left(host, repo string) (time.Duration, string) {
 	var longest time.Duration
 	var reason string
 	for _, key := range []holdKey{{host, ""}, {host, repo}} {
-		hold, ok := h.holds[key]
+		v, ok := h.holds.Get(key)
 		if !ok {
 			continue
 		}
+		hold := v.(retryAfterHold)
 		if left := hold.until.Sub(h.clock.Now()); left <= 0 {
-			delete(h.holds, key)
+			h.holds.Remove(key)
 		} else if left > longest {
 			longest, reason = left, hold.reason
 		}
@@ -194,7 +214,8 @@ type retryAfterTransport struct {
 const maxRetryAfterResends = 10
 
 func (t *retryAfterTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	host, repo := req.URL.Host, repositoryOf(req.URL.Path)
+	place := heldPlace(req)
+	host, repo := place.host, place.repo
 	for resends := 0; ; resends++ {
 		if err := t.holds.wait(req.Context(), host, repo); err != nil {
 			return nil, err
@@ -228,7 +249,8 @@ func (t *retryAfterTransport) RoundTrip(req *http.Request) (*http.Response, erro
 func (t *retryAfterTransport) sendOnce(req *http.Request) (*http.Response, error) {
 	resp, err := t.next.RoundTrip(req)
 	if err == nil {
-		t.holds.note(req.URL.Host, repositoryOf(req.URL.Path), resp.StatusCode, parseRetryAfter(resp, t.holds.clock.Now()))
+		place := heldPlace(req)
+		t.holds.note(place.host, place.repo, resp.StatusCode, parseRetryAfter(resp, t.holds.clock.Now()))
 	}
 	return resp, err
 }

@@ -2,8 +2,11 @@ package registry
 
 import (
 	"context"
+	"fmt"
 	"net/http"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -164,5 +167,51 @@ func TestWithMaxHoldWait(t *testing.T) {
 	time.Sleep(time.Second) // the first hold is over
 	if _, err := c.As(nil).Resolve(context.Background(), f.Ref("team/app:1")); err != nil {
 		t.Errorf("a call that may wait: %v", err)
+	}
+}
+
+// TestRetryAfterHoldsAreBounded: a registry that redirects every read to a
+// fresh long path and answers there 429 with a day's Retry-After makes one
+// hold, on the repository the call was about, not one per path; holds of
+// paths longer than a repository hold their host; and however many places
+// ask, at most maxHolds holds are kept.
+func TestRetryAfterHoldsAreBounded(t *testing.T) {
+	f := registrytest.New(t)
+	f.Push("team/app:1")
+	var redirects atomic.Int64
+	f.Inject(http.MethodGet, "/team/app/manifests/", -1, func(w http.ResponseWriter, r *http.Request) {
+		n := redirects.Add(1)
+		// 16 KiB: the Location header stays under the header bound.
+		http.Redirect(w, r, fmt.Sprintf("/v2/elsewhere/%d/%s/manifests/1", n, strings.Repeat("p", 16<<10)), http.StatusTemporaryRedirect)
+	})
+	f.Inject("", "/elsewhere/", -1, registrytest.Answer(429, map[string]string{"Retry-After": "86400"}, ""))
+	clock := testingclock.NewFakeClock(time.Now())
+	c := newTestClient(t, Options{Clock: clock})
+	ctx := context.Background()
+
+	for range 40 {
+		_, _ = c.As(nil).ReadImage(ctx, f.Ref("team/app:1"), nil)
+		clock.Step(time.Second)
+	}
+	if n := c.holds.holds.Len(); n != 1 {
+		t.Errorf("%d holds after 40 reads redirected to fresh paths, want 1", n)
+	}
+	if left, _ := c.holds.left(f.Addr, "team/app"); left < 23*time.Hour {
+		t.Errorf("the call's repository is held for %v, want about a day", left)
+	}
+
+	// A path whose repository is longer than a name may be holds the host.
+	long := holdKey{"registry.example", strings.Repeat("r", maxHeldRepository+1)}
+	req, _ := http.NewRequest(http.MethodGet, "https://"+long.host+"/v2/"+long.repo+"/manifests/1", nil)
+	if got := heldPlace(req); got != (holdKey{long.host, ""}) {
+		t.Errorf("a path of a %d-byte repository is held as %+v, want its host", len(long.repo), got)
+	}
+
+	holds := newRetryAfterHolds(clock, time.Second)
+	for i := range maxHolds + 100 {
+		holds.note("registry.example", fmt.Sprintf("team/app-%d", i), 429, time.Hour)
+	}
+	if n := holds.holds.Len(); n != maxHolds {
+		t.Errorf("%d holds kept, want at most %d", n, maxHolds)
 	}
 }

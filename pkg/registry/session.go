@@ -34,7 +34,7 @@ func (c *Client) do(ctx context.Context, ref name.Reference, timeout time.Durati
 	if refused := c.hosts.refuse(target.Host); refused != nil {
 		return refused // before any state is kept for the host
 	}
-	ctx, state := withCall(ctx)
+	ctx, state := withCall(ctx, target)
 	// The circuit first: its error names the place to wait on (and carries
 	// the hold's Retry-After, before which it is not probed).
 	if refused := c.circuits.refuse(ctx, target); refused != nil {

@@ -151,7 +151,7 @@ func (f Flattening) options(ctx context.Context, reg registry.Access, dir scratc
 			}
 			defer os.Remove(blob.Name())
 			defer blob.Close()
-			if err := reg.ReadLayer(ctx, store.Context().Digest(digest.String()), cnb.ScratchWriter(blob)); err != nil {
+			if err := reg.ReadLayer(ctx, store.Context().Digest(digest.String()), size, cnb.ScratchWriter(blob)); err != nil {
 				return err
 			}
 			if _, err := blob.Seek(0, io.SeekStart); err != nil {
