@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"compress/gzip"
 	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -43,7 +44,6 @@ const (
 const (
 	maxEntryName     = 4096
 	maxFlattenedDirs = 1 << 16
-	tarBlock         = 512
 )
 
 // FlattenOptions say where and how flattened layers are made.
@@ -72,10 +72,14 @@ type FlattenOptions struct {
 }
 
 // FlattenMemory remembers what flattened layers were, by what they were
-// made of.
+// made of: the DiffIDs of their buildpack layers, each checked against the
+// layer's content when it was made (a DiffID declared over other bytes
+// fails the flatten, and nothing is remembered of it).
 type FlattenMemory interface {
 	Get(key string) (FlattenedLayer, bool)
 	Add(key string, layer FlattenedLayer)
+	// Forget drops what is remembered under key (it turned out wrong).
+	Forget(key string)
 }
 
 // FlattenedLayer is what a flattened layer was: its digests and size.
@@ -148,7 +152,7 @@ func Flatten(bps []BuildpackLayer, f *v1alpha1.Flatten, opts FlattenOptions) ([]
 func flattenedLayer(key string, units []BuildpackLayer, opts FlattenOptions) (BuildpackLayer, error) {
 	if opts.Remembered != nil {
 		if known, ok := opts.Remembered.Get(key); ok {
-			return lazyFlattened(known, units, opts)
+			return lazyFlattened(key, known, units, opts)
 		}
 	}
 	layer, err := writeFlattened(units, opts)
@@ -314,7 +318,8 @@ func writeFlattened(units []BuildpackLayer, opts FlattenOptions) (BuildpackLayer
 	tw := tar.NewWriter(zw)
 	copied := &entryCopier{out: tw, dirs: map[[sha256.Size]byte]bool{}, budget: opts.Budget}
 	for _, unit := range units {
-		if err := opts.Read(unit, copied.copyAll); err != nil {
+		copyLayer := func(r io.Reader) error { return copied.copyLayer(r, unit.Buildpack.DiffID) }
+		if err := opts.Read(unit, copyLayer); err != nil {
 			if _, classified := failure.As(err); classified {
 				return BuildpackLayer{}, err
 			}
@@ -355,6 +360,28 @@ type entryCopier struct {
 	budget *FlattenBudget
 }
 
+// copyLayer copies the entries of the uncompressed layer r, whose DiffID
+// its buildpackage declares as diffID. Every byte read counts against the
+// budget, whether its entry is copied or skipped (a layer of a million
+// copies of one directory is small compressed), and r is read to its end,
+// where its digest must be the DiffID: the flattened layer is remembered
+// by the DiffIDs it was made of, so they must be the content's.
+func (c *entryCopier) copyLayer(r io.Reader, diffID string) error {
+	digest := sha256.New()
+	counted := &budgetReader{r: io.TeeReader(r, digest), budget: c.budget}
+	if err := c.copyAll(counted); err != nil {
+		return err
+	}
+	// The tar's end and what a tar writer pads after it.
+	if _, err := io.Copy(io.Discard, counted); err != nil {
+		return err
+	}
+	if got := "sha256:" + hex.EncodeToString(digest.Sum(nil)); got != diffID {
+		return fmt.Errorf("its content is %s, not the DiffID %s its buildpackage declares", got, diffID)
+	}
+	return nil
+}
+
 func (c *entryCopier) copyAll(r io.Reader) error {
 	tr := tar.NewReader(r)
 	for {
@@ -378,16 +405,6 @@ func (c *entryCopier) copyAll(r io.Reader) error {
 			}
 			c.dirs[dir] = true
 		}
-		// What the entry takes in the archive: its header (PAX records
-		// for long names and attributes included) and its content.
-		size := tarBlock + int64(len(hdr.Name)+len(hdr.Linkname)) + hdr.Size
-		for k, v := range hdr.PAXRecords {
-			size += int64(len(k) + len(v))
-		}
-		if c.budget.Left -= size; c.budget.Left < 0 {
-			return failure.Permanentf(ReasonFlattenTooLarge, "the flattened layers would be larger than %d bytes uncompressed (--max-flattened-bytes): "+
-				"flatten fewer buildpacks", c.budget.Max)
-		}
 		if err := c.out.WriteHeader(hdr); err != nil {
 			return err
 		}
@@ -395,6 +412,31 @@ func (c *entryCopier) copyAll(r io.Reader) error {
 			return err
 		}
 	}
+}
+
+// budgetReader charges every byte read from r to a budget, and fails once
+// it is spent.
+type budgetReader struct {
+	r      io.Reader
+	budget *FlattenBudget
+}
+
+// Read fails once the budget is spent, and every time after: a reader that
+// got all it asked for may drop the error that came with it (io.ReadFull).
+func (b *budgetReader) Read(p []byte) (int, error) {
+	if b.budget.Left < 0 {
+		return 0, b.spent()
+	}
+	n, err := b.r.Read(p)
+	if b.budget.Left -= int64(n); b.budget.Left < 0 {
+		return n, b.spent()
+	}
+	return n, err
+}
+
+func (b *budgetReader) spent() error {
+	return failure.Permanentf(ReasonFlattenTooLarge, "the buildpack layers to flatten are larger than %d bytes uncompressed (--max-flattened-bytes): "+
+		"flatten fewer buildpacks", b.budget.Max)
 }
 
 // ScratchWriter marks the errors of writing w, a scratch file, so that they
@@ -434,7 +476,7 @@ func LayerMediaType(base v1.Image) types.MediaType {
 // content is first read. The same inputs give the same bytes, so what is
 // made is what was known; were it not (another build of the controller),
 // reading it fails rather than give bytes under another digest.
-func lazyFlattened(known FlattenedLayer, units []BuildpackLayer, opts FlattenOptions) (BuildpackLayer, error) {
+func lazyFlattened(key string, known FlattenedLayer, units []BuildpackLayer, opts FlattenOptions) (BuildpackLayer, error) {
 	diffID, err := v1.NewHash(known.DiffID)
 	if err != nil {
 		return BuildpackLayer{}, err
@@ -450,6 +492,8 @@ func lazyFlattened(known FlattenedLayer, units []BuildpackLayer, opts FlattenOpt
 			return nil, err
 		}
 		if made.Buildpack.Digest != known.Digest {
+			// Wrong, whatever made it so: the next push makes it anew.
+			opts.Remembered.Forget(key)
 			return nil, &failure.Error{Class: failure.Transient, Reason: ReasonScratchUnavailable,
 				Err: fmt.Errorf("the flattened layer came out as %s, not the %s made before of the same layers", made.Buildpack.Digest, known.Digest)}
 		}

@@ -10,8 +10,10 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
 	"github.com/buildsmith/buildsmith/pkg/apis/build/v1alpha1"
@@ -357,3 +359,117 @@ type mapMemory map[string]FlattenedLayer
 
 func (m mapMemory) Get(key string) (FlattenedLayer, bool) { l, ok := m[key]; return l, ok }
 func (m mapMemory) Add(key string, l FlattenedLayer)      { m[key] = l }
+func (m mapMemory) Forget(key string)                     { delete(m, key) }
+
+// TestFlattenChecksDiffIDs: a buildpack layer whose content is not the
+// DiffID its buildpackage declares cannot be flattened
+// (InvalidBuildpackLayer), and nothing is remembered of it: a tenant
+// declaring another builder's DiffIDs over bytes of its own poisons no
+// memory. Reading a remembered layer made of such bytes fails, and leaves
+// the memory as it was for the builders whose bytes are right; a
+// remembered layer that comes out as another digest is forgotten.
+func TestFlattenChecksDiffIDs(t *testing.T) {
+	all := &v1alpha1.Flatten{All: true}
+	bps := buildpackLayers(t)
+	// The tenant's: bps's DiffIDs, over the bytes of other layers.
+	other := buildpackLayers(t)
+	for i := range other {
+		other[i].Layer = randomTarLayer(t)
+	}
+	memory := mapMemory{}
+	opts := func() FlattenOptions {
+		return FlattenOptions{Dir: t.TempDir(), Budget: NewFlattenBudget(1 << 20), MediaType: types.OCILayer, Read: readUncompressed, Remembered: memory}
+	}
+	isInvalid := func(err error) bool {
+		f, ok := failure.As(err)
+		return ok && f.Reason == ReasonInvalidBuildpackLayer && strings.Contains(err.Error(), "not the DiffID")
+	}
+
+	if _, err := Flatten(other, all, opts()); !isInvalid(err) {
+		t.Fatalf("declared DiffIDs over other bytes: %v, want %s naming the DiffID", err, ReasonInvalidBuildpackLayer)
+	}
+	if len(memory) != 0 {
+		t.Fatalf("remembered %d layers of content that is not what it declares", len(memory))
+	}
+
+	good, err := Flatten(bps, all, opts())
+	if err != nil {
+		t.Fatal(err)
+	}
+	lazy, err := Flatten(other, all, opts()) // remembered: made when read
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lazy[0].Layer.Compressed(); !isInvalid(err) {
+		t.Errorf("reading the tenant's remembered layer: %v, want %s", err, ReasonInvalidBuildpackLayer)
+	}
+	again, err := Flatten(bps, all, opts())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := again[0].Layer.Compressed(); err != nil || again[0].Buildpack.Digest != good[0].Buildpack.Digest {
+		t.Errorf("the right bytes after the tenant's: %v, digest %s, want %s", err, again[0].Buildpack.Digest, good[0].Buildpack.Digest)
+	}
+
+	for key, l := range memory {
+		l.Digest = "sha256:" + strings.Repeat("0", 64)
+		memory[key] = l
+	}
+	wrong, err := Flatten(bps, all, opts())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := wrong[0].Layer.Compressed(); err == nil || len(memory) != 0 {
+		t.Errorf("a remembered layer coming out as another digest: %v, %d remembered, want an error and it forgotten", err, len(memory))
+	}
+}
+
+// randomTarLayer is a layer of one file of random content.
+func randomTarLayer(t *testing.T) v1.Layer {
+	t.Helper()
+	l, err := tarLayer([]tarEntry{{path: "cnb/x", mode: 0o644, content: []byte(fmt.Sprint(time.Now().UnixNano()))}}, types.OCILayer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// TestFlattenChargesEveryByteRead: a layer of a million copies of one
+// directory (about 1000:1 compressed) is charged for every byte read, not
+// for the entries kept: against a budget of 1 MiB, it fails FlattenTooLarge
+// having read about 1 MiB of it.
+func TestFlattenChargesEveryByteRead(t *testing.T) {
+	var tarball bytes.Buffer
+	tw := tar.NewWriter(&tarball)
+	for range 20_000 { // 10 MiB of headers
+		if err := tw.WriteHeader(&tar.Header{Name: "cnb/buildpacks/", Typeflag: tar.TypeDir, Mode: 0o755}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_ = tw.Close()
+	var read int64
+	opts := FlattenOptions{Dir: t.TempDir(), Budget: NewFlattenBudget(1 << 20), MediaType: types.OCILayer,
+		Read: func(bp BuildpackLayer, copyLayer func(io.Reader) error) error {
+			r := &countingReader{r: bytes.NewReader(tarball.Bytes())}
+			defer func() { read += r.n }()
+			return copyLayer(r)
+		}}
+	_, err := Flatten(buildpackLayers(t), &v1alpha1.Flatten{All: true}, opts)
+	if f, ok := failure.As(err); !ok || f.Reason != ReasonFlattenTooLarge {
+		t.Fatalf("error = %v, want %s", err, ReasonFlattenTooLarge)
+	}
+	if read > 1<<20+64<<10 {
+		t.Errorf("read %d bytes against a budget of 1 MiB", read)
+	}
+}
+
+type countingReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
+}

@@ -126,7 +126,7 @@ func (r *Core) reconcile(ctx context.Context, obj object, spec *v1alpha1.Builder
 		}
 		// The tag moved or is gone: push again.
 	}
-	if next.LatestImage, next.Platforms, err = r.buildAndPush(ctx, in, spec); err != nil {
+	if next.LatestImage, next.Platforms, err = r.buildAndPush(ctx, key.Namespace, in, spec); err != nil {
 		return reconciler.Updating(err)
 	}
 	r.pushes.Store(key, pushRecord{fingerprint: next.Fingerprint, latestImage: next.LatestImage, platforms: next.Platforms})
@@ -147,11 +147,11 @@ func (r *Core) finish(ctx context.Context, in *inputs, status *v1alpha1.BuilderS
 
 // buildAndPush assembles the builder for each platform and pushes it (an
 // index when there are several), returning what the status records.
-func (r *Core) buildAndPush(ctx context.Context, in *inputs, spec *v1alpha1.BuilderSpec) (string, []v1alpha1.BuiltPlatform, error) {
+func (r *Core) buildAndPush(ctx context.Context, namespace string, in *inputs, spec *v1alpha1.BuilderSpec) (string, []v1alpha1.BuiltPlatform, error) {
 	if err := copyRunImages(ctx, in.registry, in.stack, spec); err != nil {
 		return "", nil, err
 	}
-	scratch, err := r.Flattening.scratch(spec)
+	scratch, err := r.Flattening.scratch(ctx, namespace, spec)
 	if err != nil {
 		return "", nil, err
 	}

@@ -10,8 +10,6 @@ import (
 	"path/filepath"
 
 	"github.com/google/go-containerregistry/pkg/name"
-	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/partial"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 	"k8s.io/utils/lru"
 
@@ -39,6 +37,11 @@ type Flattening struct {
 	// repository holds its flattened layers reads no buildpack layer; nil:
 	// every push flattens.
 	Memory *FlattenMemory
+	// MaxZstdWindow bounds the window a zstd buildpack layer may ask for
+	// (0: cnb.DefaultMaxZstdWindow).
+	MaxZstdWindow int64
+	// Slots bound the pushes that flatten at once; nil: no bound.
+	Slots *FlattenSlots
 }
 
 // DefaultRememberedFlattenedLayers is how many flattened layers a
@@ -67,22 +70,32 @@ func (m *FlattenMemory) Add(key string, layer cnb.FlattenedLayer) {
 	m.cache.Add(sha256.Sum256([]byte(key)), layer)
 }
 
+// Forget implements cnb.FlattenMemory.
+func (m *FlattenMemory) Forget(key string) { m.cache.Remove(sha256.Sum256([]byte(key))) }
+
 // scratchDir is a directory of one push's flattened layers, what they may
 // take, and those made so far (its platforms share them); path is "" when
 // the builder flattens nothing.
 type scratchDir struct {
-	path   string
-	budget *cnb.FlattenBudget
-	made   map[string]cnb.BuildpackLayer
+	path    string
+	budget  *cnb.FlattenBudget
+	made    map[string]cnb.BuildpackLayer
+	release func() // its slot
 }
 
-// scratch makes the directory for a push of a builder of spec.
-func (f Flattening) scratch(spec *v1alpha1.BuilderSpec) (scratchDir, error) {
+// scratch makes the directory for a push of a builder of spec, in
+// namespace, once it has a slot.
+func (f Flattening) scratch(ctx context.Context, namespace string, spec *v1alpha1.BuilderSpec) (scratchDir, error) {
 	if spec.Flatten == nil {
 		return scratchDir{}, nil
 	}
+	release, err := f.Slots.acquire(ctx, namespace)
+	if err != nil {
+		return scratchDir{}, err
+	}
 	dir, err := os.MkdirTemp(f.ScratchDir, "flatten-")
 	if err != nil {
+		release()
 		return scratchDir{}, &failure.Error{Class: failure.Transient, Reason: cnb.ReasonScratchUnavailable,
 			Err: fmt.Errorf("making a scratch directory for flattened layers (--scratch-dir): %w", err)}
 	}
@@ -90,7 +103,7 @@ func (f Flattening) scratch(spec *v1alpha1.BuilderSpec) (scratchDir, error) {
 	if limit <= 0 {
 		limit = DefaultMaxFlattenedBytes
 	}
-	return scratchDir{path: dir, budget: cnb.NewFlattenBudget(limit), made: map[string]cnb.BuildpackLayer{}}, nil
+	return scratchDir{path: dir, budget: cnb.NewFlattenBudget(limit), made: map[string]cnb.BuildpackLayer{}, release: release}, nil
 }
 
 // RemoveStale removes the scratch directories of pushes a crash cut short
@@ -109,10 +122,12 @@ func (f Flattening) RemoveStale() error {
 	return nil
 }
 
-// remove deletes the directory, once the push no longer reads its layers.
+// remove deletes the directory, once the push no longer reads its layers,
+// and gives its slot back.
 func (s scratchDir) remove() {
 	if s.path != "" {
 		_ = os.RemoveAll(s.path)
+		s.release()
 	}
 }
 
@@ -157,11 +172,7 @@ func (f Flattening) options(ctx context.Context, reg registry.Access, dir scratc
 			if _, err := blob.Seek(0, io.SeekStart); err != nil {
 				return cnb.ScratchError(err)
 			}
-			layer, err := partial.CompressedToLayer(&downloadedLayer{file: blob, digest: digest, size: size})
-			if err != nil {
-				return err
-			}
-			rc, err := layer.Uncompressed()
+			rc, err := cnb.Uncompressed(blob, f.MaxZstdWindow)
 			if err != nil {
 				return err
 			}
@@ -174,15 +185,3 @@ func (f Flattening) options(ctx context.Context, reg registry.Access, dir scratc
 	}
 	return opts
 }
-
-// downloadedLayer is a layer's blob in a scratch file, read once.
-type downloadedLayer struct {
-	file   *os.File
-	digest v1.Hash
-	size   int64
-}
-
-func (l *downloadedLayer) Digest() (v1.Hash, error)            { return l.digest, nil }
-func (l *downloadedLayer) Size() (int64, error)                { return l.size, nil }
-func (l *downloadedLayer) MediaType() (types.MediaType, error) { return types.OCILayer, nil }
-func (l *downloadedLayer) Compressed() (io.ReadCloser, error)  { return io.NopCloser(l.file), nil }
