@@ -8,7 +8,9 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
@@ -285,8 +287,17 @@ func (p *Policy) transient(key types.NamespacedName, f *failure.Error) (time.Dur
 // refuses as too large would never be written.
 const maxMessage = 1024
 
-// capMessage cuts m to maxMessage bytes, on a rune boundary, saying so.
+// capMessage cuts m to maxMessage bytes, on a rune boundary, saying so,
+// and makes it printable: a registry's answer quoted in it may hold control
+// characters (escape sequences a terminal running kubectl would obey) and
+// bytes that are not UTF-8. Newlines and tabs stay.
 func capMessage(m string) string {
+	m = strings.Map(func(r rune) rune {
+		if r == '\n' || r == '\t' || !unicode.IsControl(r) {
+			return r
+		}
+		return -1
+	}, strings.ToValidUTF8(m, "\uFFFD"))
 	if len(m) <= maxMessage {
 		return m
 	}
