@@ -7,6 +7,7 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"net/netip"
 	"sync"
 	"time"
 
@@ -86,6 +87,13 @@ type Options struct {
 	// connect to such an address a name resolved to). For development
 	// clusters and tests.
 	LoopbackRegistries bool
+	// DeniedNetworks are networks no request goes to, beside the
+	// link-local ones always denied (cloud metadata): the cluster's pod
+	// and service networks, say, so that a tenant cannot have the
+	// controller send requests to the cluster's own services. A host that
+	// is such an address is refused before any request; a name resolving
+	// to one, when it is dialed (the default Transport).
+	DeniedNetworks []netip.Prefix
 	// CACertificates are PEM certificates trusted beside the system's, for
 	// registries whose certificates a private CA signed. Used only by the
 	// default Transport.
@@ -139,7 +147,7 @@ func (o Options) withDefaults() Options {
 		o.MaxHeaderBytes = 64 << 10
 	}
 	if o.Transport == nil {
-		o.Transport = defaultTransport(o.CACertificates, o.LoopbackRegistries, o.MaxHeaderBytes)
+		o.Transport = defaultTransport(o.CACertificates, newHostPolicy(o), o.MaxHeaderBytes)
 	}
 	if o.Clock == nil {
 		o.Clock = clock.RealClock{}
@@ -171,15 +179,12 @@ func (o Options) withDefaults() Options {
 	return o
 }
 
-func defaultTransport(caCertificates []byte, loopback bool, maxHeaderBytes int64) http.RoundTripper {
+func defaultTransport(caCertificates []byte, policy hostPolicy, maxHeaderBytes int64) http.RoundTripper {
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.MaxResponseHeaderBytes = maxHeaderBytes
-	dialer := &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}
-	if !loopback {
-		// Names are checked before any request (hostPolicy); this checks
-		// where they resolved to: a name of a tenant's pointing at 127.0.0.1.
-		dialer.Control = refuseLoopbackDial
-	}
+	// Names are checked before any request (hostPolicy); the dialer checks
+	// where they resolved to: a name of a tenant's pointing at 127.0.0.1.
+	dialer := &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second, Control: policy.dialControl}
 	t.DialContext = dialer.DialContext
 	t.TLSHandshakeTimeout = 10 * time.Second
 	t.MaxIdleConnsPerHost = 16
@@ -240,7 +245,7 @@ func New(lifetime context.Context, opts Options) *Client {
 		opts:     opts,
 		lifetime: lifetime,
 		counts:   newCountingTransport(names),
-		hosts:    hostPolicy{insecure: opts.InsecureRegistries, loopback: opts.LoopbackRegistries},
+		hosts:    newHostPolicy(opts),
 		// Probes are sent once, below the gate and the holds' waits.
 		circuits: newCircuits(lifetime, opts.Clock, opts.Circuits, held.holds, held.sendOnce, names),
 		holds:    held.holds,

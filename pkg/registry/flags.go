@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net/netip"
 	"os"
 	"strconv"
 )
@@ -30,6 +31,12 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	})
 	fs.BoolVar(&o.LoopbackRegistries, "allow-loopback-registries", o.LoopbackRegistries,
 		"allow registries and token services on loopback addresses (localhost, 127.0.0.0/8, ::1: the controller's own pod), over plain HTTP too; for development and tests. Off, an object naming one is refused (RegistryNotAllowed)")
+	fs.Func("registry-deny-network", "a network (CIDR) no registry request may go to, e.g. the cluster's pod and service networks; repeatable. Link-local networks (cloud metadata) are always denied",
+		func(v string) error {
+			network, err := netip.ParsePrefix(v)
+			o.DeniedNetworks = append(o.DeniedNetworks, network.Masked())
+			return err
+		})
 	fs.Func("registry-ca-file", "a PEM file of CA certificates to trust beside the system's, for registries a private CA signed; repeatable", o.addCAFile)
 	o.Circuits.HostsPerTenant = cmp.Or(o.Circuits.HostsPerTenant, 16)
 	fs.Func("max-failing-registries-per-namespace",

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/netip"
 	"slices"
 	"strings"
 	"syscall"
@@ -29,9 +30,30 @@ import (
 // RFC 1918 addresses and *.local names, so a TLS failure of an in-cluster
 // registry would send credentials in clear text; here every other registry
 // is HTTPS with verified certificates.
+//
+// Networks the operator denies (Options.DeniedNetworks, and always the
+// link-local ones, where clouds serve instance metadata and credentials)
+// are refused the same way: a host that is such an address before any
+// state is kept, a name resolving to one when it is dialed.
 type hostPolicy struct {
 	insecure []string // host[:port], as in image references
 	loopback bool
+	denied   []netip.Prefix
+}
+
+// alwaysDenied are the networks no registry request goes to, whatever the
+// operator denies besides: link-local addresses, where cloud instances
+// find their metadata service (169.254.169.254, fd00:ec2::254 on AWS) and
+// the credentials it hands out.
+var alwaysDenied = []netip.Prefix{
+	netip.MustParsePrefix("169.254.0.0/16"),
+	netip.MustParsePrefix("fe80::/10"),
+	netip.MustParsePrefix("fd00:ec2::254/128"),
+}
+
+func newHostPolicy(o Options) hostPolicy {
+	return hostPolicy{insecure: o.InsecureRegistries, loopback: o.LoopbackRegistries,
+		denied: append(slices.Clone(alwaysDenied), o.DeniedNetworks...)}
 }
 
 // reference returns ref marked insecure when its registry is one the
@@ -62,7 +84,49 @@ func (p hostPolicy) refuse(host string) error {
 		return failure.Permanentf(ReasonRegistryNotAllowed,
 			"%s is a loopback address: the controller's own pod, not a registry (an operator allows loopback registries with --allow-loopback-registries)", host)
 	}
+	if ip, err := netip.ParseAddr(strings.Trim(hostname(host), "[]")); err == nil {
+		return p.refuseAddr(ip)
+	}
 	return nil
+}
+
+// refuseAddr returns why no connection may go to ip (a host named so, or
+// what a name resolved to), nil when it may.
+func (p hostPolicy) refuseAddr(ip netip.Addr) error {
+	ip = ip.Unmap()
+	for _, network := range p.denied {
+		if network.Contains(ip) {
+			return failure.Permanentf(ReasonRegistryNotAllowed,
+				"%s is in %s, a network registry requests may not go to (link-local addresses, where clouds serve instance credentials, and those an operator denies with --registry-deny-network)", ip, network)
+		}
+	}
+	return nil
+}
+
+// dialControl is a net.Dialer's Control: it refuses to connect to an
+// address the policy denies, whatever name resolved to it (a tenant's DNS
+// pointing at 127.0.0.1 or at the metadata service).
+func (p hostPolicy) dialControl(_, address string, _ syscall.RawConn) error {
+	host, _, err := net.SplitHostPort(address)
+	if err != nil {
+		return nil
+	}
+	if !p.loopback && isLoopbackIP(net.ParseIP(host)) {
+		return failure.Permanentf(ReasonRegistryNotAllowed,
+			"%s is a loopback address: the controller's own pod, not a registry (an operator allows loopback registries with --allow-loopback-registries)", address)
+	}
+	if ip, err := netip.ParseAddr(host); err == nil {
+		return p.refuseAddr(ip)
+	}
+	return nil
+}
+
+// hostname is host (host[:port]) without its port.
+func hostname(host string) string {
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		return h
+	}
+	return host
 }
 
 // allowsCleartext reports whether plain HTTP may go to host.
@@ -87,17 +151,6 @@ func isLoopback(host string) bool {
 }
 
 func isLoopbackIP(ip net.IP) bool { return ip != nil && (ip.IsLoopback() || ip.IsUnspecified()) }
-
-// refuseLoopbackDial is a net.Dialer's Control: it refuses a connection to
-// this machine, whatever name resolved to it.
-func refuseLoopbackDial(_, address string, _ syscall.RawConn) error {
-	host, _, err := net.SplitHostPort(address)
-	if err != nil || !isLoopbackIP(net.ParseIP(host)) {
-		return nil
-	}
-	return failure.Permanentf(ReasonRegistryNotAllowed,
-		"%s is a loopback address: the controller's own pod, not a registry (an operator allows loopback registries with --allow-loopback-registries)", address)
-}
 
 // hostPolicyTransport refuses requests the policy does not allow, before
 // anything (credentials included) is sent.

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -111,7 +112,7 @@ func TestLoopbackRefusedAfterResolving(t *testing.T) {
 	// The dialer sees the resolved address; ask it for 127.0.0.1 directly.
 	for _, allowed := range []bool{false, true} {
 		req, _ := http.NewRequest(http.MethodGet, "http://"+f.Addr+"/v2/", nil)
-		resp, err := defaultTransport(nil, allowed, 64<<10).RoundTrip(req)
+		resp, err := defaultTransport(nil, newHostPolicy(Options{LoopbackRegistries: allowed}), 64<<10).RoundTrip(req)
 		if allowed {
 			if err != nil {
 				t.Fatalf("loopback allowed: %v", err)
@@ -246,5 +247,42 @@ func TestPrivateCA(t *testing.T) {
 	}
 	if err := CheckCACertificates([]byte("not a certificate")); err == nil {
 		t.Error("CheckCACertificates accepted no certificate")
+	}
+}
+
+// TestDeniedNetworksRefused: a host in a link-local network (where clouds
+// serve instance credentials) or in a network the operator denies is
+// refused before any request and without a circuit, as Permanent
+// RegistryNotAllowed naming the flag; a name resolving into one is refused
+// when it is dialed; other private addresses are not refused.
+func TestDeniedNetworksRefused(t *testing.T) {
+	c := New(t.Context(), Options{DeniedNetworks: []netip.Prefix{netip.MustParsePrefix("10.96.0.0/12")}})
+	for _, ref := range []string{"169.254.169.254/latest/meta-data:1", "169.254.169.254:80/team/app:1",
+		"[fe80::1]:5000/team/app:1", "[fd00:ec2::254]/team/app:1", "10.96.0.10:5000/team/app:1"} {
+		_, err := c.As(nil).Resolve(context.Background(), mustParse(t, ref))
+		if e := Classify(err); e.Class != failure.Permanent || e.Reason != ReasonRegistryNotAllowed ||
+			!strings.Contains(err.Error(), "--registry-deny-network") {
+			t.Errorf("Resolve(%s): %v %s %v, want a permanent %s naming the flag", ref, e.Class, e.Reason, err, ReasonRegistryNotAllowed)
+		}
+	}
+	if open := c.Circuits().Open(); len(open) != 0 {
+		t.Errorf("circuits opened for refused hosts: %v", open)
+	}
+	if err := c.hosts.refuse("10.1.2.3:5000"); err != nil {
+		t.Errorf("a private address nobody denied: %v", err)
+	}
+
+	// What a name resolves to is checked when dialed: deny the loopback
+	// network the test registry listens on, with loopback registries
+	// allowed, and dial it.
+	f := registrytest.New(t)
+	f.ForgetRequests()
+	policy := newHostPolicy(Options{LoopbackRegistries: true, DeniedNetworks: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}})
+	req, _ := http.NewRequest(http.MethodGet, "http://"+f.Addr+"/v2/", nil)
+	if _, err := defaultTransport(nil, policy, 64<<10).RoundTrip(req); Classify(err).Reason != ReasonRegistryNotAllowed {
+		t.Errorf("dialing an address in a denied network: %v, want %s", err, ReasonRegistryNotAllowed)
+	}
+	if got := f.Requests(); len(got) != 0 {
+		t.Errorf("requests reached a denied network: %v", got)
 	}
 }
