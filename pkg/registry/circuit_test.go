@@ -819,7 +819,7 @@ func TestRegistryCheckTimeout(t *testing.T) {
 	}
 	opts := CircuitOptions{ProbeTimeout: time.Minute, CheckTimeout: 2 * time.Second, FirstProbe: time.Hour}
 	clock := testingclock.NewFakeClock(time.Now())
-	c := newCircuits(t.Context(), clock, opts, newRetryAfterHolds(clock, 0), send, newHostNames(0))
+	c := newCircuits(t.Context(), clock, opts, newRetryAfterHolds(clock, 0), send, newHostNames(0, nil))
 	failed, err := http.NewRequest(http.MethodHead, "https://registry.example/v2/team/app/manifests/1", nil)
 	if err != nil {
 		t.Fatal(err)

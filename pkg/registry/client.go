@@ -113,6 +113,10 @@ type Options struct {
 	// tag): without a bound, 5,000 made-up names are 5,000 entries and
 	// metric series. Default 256.
 	NamedHosts int
+	// MetricHosts, when given, are the registries counted under their own
+	// name, and the only ones (NamedHosts then does not apply): an
+	// operator's list, so that no tenant's registry takes a name.
+	MetricHosts []string
 }
 
 func (o Options) withDefaults() Options {
@@ -239,7 +243,7 @@ type Client struct {
 // health probes run, until lifetime is done.
 func New(lifetime context.Context, opts Options) *Client {
 	opts = opts.withDefaults()
-	names := newHostNames(opts.NamedHosts)
+	names := newHostNames(opts.NamedHosts, opts.MetricHosts)
 	held := &retryAfterTransport{holds: newRetryAfterHolds(opts.Clock, max(opts.MaxRetryAfterWait, 0))}
 	c := &Client{
 		opts:     opts,

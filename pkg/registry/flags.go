@@ -51,6 +51,11 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 		})
 	fs.IntVar(&o.NamedHosts, "registry-metric-hosts", cmp.Or(o.NamedHosts, 256),
 		"most registries counted under their own name in the metrics (host label), given as they first answer; the others count as host=\"other\"")
+	fs.Func("registry-metric-host", "a registry (HOST[:PORT]) counted under its own name in the metrics; repeatable. Given, only these are (--registry-metric-hosts no longer applies), so that no tenant's registry takes a name",
+		func(v string) error {
+			o.MetricHosts = append(o.MetricHosts, v)
+			return nil
+		})
 	fs.Func("registry-remembered-blobs", "most (repository, blob) pairs remembered as held, so that pushes skip asking about them, each about 250 bytes; 0: none, every push asks (default 65536)",
 		func(v string) error {
 			n, err := strconv.Atoi(v)

@@ -244,3 +244,32 @@ func TestClusterWaitersUnbounded(t *testing.T) {
 	}
 	checkWaitIndex(t, c.Circuits())
 }
+
+// TestMetricHostsListed: with the registries to name listed by the
+// operator, only those are counted under their own name, whichever answer
+// first; every other registry is OtherHosts.
+func TestMetricHostsListed(t *testing.T) {
+	var registries []*registrytest.Registry
+	for range 3 {
+		f := registrytest.New(t)
+		f.Push("team/app:1")
+		registries = append(registries, f)
+	}
+	listed := registries[2].Addr
+	c := newTestClient(t, Options{MetricHosts: []string{listed}})
+	for _, f := range registries {
+		if _, err := c.As(nil).Resolve(context.Background(), f.Ref("team/app:1")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	hosts := map[string]bool{}
+	for k := range c.Stats().Requests {
+		hosts[k.Host] = true
+	}
+	if want := map[string]bool{listed: true, OtherHosts: true}; fmt.Sprint(hosts) != fmt.Sprint(want) {
+		t.Errorf("hosts counted %v, want the listed one and %q", hosts, OtherHosts)
+	}
+	if got := c.HostLabel(registries[0].Addr); got != OtherHosts {
+		t.Errorf("the first registry to answer, not listed, is counted as %q", got)
+	}
+}

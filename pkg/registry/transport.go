@@ -89,13 +89,26 @@ const OtherHosts = "other"
 // that never resolves), while names are left. Hosts are tenants' choice (a
 // builder's tag), so every per-host count (requests, bytes, probes, the
 // metrics' host label) goes through one bounded set.
+//
+// When the operator lists the registries to name (Options.MetricHosts),
+// those and only those are named: otherwise the first hosts to answer keep
+// their names for the life of the process, and a tenant's registries may
+// be among them.
 type hostNames struct {
 	mu    sync.Mutex
 	named map[string]bool
 	max   int
+	// listed: the operator named the hosts; no other is given a name.
+	listed bool
 }
 
-func newHostNames(max int) *hostNames { return &hostNames{named: map[string]bool{}, max: max} }
+func newHostNames(max int, listed []string) *hostNames {
+	n := &hostNames{named: map[string]bool{}, max: max, listed: len(listed) > 0}
+	for _, host := range listed {
+		n.named[host] = true
+	}
+	return n
+}
 
 // of returns the name host is counted under; answered says that host has
 // just answered.
@@ -105,7 +118,7 @@ func (n *hostNames) of(host string, answered bool) string {
 	if n.named[host] {
 		return host
 	}
-	if answered && (n.max <= 0 || len(n.named) < n.max) {
+	if answered && !n.listed && (n.max <= 0 || len(n.named) < n.max) {
 		n.named[host] = true
 		return host
 	}
