@@ -43,14 +43,7 @@ func TestConvertBuilderTOML(t *testing.T) {
 		t.Fatal(err)
 	}
 	pathWarning := `: buildpacks[1].uri: "go" is a path on the machine that runs pack`
-	tests := []struct {
-		name       string
-		args       []string
-		stdin      string
-		wantStatus int
-		wantStdout []string // substrings, in order
-		wantStderr []string // substrings; none: empty
-	}{{
+	tests := []convertCase{{
 		name: "a file",
 		args: []string{"--builder-toml", file, "--tag", "registry.example.com/builders/go:1"},
 		wantStdout: []string{"kind: ClusterStore\nmetadata:\n  name: go\n", "kind: ClusterStack\n", "kind: ClusterLifecycle\nmetadata:\n  name: lifecycle-0.21.0\n",
@@ -109,34 +102,61 @@ func TestConvertBuilderTOML(t *testing.T) {
 		wantStderr: []string{"the input is larger than --max-input-bytes=100"},
 	}}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			var stdout, stderr bytes.Buffer
-			status := run(append([]string{"convert"}, tt.args...), strings.NewReader(tt.stdin), &stdout, &stderr)
-			if status != tt.wantStatus {
-				t.Errorf("status %d, want %d; stderr:\n%s", status, tt.wantStatus, stderr.String())
-			}
-			rest := stdout.String()
-			for _, want := range tt.wantStdout {
-				i := strings.Index(rest, want)
-				if i < 0 {
-					t.Errorf("stdout lacks %q (or has it out of order):\n%s", want, stdout.String())
-					break
-				}
-				rest = rest[i+len(want):]
-			}
-			if len(tt.wantStderr) == 0 && stderr.Len() > 0 {
-				t.Errorf("stderr:\n%s\nwant none", stderr.String())
-			}
-			for _, want := range tt.wantStderr {
-				if !strings.Contains(stderr.String(), want) {
-					t.Errorf("stderr:\n%s\nwant it to contain %q", stderr.String(), want)
-				}
-			}
-			for _, line := range strings.Split(strings.TrimSuffix(stderr.String(), "\n"), "\n") {
-				if line != "" && !strings.HasPrefix(line, "warning: ") && !strings.HasPrefix(line, "kubectl-buildsmith convert: ") {
-					t.Errorf("a stderr line that is neither a warning nor an error: %q", line)
-				}
-			}
-		})
+		t.Run(tt.name, tt.check)
+	}
+}
+
+// convertCase is a run of convert and what it must give.
+type convertCase struct {
+	name       string
+	args       []string
+	stdin      string
+	wantStatus int
+	wantStdout []string // substrings, in order
+	wantStderr []string // substrings; none: empty
+}
+
+func (tt convertCase) check(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	status := run(append([]string{"convert"}, tt.args...), strings.NewReader(tt.stdin), &stdout, &stderr)
+	if status != tt.wantStatus {
+		t.Errorf("status %d, want %d; stderr:\n%s", status, tt.wantStatus, stderr.String())
+	}
+	rest := stdout.String()
+	for _, want := range tt.wantStdout {
+		i := strings.Index(rest, want)
+		if i < 0 {
+			t.Errorf("stdout lacks %q (or has it out of order):\n%s", want, stdout.String())
+			break
+		}
+		rest = rest[i+len(want):]
+	}
+	if len(tt.wantStderr) == 0 && stderr.Len() > 0 {
+		t.Errorf("stderr:\n%s\nwant none", stderr.String())
+	}
+	for _, want := range tt.wantStderr {
+		if !strings.Contains(stderr.String(), want) {
+			t.Errorf("stderr:\n%s\nwant it to contain %q", stderr.String(), want)
+		}
+	}
+	for _, line := range strings.Split(strings.TrimSuffix(stderr.String(), "\n"), "\n") {
+		if line != "" && !strings.HasPrefix(line, "warning: ") && !strings.HasPrefix(line, "kubectl-buildsmith convert: ") {
+			t.Errorf("a stderr line that is neither a warning nor an error: %q", line)
+		}
+	}
+}
+
+// TestConvertBuilderTOMLDeepNesting: a builder.toml nesting deeper than
+// the TOML parser can recurse without overflowing the stack (issue 37:
+// 24 MiB of "[") is an error naming the limit, not a crash.
+func TestConvertBuilderTOMLDeepNesting(t *testing.T) {
+	for name, in := range map[string]string{
+		"24 MiB of [":          strings.Repeat("[", 24<<20),
+		"24 MiB of {":          strings.Repeat("{", 24<<20),
+		"24 MiB of a=[[[[…":    "a=" + strings.Repeat("[", 24<<20),
+		"24 MiB of a={a={a={…": "a=" + strings.Repeat("{a=", 8<<20),
+	} {
+		t.Run(name, convertCase{args: []string{"--builder-toml", "-", "--tag", "r.example.com/b:1"}, stdin: in, wantStatus: 1,
+			wantStderr: []string{"kubectl-buildsmith convert: stdin: not a builder.toml: line 1: arrays and tables nested more than 64 deep\n"}}.check)
 	}
 }

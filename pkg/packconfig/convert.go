@@ -25,8 +25,9 @@
 // Everything of the input that the output does not carry as it was is a
 // Warning, one line each; an object that cannot be written (no image among
 // the buildpacks, no build or run image, no stack id, no order) is left out
-// with an Omitted warning saying why. A file that is not TOML, or a value
-// of the wrong type (which pack refuses too), is an error.
+// with an Omitted warning saying why. A file that is not TOML, arrays and
+// tables nested more than 64 deep, or a value of the wrong type (which
+// pack refuses too), is an error.
 package packconfig
 
 import (
@@ -127,6 +128,10 @@ func Convert(in io.Reader, opts Options) (out []byte, warnings []Warning, err er
 	text, err := io.ReadAll(in)
 	if err != nil {
 		return nil, nil, fmt.Errorf("%s: reading the input: %w", opts.Source, err)
+	}
+	// Before the parser, which recurses once per level of nesting.
+	if err := checkNesting(text, maxNesting); err != nil {
+		return nil, nil, fmt.Errorf("%s: not a builder.toml: %v", opts.Source, err)
 	}
 	raw := map[string]any{}
 	if _, err := toml.NewDecoder(bytes.NewReader(text)).Decode(&raw); err != nil {

@@ -34,6 +34,10 @@ type signingKey struct {
 	// repository overrides the image's own repository; nil: the image's.
 	repository *name.Repository
 	docker     bool
+	// maxSignatureLayers bounds the signature images it signs into
+	// (SigningLimits.MaxSignatureLayers, set by signingKeys.of); 0: the
+	// default.
+	maxSignatureLayers int
 }
 
 // parseSigningSecret reads the signing key of secret and where its
@@ -157,8 +161,12 @@ func plannedImages(tag name.Tag, builds int) []name.Digest {
 // checkSignatures refuses, before the builder is pushed, keys
 // that would give the images more status.signatures entries than
 // MaxSignatures, or more bytes than MaxSignaturesBytes (each entry measured
-// as it would be written: the digest pushed is as long as any other).
+// as it would be written: the digest pushed is as long as any other), or
+// more signatures in one signature image than it may have layers.
 func checkSignatures(images []name.Digest, keys []signingKey) error {
+	if err := checkSignatureTags(images, keys); err != nil {
+		return err
+	}
 	n := len(images) * len(keys)
 	if n > maxSignatures {
 		return failure.Permanentf(ReasonTooManySignatures,
@@ -178,6 +186,31 @@ func checkSignatures(images []name.Digest, keys []signingKey) error {
 		return failure.Permanentf(ReasonTooManySignatures,
 			"the builder's images × signing keys make %d × %d = %d signatures taking %d KiB, more than the %d KiB status.signatures holds: sign with fewer keys (the ServiceAccount's secrets holding cosign.key) or build fewer platforms",
 			len(images), len(keys), n, size>>10, MaxSignaturesBytes>>10)
+	}
+	return nil
+}
+
+// checkSignatureTags refuses, before the builder is pushed, more keys
+// signing into one signature tag than a signature image may have layers:
+// their signatures could never be written.
+func checkSignatureTags(images []name.Digest, keys []signingKey) error {
+	if len(images) == 0 {
+		return nil
+	}
+	// Every image has a tag of its own, its keys in the same places: the
+	// first image's tags say it for all.
+	byTag := map[name.Tag]map[string]bool{} // the key IDs signing there
+	limit := signatureLayersBound(keys)
+	for _, k := range keys {
+		tag := k.tagFor(images[0]).tag
+		if byTag[tag] == nil {
+			byTag[tag] = map[string]bool{}
+		}
+		if byTag[tag][k.key.ID] = true; len(byTag[tag]) > limit {
+			return failure.Permanentf(ReasonTooManySignatures,
+				"more than %d signing keys sign into the signature tags of %s, the most layers a signature image may have (--max-signature-layers): sign with fewer keys, or send some keys' signatures elsewhere (annotation %s)",
+				limit, tag.Context(), AnnotationSignatureRepository)
+		}
 	}
 	return nil
 }
@@ -218,35 +251,39 @@ const writeAttempts = 3
 // tag is read, extended and written, then checked: another writer (a
 // builder of the same image, a shared signature repository) may have
 // replaced it in between, and its signatures and ours must both stay.
+//
+// The signature image is the registry's, so possibly a tenant's: one of
+// more layers than the bound is refused before any is verified or added
+// to, and each of its signatures is verified at most once per key over
+// all attempts (cosign.Verifier).
 func signImage(ctx context.Context, reg registry.Access, image name.Digest, where signatureTag, signers []signingKey) (string, error) {
 	payload := cosign.Payload(image)
+	keys := make([]*cosign.Key, len(signers))
+	for i, k := range signers {
+		keys[i] = k.key
+	}
+	verifier := cosign.NewVerifier(payload, keys)
+	limit := signatureLayersBound(signers)
 	for range writeAttempts {
-		desc, found, err := reg.Lookup(ctx, where.tag)
+		desc, existing, manifest, err := readSignatures(ctx, reg, where.tag, limit)
 		if err != nil {
 			return "", err
 		}
-		var existing v1.Image // another signer's, or ours before a failed status write
-		var manifest *v1.Manifest
-		if found {
-			read, err := reg.ReadImage(ctx, desc.Ref, nil)
-			if err != nil {
-				return "", err
-			}
-			existing, manifest = read.Image, read.Manifest
+		signed, err := verifier.Signed(ctx, manifest)
+		if err != nil {
+			return "", fmt.Errorf("checking the signatures at %s: %w", where.tag, err)
 		}
-		var add []cosign.Signature
-		for _, k := range signers {
-			if cosign.Signed(manifest, payload, k.key) {
-				continue
-			}
-			signature, err := k.key.Sign(payload)
-			if err != nil {
-				return "", err
-			}
-			add = append(add, cosign.Signature{Payload: payload, Signature: signature})
+		add, err := newSignatures(signers, signed, payload)
+		if err != nil {
+			return "", err
 		}
 		if len(add) == 0 {
 			return where.tag.String() + "@" + desc.Ref.DigestStr(), nil
+		}
+		if n := layersOf(manifest); n+len(add) > limit {
+			return "", failure.Waitingf(ReasonSignatureImageTooLarge,
+				"the signature image at %s has %d layers, and the builder's %d new signature(s) would take it past the %d a signature image may have (--max-signature-layers); delete the tag or send the signatures elsewhere (annotation %s)",
+				where.tag, n, len(add), limit, AnnotationSignatureRepository)
 		}
 		img, err := cosign.SignatureImage(existing, add, where.docker)
 		if err != nil {
@@ -266,6 +303,74 @@ func signImage(ctx context.Context, reg registry.Access, image name.Digest, wher
 	}
 	return "", failure.Transientf(ReasonSignatureConflict, "the signature tag %s changed %d times while it was written; trying again", where.tag, writeAttempts)
 }
+
+// readSignatures reads the signature image at tag, if there is one,
+// refusing one of more than limit layers before anything looks at them.
+// Its manifest and config are bounded by the registry client already.
+func readSignatures(ctx context.Context, reg registry.Access, tag name.Tag, limit int) (
+	desc registry.Descriptor, existing v1.Image, manifest *v1.Manifest, err error) {
+	desc, found, err := reg.Lookup(ctx, tag)
+	if err != nil || !found {
+		return desc, nil, nil, err
+	}
+	read, err := reg.ReadImage(ctx, desc.Ref, nil)
+	if err != nil {
+		return desc, nil, nil, err
+	}
+	if n := len(read.Manifest.Layers); n > limit {
+		return desc, nil, nil, failure.Waitingf(ReasonSignatureImageTooLarge,
+			"the signature image at %s has %d layers, more than the %d a signature image may have (--max-signature-layers): it holds one layer per signature of one image; delete the tag or send the signatures elsewhere (annotation %s)",
+			tag, n, limit, AnnotationSignatureRepository)
+	}
+	return desc, read.Image, read.Manifest, nil
+}
+
+// newSignatures signs payload with each signer not signed yet, once per
+// key (a key in two Secrets signs once).
+func newSignatures(signers []signingKey, signed []bool, payload []byte) ([]cosign.Signature, error) {
+	var add []cosign.Signature
+	done := map[string]bool{}
+	for i, k := range signers {
+		if signed[i] || done[k.key.ID] {
+			continue
+		}
+		signature, err := k.key.Sign(payload)
+		if err != nil {
+			return nil, err
+		}
+		done[k.key.ID] = true
+		add = append(add, cosign.Signature{Payload: payload, Signature: signature})
+	}
+	return add, nil
+}
+
+func layersOf(m *v1.Manifest) int {
+	if m == nil {
+		return 0
+	}
+	return len(m.Layers)
+}
+
+// signatureLayersBound is the bound of the signature images signers sign
+// into: the same for all the keys of one controller.
+func signatureLayersBound(signers []signingKey) int {
+	bound := 0
+	for _, k := range signers {
+		if k.maxSignatureLayers > 0 && (bound == 0 || k.maxSignatureLayers < bound) {
+			bound = k.maxSignatureLayers
+		}
+	}
+	if bound == 0 {
+		return DefaultMaxSignatureLayers
+	}
+	return bound
+}
+
+// ReasonSignatureImageTooLarge: the signature image at a .sig tag has, or
+// would have with the builder's signatures, more layers than
+// --max-signature-layers. Waiting: the registry's tag (or the flag) must
+// change, not the builder; polled, each look costing a HEAD.
+const ReasonSignatureImageTooLarge = "SignatureImageTooLarge"
 
 // ReasonSignatureConflict: other writers kept replacing a signature tag.
 const ReasonSignatureConflict = "SignatureConflict"

@@ -18,8 +18,9 @@ import (
 )
 
 // SigningLimits bound what tenants' signing keys cost the controller: the
-// scrypt work of decrypting each (cosign.Limits), and the decrypted keys
-// it keeps. Zero fields take the defaults.
+// scrypt work of decrypting each (cosign.Limits), the decrypted keys it
+// keeps, and the signature images it checks and extends. Zero fields
+// take the defaults.
 type SigningLimits struct {
 	cosign.Limits
 	// MaxKeys bounds the parsed keys (and parse errors) kept, the least
@@ -29,6 +30,10 @@ type SigningLimits struct {
 	// DefaultSigningKeyIdle. Every resync uses the keys in use: shorter
 	// than the resync interval, each resync decrypts them again.
 	KeyIdle time.Duration
+	// MaxSignatureLayers bounds the layers of a signature image (the
+	// .sig tag) that is checked for the keys' signatures and extended
+	// with them; 0: DefaultMaxSignatureLayers.
+	MaxSignatureLayers int
 }
 
 // The defaults of SigningLimits. A parsed key is a few KiB, and each is
@@ -44,6 +49,23 @@ func (l SigningLimits) maxKeys() int {
 		return DefaultMaxSigningKeys
 	}
 	return l.MaxKeys
+}
+
+// DefaultMaxSignatureLayers bounds a signature image's layers. The image
+// at an image's .sig tag holds one layer per signature of that one image
+// digest: one per key that signed it (this builder's, a CI's cosign sign,
+// another builder pushing the same image), a handful in practice. Its
+// layers are the registry's to choose, and each layer holding the payload
+// costs an ECDSA verification per key to check (~2 ms on P-521): 64 keeps
+// a check within 64 verifications per key and extending it cheap, while
+// leaving room for many signers.
+const DefaultMaxSignatureLayers = 64
+
+func (l SigningLimits) maxSignatureLayers() int {
+	if l.MaxSignatureLayers <= 0 {
+		return DefaultMaxSignatureLayers
+	}
+	return l.MaxSignatureLayers
 }
 
 func (l SigningLimits) keyIdle() time.Duration {
@@ -102,9 +124,10 @@ func (s *signingKeys) configure(limits SigningLimits, secrets registry.SecretRea
 	}
 }
 
-// of returns the signing keys of secrets, in their order. A Secret that
-// does not parse is a Permanent error naming it; ctx ending while a key
-// is decrypted, an error of that.
+// of returns the signing keys of secrets, in their order, each with the
+// bound of the signature images it signs into. A Secret that does not
+// parse is a Permanent error naming it; ctx ending while a key is
+// decrypted, an error of that.
 func (s *signingKeys) of(ctx context.Context, secrets []*corev1.Secret) ([]signingKey, error) {
 	keys := make([]signingKey, 0, len(secrets))
 	for _, secret := range secrets {
@@ -112,6 +135,7 @@ func (s *signingKeys) of(ctx context.Context, secrets []*corev1.Secret) ([]signi
 		if err != nil {
 			return nil, err
 		}
+		k.maxSignatureLayers = s.limits.maxSignatureLayers()
 		keys = append(keys, k)
 	}
 	return keys, nil
