@@ -150,23 +150,6 @@ func EnqueueOnChange(enqueue func(any)) cache.ResourceEventHandler {
 	}
 }
 
-// DropManagedFields keeps informer's cache without the objects'
-// managedFields, which the controller never reads: at 10,000 builders
-// they are a good part of its memory (bench § 12). Status updates send
-// none, which the API server takes as "unchanged" and keeps them. Called
-// before the informers start; the transform is the informer's, shared by
-// every controller that watches the kind.
-func DropManagedFields(informer cache.SharedIndexInformer) {
-	// SetTransform fails only once the informer runs: the controller
-	// constructors run before sharedmain starts the informers.
-	_ = informer.SetTransform(func(obj any) (any, error) {
-		if o, ok := obj.(metav1.Object); ok {
-			o.SetManagedFields(nil)
-		}
-		return obj, nil
-	})
-}
-
 // SigningSecrets returns the Secrets of the named ServiceAccount's
 // secrets (not its imagePullSecrets, as kpack reads them) that hold a
 // cosign key pair, i.e. have the data keys hasKeys names; none when ref is

@@ -27,9 +27,10 @@ type SecretLimits struct {
 	// per-namespace bound makes take many tenants).
 	WatchesPerNamespace int
 	Watches             int
-	// Size is the largest Secret (its data, in bytes) the controller keeps:
-	// registry credentials and cosign keys are a few KiB. A larger one is
-	// kept without its data and reading it fails.
+	// Size is the largest Secret (its data and annotations, in bytes) the
+	// controller keeps: registry credentials and cosign keys are a few KiB.
+	// A larger one is kept without them and reading it fails. Its labels,
+	// which nothing reads, are never kept (trimSecret).
 	Size int
 	// Namespaces, when set, are the only namespaces whose Secrets the
 	// controller reads (--secret-namespaces): a Secret elsewhere is refused
@@ -52,7 +53,7 @@ func (l *SecretLimits) AddFlags(fs *flag.FlagSet) {
 	fs.IntVar(&l.WatchesPerNamespace, "max-secret-watches-per-namespace", l.WatchesPerNamespace,
 		"most Secrets of one namespace read and watched at once; objects needing more wait (SecretWatchLimit)")
 	fs.IntVar(&l.Watches, "max-secret-watches", l.Watches, "most Secrets read and watched at once in all namespaces")
-	fs.IntVar(&l.Size, "max-secret-size", l.Size, "largest Secret (bytes of data) the controller reads; a larger one is refused (SecretTooLarge)")
+	fs.IntVar(&l.Size, "max-secret-size", l.Size, "largest Secret (bytes of data and annotations) the controller reads; a larger one is refused (SecretTooLarge)")
 	fs.Func("secret-namespaces", "comma-separated namespaces whose Secrets the controller may read (registry credentials, signing keys); repeatable (default: any). "+
 		"A Secret elsewhere is refused before any request ("+ReasonSecretNamespaceNotAllowed+"); grant get and watch on Secrets in exactly these namespaces",
 		namespaceList(&l.Namespaces))
@@ -105,7 +106,10 @@ func (l SecretLimits) watchLimitError(key types.NamespacedName, inNamespace, tot
 		key, total)
 }
 
-// sizeOf is the bytes of a Secret's data.
+// sizeOf is the bytes of a Secret's data and annotations: what the
+// controller keeps of it (trimSecret) but its names. Annotations count, as
+// a tenant could otherwise make a kept Secret as large as the API server
+// allows (256 KiB of annotations) with a byte of data.
 func sizeOf(secret *corev1.Secret) int {
 	n := 0
 	for k, v := range secret.Data {
@@ -114,16 +118,19 @@ func sizeOf(secret *corev1.Secret) int {
 	for k, v := range secret.StringData {
 		n += len(k) + len(v)
 	}
+	for k, v := range secret.Annotations {
+		n += len(k) + len(v)
+	}
 	return n
 }
 
-// droppedAnnotation marks a Secret kept without its data, too large; its
-// value is the data's size.
+// droppedAnnotation marks a Secret kept without its data and annotations,
+// too large; its value is their size.
 const droppedAnnotation = "buildsmith.dev/secret-data-dropped"
 
 // tooLargeError says that a Secret was not read for its size.
 func (l SecretLimits) tooLargeError(secret *corev1.Secret) error {
 	return failure.Permanentf(ReasonSecretTooLarge,
-		"secret %s/%s holds %s bytes of data; the controller reads Secrets of at most %d (--max-secret-size)",
+		"secret %s/%s holds %s bytes of data and annotations; the controller reads Secrets of at most %d (--max-secret-size)",
 		secret.Namespace, secret.Name, secret.Annotations[droppedAnnotation], l.Size)
 }

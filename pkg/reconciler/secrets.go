@@ -3,7 +3,6 @@ package reconciler
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"sync"
 	"time"
 
@@ -226,21 +225,8 @@ func (s *SecretWatches) watch(key types.NamespacedName) (*secretWatch, error) {
 func (s *SecretWatches) newWatch(key types.NamespacedName, now time.Time) *secretWatch {
 	w := &secretWatch{lastRead: now, stopped: make(chan struct{})}
 	w.informer = cache.NewSharedIndexInformer(s.listWatch(key), &corev1.Secret{}, 0, cache.Indexers{})
-	// A Secret over the size limit is kept without its data: its watch
-	// still says when it changes (or shrinks), and Get refuses it.
-	_ = w.informer.SetTransform(func(obj any) (any, error) {
-		if secret, ok := obj.(*corev1.Secret); ok {
-			secret.ManagedFields = nil
-			if size := sizeOf(secret); s.limits.Size > 0 && size > s.limits.Size {
-				secret.Data, secret.StringData = nil, nil
-				if secret.Annotations == nil {
-					secret.Annotations = map[string]string{}
-				}
-				secret.Annotations[droppedAnnotation] = strconv.Itoa(size)
-			}
-		}
-		return obj, nil
-	})
+	// What is read of the Secret, and none of it over the size limit.
+	_ = w.informer.SetTransform(s.limits.trimSecret)
 	_ = w.informer.SetWatchErrorHandlerWithContext(func(_ context.Context, _ *cache.Reflector, err error) {
 		w.setErr(err)
 	})

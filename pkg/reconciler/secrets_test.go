@@ -302,4 +302,20 @@ func TestSecretWatchLimits(t *testing.T) {
 	if read, err := s.Get(t.Context(), "calm", "big"); err != nil || string(read.Data[corev1.DockerConfigJsonKey]) != "small" {
 		t.Errorf("the shrunk Secret: %v, %v", read, err)
 	}
+
+	// Annotations count: a byte of data under 1 KB of them is refused, and
+	// labels, which nothing reads, are not kept.
+	noted := secret("calm", "noted", "x")
+	noted.Annotations = map[string]string{"tenant.example/note": strings.Repeat("n", 1000)}
+	labelled := secret("calm", "labelled", "x")
+	labelled.Labels = map[string]string{"tenant.example/label": "v"}
+	client = fake.NewClientset(noted, labelled)
+	s = NewSecretWatches(t.Context(), client, time.Hour, limits)
+	_, err = s.Get(t.Context(), "calm", "noted")
+	if f, ok := failure.As(err); !ok || f.Reason != ReasonSecretTooLarge || !strings.Contains(err.Error(), "bytes of data and annotations") {
+		t.Errorf("1 KB of annotations with a 64 B limit: %v, want %s counting the annotations", err, ReasonSecretTooLarge)
+	}
+	if read, err := s.Get(t.Context(), "calm", "labelled"); err != nil || read.Labels != nil || string(read.Data[corev1.DockerConfigJsonKey]) != "x" {
+		t.Errorf("a labelled Secret: %+v, %v, want its data without its labels", read, err)
+	}
 }

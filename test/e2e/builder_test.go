@@ -72,7 +72,7 @@ func TestBuilderRunsTheRealLifecycle(t *testing.T) {
 	// a minute; the test allows 20 s).
 	useLifecycleImage(t, f.Addr+"/buildsmith/lifecycle:0.21.0")
 	builder := readyBuilder(t, ns, "conformance", 20*time.Second)
-	// The controller's informers keep no managedFields (DropManagedFields);
+	// The controller's informers keep no managedFields (reconciler.TrimObject);
 	// its status updates, sent without them, must not wipe the server's.
 	statusManaged := false
 	for _, m := range builder.ManagedFields {

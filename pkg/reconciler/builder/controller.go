@@ -57,7 +57,6 @@ func newBuilderController(ctx context.Context, cmw configmap.Watcher, cfg Config
 	impl := builderreconciler.NewImpl(ctx, r)
 	builders := buildsmithclient.Get(ctx).BuildsmithV1alpha1()
 	informer := builderinformer.Get(ctx).Informer()
-	reconciler.DropManagedFields(informer)
 	r.Core = newCore(ctx, cmw, cfg, impl, informer, reconciler.Wiring[*v1alpha1.Builder]{
 		Kind: "Builder",
 		Get: func(ctx context.Context, namespace, name string) (*v1alpha1.Builder, error) {
@@ -76,7 +75,6 @@ func NewClusterBuilderController(cfg Config) func(context.Context, configmap.Wat
 		r := &ClusterBuilderReconciler{}
 		impl := clusterbuilderreconciler.NewImpl(ctx, r)
 		informer := clusterbuilderinformer.Get(ctx).Informer()
-		reconciler.DropManagedFields(informer)
 		r.Core = newCore(ctx, cmw, cfg, impl, informer, reconciler.ClusterWiring("ClusterBuilder", cfg.Registry, cfg.Options,
 			buildsmithclient.Get(ctx).BuildsmithV1alpha1().ClusterBuilders().Get,
 			func(dst, src *v1alpha1.ClusterBuilder) { dst.Status = src.Status }))
@@ -90,12 +88,17 @@ func NewClusterBuilderController(cfg Config) func(context.Context, configmap.Wat
 func newCore[T reconciler.Object](ctx context.Context, cmw configmap.Watcher, cfg Config, impl *controller.Impl,
 	informer cache.SharedIndexInformer, w reconciler.Wiring[T]) *Core {
 	w.Registry, w.Options = cfg.Registry, cfg.Options
+	stacks, stores := clusterstackinformer.Get(ctx), clusterstoreinformer.Get(ctx)
+	buildpacks, lifecycles := buildpackinformer.Get(ctx), clusterlifecycleinformer.Get(ctx)
+	// The builders' own cache and those of what they use: each keeps what
+	// the controller reads.
+	reconciler.TrimCaches(ctx, informer, stacks.Informer(), stores.Informer(), buildpacks.Informer(), lifecycles.Informer())
 	core := &Core{
 		Base:       reconciler.NewBase(ctx, impl, w),
-		Stacks:     clusterstackinformer.Get(ctx).Lister(),
-		Stores:     clusterstoreinformer.Get(ctx).Lister(),
-		Buildpacks: buildpackinformer.Get(ctx).Lister(),
-		Lifecycles: clusterlifecycleinformer.Get(ctx).Lister(),
+		Stacks:     stacks.Lister(),
+		Stores:     stores.Lister(),
+		Buildpacks: buildpacks.Lister(),
+		Lifecycles: lifecycles.Lister(),
 		Tracker:    tracker.New(impl.EnqueueKey, controller.GetTrackerLease(ctx)),
 		Lifecycle:  cfg.Lifecycle,
 		Version:    cfg.Version,
@@ -107,13 +110,13 @@ func newCore[T reconciler.Object](ctx context.Context, cmw configmap.Watcher, cf
 	// reconciled when they change in what builders read (a stack becoming
 	// Ready wakes the builders waiting on it; its re-check failing and
 	// passing, which leaves it Ready, wakes nobody).
-	clusterstackinformer.Get(ctx).Informer().AddEventHandler(reconciler.OnUsableChange(
+	stacks.Informer().AddEventHandler(reconciler.OnUsableChange(
 		controller.EnsureTypeMeta(core.Tracker.OnChanged, v1alpha1.SchemeGroupVersion.WithKind("ClusterStack"))))
-	clusterstoreinformer.Get(ctx).Informer().AddEventHandler(reconciler.OnUsableChange(
+	stores.Informer().AddEventHandler(reconciler.OnUsableChange(
 		controller.EnsureTypeMeta(core.Tracker.OnChanged, v1alpha1.SchemeGroupVersion.WithKind("ClusterStore"))))
-	buildpackinformer.Get(ctx).Informer().AddEventHandler(reconciler.OnUsableChange(
+	buildpacks.Informer().AddEventHandler(reconciler.OnUsableChange(
 		controller.EnsureTypeMeta(core.Tracker.OnChanged, v1alpha1.SchemeGroupVersion.WithKind("Buildpack"))))
-	clusterlifecycleinformer.Get(ctx).Informer().AddEventHandler(reconciler.OnUsableChange(
+	lifecycles.Informer().AddEventHandler(reconciler.OnUsableChange(
 		controller.EnsureTypeMeta(core.Tracker.OnChanged, v1alpha1.SchemeGroupVersion.WithKind("ClusterLifecycle"))))
 	// A new default lifecycle image changes the builders that name no
 	// ClusterLifecycle, and only those.

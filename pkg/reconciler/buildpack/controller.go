@@ -29,7 +29,7 @@ func NewController(client *registry.Client, opts reconciler.Options) func(contex
 			CopyStatus: func(dst, src *v1alpha1.Buildpack) { dst.Status = src.Status },
 		})
 		informer := buildpackinformer.Get(ctx).Informer()
-		reconciler.DropManagedFields(informer)
+		reconciler.TrimCaches(ctx, informer)
 		informer.AddEventHandler(reconciler.EnqueueOnChange(impl.Enqueue))
 		return impl
 	}

@@ -23,7 +23,7 @@ func NewController(client *registry.Client, opts reconciler.Options) func(contex
 			buildsmithclient.Get(ctx).BuildsmithV1alpha1().ClusterLifecycles().Get,
 			func(dst, src *v1alpha1.ClusterLifecycle) { dst.Status = src.Status }))
 		informer := clusterlifecycleinformer.Get(ctx).Informer()
-		reconciler.DropManagedFields(informer)
+		reconciler.TrimCaches(ctx, informer)
 		informer.AddEventHandler(reconciler.EnqueueOnChange(impl.Enqueue))
 		return impl
 	}

@@ -23,7 +23,7 @@ func NewController(client *registry.Client, opts reconciler.Options) func(contex
 			buildsmithclient.Get(ctx).BuildsmithV1alpha1().ClusterStacks().Get,
 			func(dst, src *v1alpha1.ClusterStack) { dst.Status = src.Status }))
 		informer := clusterstackinformer.Get(ctx).Informer()
-		reconciler.DropManagedFields(informer)
+		reconciler.TrimCaches(ctx, informer)
 		informer.AddEventHandler(reconciler.EnqueueOnChange(impl.Enqueue))
 		return impl
 	}
