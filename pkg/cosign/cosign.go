@@ -143,8 +143,28 @@ func mib(bytes float64) string {
 	return fmt.Sprintf("%.1f MiB", m)
 }
 
-// decryptions are the turns to decrypt a key, process-wide.
-var decryptions = semaphore.NewWeighted(MaxDecryptions)
+// cpuTurns are the turns, process-wide, of the CPU-heavy work tenants'
+// inputs ask for: decrypting a key (scrypt), verifying the signatures of a
+// signature image. A reconcile waiting for one lends its worker, so that
+// four tenants' costly keys or signatures do not hold every worker while
+// the others' reconciles wait.
+var cpuTurns = semaphore.NewWeighted(MaxDecryptions)
+
+// inTurn runs work in one of the process's CPU turns, waiting on ctx for
+// one.
+func inTurn[T any](ctx context.Context, work func() (T, error)) (T, error) {
+	if !cpuTurns.TryAcquire(1) {
+		waited := worker.Wait(ctx)
+		err := cpuTurns.Acquire(ctx, 1)
+		waited()
+		if err != nil {
+			var zero T
+			return zero, err
+		}
+	}
+	defer cpuTurns.Release(1)
+	return work()
+}
 
 // decrypt is encrypted.Decrypt; a variable so that tests see whether, and
 // how often at once, it runs.
@@ -160,17 +180,10 @@ func Decryptions() int64 { return decrypted.Load() }
 // ctx for one; a reconcile lends its worker meanwhile (the wait can be
 // another tenant's keys).
 func decryptInTurn(ctx context.Context, sealed, password []byte) ([]byte, error) {
-	if !decryptions.TryAcquire(1) {
-		waited := worker.Wait(ctx)
-		err := decryptions.Acquire(ctx, 1)
-		waited()
-		if err != nil {
-			return nil, err
-		}
-	}
-	defer decryptions.Release(1)
-	decrypted.Add(1)
-	return decrypt(sealed, password)
+	return inTurn(ctx, func() ([]byte, error) {
+		decrypted.Add(1)
+		return decrypt(sealed, password)
+	})
 }
 
 // Key is a private key to sign with, and the ID of its public key.

@@ -51,12 +51,18 @@ func NewVerifier(payload []byte, keys []*Key) *Verifier {
 // Signed returns, in the keys' order, whether the signature image
 // manifest (nil: none yet) holds each key's signature of the payload:
 // signing again would only add a duplicate. It fails only with ctx's
-// error, once ctx has ended.
+// error, once ctx has ended. The verifications run in one of the
+// process's CPU turns (shared with key decryptions), waited for on ctx.
 func (v *Verifier) Signed(ctx context.Context, manifest *v1.Manifest) ([]bool, error) {
-	signed := make([]bool, len(v.keys))
 	if manifest == nil {
-		return signed, nil
+		return make([]bool, len(v.keys)), nil
 	}
+	return inTurn(ctx, func() ([]bool, error) { return v.signed(ctx, manifest) })
+}
+
+// signed is Signed, in a CPU turn.
+func (v *Verifier) signed(ctx context.Context, manifest *v1.Manifest) ([]bool, error) {
+	signed := make([]bool, len(v.keys))
 	left := len(v.keys)
 	for _, l := range manifest.Layers {
 		if left == 0 {

@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -178,6 +179,29 @@ func TestVerifierStopsWithItsContext(t *testing.T) {
 	_, err := NewVerifier(payload, []*Key{parsedKey(t), parsedKey(t)}).Signed(ctx, m)
 	if !errors.Is(err, context.Canceled) || Verifications()-before != 3 {
 		t.Errorf("error %v after %d verifications, want %v after 3", err, Verifications()-before, context.Canceled)
+	}
+}
+
+// TestVerificationsWaitForATurn: signature checks run in the process's CPU
+// turns, shared with key decryptions: while every turn is taken, a check
+// verifies nothing and waits on its context.
+func TestVerificationsWaitForATurn(t *testing.T) {
+	payload := testPayload(t)
+	m := manifestOf(t, bogus(t, payload, 5))
+	key := parsedKey(t) // decrypting it takes a turn too
+	if err := cpuTurns.Acquire(context.Background(), MaxDecryptions); err != nil {
+		t.Fatal(err)
+	}
+	before := Verifications()
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	_, err := NewVerifier(payload, []*Key{key}).Signed(ctx, m)
+	cpuTurns.Release(MaxDecryptions)
+	if !errors.Is(err, context.DeadlineExceeded) || Verifications() != before {
+		t.Errorf("every turn taken: %v after %d verifications, want %v after none", err, Verifications()-before, context.DeadlineExceeded)
+	}
+	if _, err := NewVerifier(payload, []*Key{key}).Signed(context.Background(), m); err != nil || Verifications() == before {
+		t.Errorf("a turn free: %v after %d verifications", err, Verifications()-before)
 	}
 }
 
