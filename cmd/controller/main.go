@@ -87,15 +87,9 @@ func main() {
 	if err := registerRegistryMetrics(client); err != nil {
 		log.Fatalf("registering metrics: %v", err)
 	}
-	if err := own.flattening.RemoveStale(); err != nil {
-		log.Printf("removing stale flattened layers from --scratch-dir: %v", err)
-	}
-	if own.rememberedFlattened > 0 {
-		own.flattening.Memory = builder.NewFlattenMemory(own.rememberedFlattened)
-	}
 	builders := builder.Config{Registry: client, Options: opts, Version: version,
 		Lifecycle: builder.NewLifecycleSource(opts.ResyncInterval), Signing: own.signing, MaxLayers: own.maxLayers,
-		Flattening: own.flattening}
+		Flattening: own.flatteningSetUp()}
 	// One set of Secret watches for the six controllers.
 	ctx = reconciler.WithSecretWatches(ctx)
 	ctx, drain := turns.WithDrain(ctx)
@@ -110,6 +104,19 @@ func main() {
 	// The reconciles in flight (a push under way) end before the process
 	// does; the pod's termination grace period bounds the wait.
 	drain.Wait()
+}
+
+// flatteningSetUp is how builders flatten, with the scratch directory
+// cleared of what a crash left.
+func (f *flags) flatteningSetUp() builder.Flattening {
+	if err := f.flattening.RemoveStale(); err != nil {
+		log.Printf("removing stale flattened layers from --scratch-dir: %v", err)
+	}
+	if f.rememberedFlattened > 0 {
+		f.flattening.Memory = builder.NewFlattenMemory(f.rememberedFlattened)
+	}
+	f.flattening.Slots = builder.NewFlattenSlots(f.concurrentFlattens)
+	return f.flattening
 }
 
 // withLeaderElection returns ctx with knative's bucket election, replicas
@@ -133,6 +140,7 @@ type flags struct {
 	flattening builder.Flattening
 	// rememberedFlattened is how many flattened layers are remembered.
 	rememberedFlattened int
+	concurrentFlattens  int
 	disableHA           bool
 	healthProbes        bool
 	profilingPort       int
@@ -146,10 +154,16 @@ func (f *flags) add(fs *flag.FlagSet) {
 	fs.IntVar(&f.signing.MaxKeys, "max-signing-keys", builder.DefaultMaxSigningKeys, "most decrypted signing keys kept, the least recently used dropped first")
 	fs.DurationVar(&f.signing.KeyIdle, "signing-key-idle", builder.DefaultSigningKeyIdle,
 		"how long a decrypted signing key nobody uses is kept; keep it above --resync-interval")
+	fs.IntVar(&f.signing.MaxSignatureLayers, "max-signature-layers", builder.DefaultMaxSignatureLayers,
+		"most layers (one per signature) of a signature image (.sig tag) checked and extended; a bigger one holds the builder back with SignatureImageTooLarge")
 	fs.IntVar(&f.maxLayers, "max-builder-layers", cnb.DefaultMaxLayers,
 		"most layers a builder image may have, its build image's included; more stalls the builder with TooManyLayers (container runtimes refuse much deeper images)")
 	fs.StringVar(&f.flattening.ScratchDir, "scratch-dir", os.TempDir(),
-		"directory of the flattened layers of builders being pushed (spec.flatten); at most 2 × --workers × --max-flattened-bytes in use")
+		"directory of the flattened layers of builders being pushed (spec.flatten); at most 2 × --max-concurrent-flattens × --max-flattened-bytes in use")
+	fs.IntVar(&f.concurrentFlattens, "max-concurrent-flattens", builder.DefaultConcurrentFlattens,
+		"most builder pushes flattening at once (disk, CPU and downloads), one namespace taking at most half of them; others wait, Reconciling with FlattenQueued")
+	fs.Int64Var(&f.flattening.MaxZstdWindow, "max-zstd-window", cnb.DefaultMaxZstdWindow,
+		"largest window (bytes) a zstd buildpack layer may ask for when it is flattened; a bigger one stalls the builder with InvalidBuildpackLayer")
 	fs.Int64Var(&f.flattening.MaxBytes, "max-flattened-bytes", builder.DefaultMaxFlattenedBytes,
 		"most bytes (uncompressed) of the flattened layers of one builder, all its platforms; more stalls the builder with FlattenTooLarge")
 	fs.IntVar(&f.rememberedFlattened, "remembered-flattened-layers", builder.DefaultRememberedFlattenedLayers,
