@@ -49,7 +49,7 @@ func DefaultSecretLimits() SecretLimits {
 // AddFlags registers the limits as flags, with l's values as defaults.
 func (l *SecretLimits) AddFlags(fs *flag.FlagSet) {
 	fs.IntVar(&l.PerServiceAccount, "max-service-account-secrets", l.PerServiceAccount,
-		"most Secrets (imagePullSecrets and secrets) a ServiceAccount may name; one naming more is refused ("+registry.ReasonTooManySecrets+")")
+		"most Secrets (imagePullSecrets and secrets) a ServiceAccount may name, up to 1024; one naming more is refused ("+registry.ReasonTooManySecrets+")")
 	fs.IntVar(&l.WatchesPerNamespace, "max-secret-watches-per-namespace", l.WatchesPerNamespace,
 		"most Secrets of one namespace read and watched at once; objects needing more wait (SecretWatchLimit)")
 	fs.IntVar(&l.Watches, "max-secret-watches", l.Watches, "most Secrets read and watched at once in all namespaces")

@@ -9,6 +9,8 @@ import (
 	"k8s.io/client-go/tools/cache"
 	serviceaccountinformer "knative.dev/pkg/client/injection/kube/informers/core/v1/serviceaccount"
 	"knative.dev/pkg/logging"
+
+	"github.com/buildsmith/buildsmith/pkg/registry"
 )
 
 // What the controller's caches keep (issue 37): its informers watch every
@@ -73,6 +75,11 @@ func dropLastApplied(o metav1.Object) {
 	}
 }
 
+// maxKeptSecretReferences bounds the Secret names kept of each list of a
+// ServiceAccount: a 1.5 MiB account may name 90,000, each an
+// ObjectReference of some 100 bytes in memory.
+const maxKeptSecretReferences = 1024
+
 // TrimServiceAccount is the transform of the ServiceAccounts: of all a
 // tenant may write on one, the controller reads the names of its secrets
 // and imagePullSecrets (registry.Keychains, Credentials.SigningSecrets) and
@@ -89,13 +96,20 @@ func TrimServiceAccount(obj any) (any, error) {
 		TypeMeta: sa.TypeMeta,
 		ObjectMeta: metav1.ObjectMeta{Name: sa.Name, Namespace: sa.Namespace, UID: sa.UID,
 			ResourceVersion: sa.ResourceVersion, Generation: sa.Generation},
-		ImagePullSecrets: sa.ImagePullSecrets, // names only already
+		ImagePullSecrets: sa.ImagePullSecrets[:min(len(sa.ImagePullSecrets), maxKeptSecretReferences)], // names only already
 	}
 	if len(sa.Secrets) > 0 {
-		kept.Secrets = make([]corev1.ObjectReference, len(sa.Secrets))
-		for i, ref := range sa.Secrets {
-			kept.Secrets[i].Name = ref.Name
+		kept.Secrets = make([]corev1.ObjectReference, min(len(sa.Secrets), maxKeptSecretReferences))
+		for i := range kept.Secrets {
+			kept.Secrets[i].Name = sa.Secrets[i].Name
 		}
+	}
+	// Far more than any account may name (--max-service-account-secrets):
+	// the count is kept, for TooManySecrets to say.
+	if n := len(sa.ImagePullSecrets) + len(sa.Secrets); n > len(kept.ImagePullSecrets)+len(kept.Secrets) {
+		kept.Annotations = map[string]string{registry.AnnotationSecretReferences: strconv.Itoa(n)}
+	} else if n, trimmed := sa.Annotations[registry.AnnotationSecretReferences]; trimmed {
+		kept.Annotations = map[string]string{registry.AnnotationSecretReferences: n} // trimmed before
 	}
 	return kept, nil
 }

@@ -1,6 +1,7 @@
 package reconciler
 
 import (
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -11,6 +12,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/buildsmith/buildsmith/pkg/apis/build/v1alpha1"
+	"github.com/buildsmith/buildsmith/pkg/registry"
 )
 
 // bulk is what a tenant may pile on any object: managedFields, a
@@ -76,7 +78,8 @@ func TestTrimObject(t *testing.T) {
 
 // TestTrimServiceAccount: a ServiceAccount keeps its identity and the names
 // of its secrets and imagePullSecrets (in order, repeats included, as
-// registry.Keychains counts and reads them) and nothing else.
+// registry.Keychains counts and reads them) and nothing else; of one naming
+// far more than any may, the first 1024 of each list and how many it names.
 func TestTrimServiceAccount(t *testing.T) {
 	automount := true
 	sa := &corev1.ServiceAccount{ObjectMeta: bulk(), AutomountServiceAccountToken: &automount,
@@ -92,6 +95,18 @@ func TestTrimServiceAccount(t *testing.T) {
 		Secrets:          []corev1.ObjectReference{{Name: "registry"}, {Name: "cosign"}, {Name: "registry"}},
 		ImagePullSecrets: []corev1.LocalObjectReference{{Name: "pull"}}}
 	bare := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "default"}}
+	many := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "many"}}
+	manyKept := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "many",
+		Annotations: map[string]string{registry.AnnotationSecretReferences: "100000"}}}
+	for i := range 50_000 {
+		ref := corev1.LocalObjectReference{Name: fmt.Sprintf("s-%d", i)}
+		many.ImagePullSecrets = append(many.ImagePullSecrets, ref)
+		many.Secrets = append(many.Secrets, corev1.ObjectReference{Name: ref.Name, Kind: "Secret"})
+		if i < maxKeptSecretReferences {
+			manyKept.ImagePullSecrets = append(manyKept.ImagePullSecrets, ref)
+			manyKept.Secrets = append(manyKept.Secrets, corev1.ObjectReference{Name: ref.Name})
+		}
+	}
 	notAnAccount := &corev1.Secret{ObjectMeta: bulk()}
 	tombstone := cache.DeletedFinalStateUnknown{Key: "team/builder", Obj: want}
 
@@ -101,6 +116,7 @@ func TestTrimServiceAccount(t *testing.T) {
 	}{
 		{"a ServiceAccount", sa, want},
 		{"one naming no Secrets", bare, bare},
+		{"one naming 100,000 Secrets", many, manyKept},
 		{"a tombstone", tombstone, tombstone},
 		{"another kind", notAnAccount, &corev1.Secret{ObjectMeta: bulk()}},
 		{"nil", nil, nil},

@@ -32,10 +32,20 @@ type Keychains struct {
 	MaxSecrets int
 }
 
+// AnnotationSecretReferences marks a ServiceAccount the controller's cache
+// keeps only some of the Secret names of (far more than any may name): its
+// value is how many it names.
+const AnnotationSecretReferences = "buildsmith.dev/secret-references"
+
 // CheckSecretCount refuses a ServiceAccount that names more Secrets
 // (imagePullSecrets and secrets together) than MaxSecrets, before any of
 // them is read: a permanent TooManySecrets error naming the limit.
 func (k Keychains) CheckSecretCount(sa *corev1.ServiceAccount) error {
+	if n, trimmed := sa.Annotations[AnnotationSecretReferences]; trimmed {
+		return &failure.Error{Class: failure.Permanent, Reason: ReasonTooManySecrets, Err: fmt.Errorf(
+			"serviceaccount %s/%s names %s Secrets; the controller reads at most %d of one ServiceAccount (--max-service-account-secrets)",
+			sa.Namespace, sa.Name, n, k.MaxSecrets)}
+	}
 	if k.MaxSecrets <= 0 || len(sa.ImagePullSecrets)+len(sa.Secrets) <= k.MaxSecrets {
 		return nil
 	}

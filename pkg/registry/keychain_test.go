@@ -262,3 +262,15 @@ func TestServiceAccountNamingTooManySecrets(t *testing.T) {
 		})
 	}
 }
+
+// TestCheckSecretCountOfATrimmedAccount: a ServiceAccount the cache kept
+// only some Secret names of is refused, saying how many it names.
+func TestCheckSecretCountOfATrimmedAccount(t *testing.T) {
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "many",
+		Annotations: map[string]string{AnnotationSecretReferences: "100000"}},
+		ImagePullSecrets: []corev1.LocalObjectReference{{Name: "pull"}}}
+	err := Keychains{MaxSecrets: 32}.CheckSecretCount(sa)
+	if f, ok := failure.As(err); !ok || f.Reason != ReasonTooManySecrets || f.Class != failure.Permanent || !strings.Contains(err.Error(), "names 100000 Secrets") {
+		t.Errorf("a trimmed account: %v, want a permanent %s saying how many it names", err, ReasonTooManySecrets)
+	}
+}
