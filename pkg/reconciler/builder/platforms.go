@@ -28,20 +28,7 @@ type platformBuild struct {
 func (r *Core) platforms(ctx context.Context, in *inputs, targets []v1alpha1.Target) ([]platformBuild, []string, error) {
 	stack, resolved, extensions := in.stack, in.resolved, in.extensions
 	stackPlatforms := cnb.PlatformsOf(stack.Status.Platforms)
-	parts := []cnb.PlatformPart{
-		{Name: "ClusterStack " + stack.Name, Platforms: stackPlatforms},
-		{Name: in.lifecycleName, Platforms: cnb.PlatformsOfV1(in.lifecycle.Platforms)},
-	}
-	for _, bp := range resolved.Buildpacks {
-		if !resolved.Optional(bp) {
-			parts = append(parts, cnb.PlatformPart{Name: "buildpack " + bp.ID + "@" + bp.Version, Platforms: cnb.PlatformsOf(bp.Platforms)})
-		}
-	}
-	if extensions != nil {
-		for _, ext := range extensions.Buildpacks {
-			parts = append(parts, cnb.PlatformPart{Name: "extension " + ext.ID + "@" + ext.Version, Platforms: cnb.PlatformsOf(ext.Platforms)})
-		}
-	}
+	parts := platformParts(in)
 	asked := make([]v1alpha1.Platform, len(targets))
 	for i, t := range targets {
 		asked[i] = t.Platform
@@ -113,4 +100,25 @@ func checkTargetDistros(targets []v1alpha1.Target, p cnb.Platform, stack *cnb.St
 		first = cmp.Or(first, err)
 	}
 	return first
+}
+
+// platformParts are the parts of a builder whose platforms it may have:
+// the stack, the lifecycle, each buildpack that is not optional and each
+// extension.
+func platformParts(in *inputs) []cnb.PlatformPart {
+	parts := []cnb.PlatformPart{
+		{Name: "ClusterStack " + in.stack.Name, Platforms: cnb.PlatformsOf(in.stack.Status.Platforms)},
+		{Name: in.lifecycleName, Platforms: cnb.PlatformsOfV1(in.lifecycle.Platforms)},
+	}
+	for _, bp := range in.resolved.Buildpacks {
+		if !in.resolved.Optional(bp) {
+			parts = append(parts, cnb.PlatformPart{Name: "buildpack " + bp.ID + "@" + bp.Version, Platforms: cnb.PlatformsOf(bp.Platforms)})
+		}
+	}
+	if in.extensions != nil {
+		for _, ext := range in.extensions.Buildpacks {
+			parts = append(parts, cnb.PlatformPart{Name: "extension " + ext.ID + "@" + ext.Version, Platforms: cnb.PlatformsOf(ext.Platforms)})
+		}
+	}
+	return parts
 }

@@ -93,6 +93,15 @@ func (r *Reconciler) reconcile(ctx context.Context, stack *v1alpha1.ClusterStack
 		}
 	}
 
+	record(stack, s, platforms, build, runs, sources)
+	return nil
+}
+
+// record writes what the stack resolved to into its status: s read from
+// build and runs (of sources), on platforms.
+func record(stack *v1alpha1.ClusterStack, s *cnb.Stack, platforms []cnb.Platform, build *registry.Image,
+	runs []*registry.Image, sources []v1alpha1.RunImageSource) {
+	spec := stack.Spec
 	status := &stack.Status
 	status.ID, status.Mixins = s.ID, s.Mixins
 	status.UserID, status.GroupID = s.UserID, s.GroupID
@@ -111,7 +120,6 @@ func (r *Reconciler) reconcile(ctx context.Context, stack *v1alpha1.ClusterStack
 	if len(status.AdditionalRunImages) == 0 {
 		status.AdditionalRunImages = nil
 	}
-	return nil
 }
 
 // runImageName names the i-th run image of a stack (0: spec.runImage) in
