@@ -395,6 +395,11 @@ func (c *entryCopier) copyAll(r io.Reader) error {
 		if len(hdr.Name) > maxEntryName || len(hdr.Linkname) > maxEntryName {
 			return fmt.Errorf("an entry's name or link is longer than %d bytes", maxEntryName)
 		}
+		if isSparse(hdr) {
+			// Its holes are zeros the reader makes without reading a byte:
+			// terabytes of them would cost the budget nothing.
+			return fmt.Errorf("entry %s is a sparse file, which a buildpack layer has no use for", hdr.Name)
+		}
 		if hdr.Typeflag == tar.TypeDir {
 			dir := sha256.Sum256([]byte(path.Clean("/" + hdr.Name)))
 			if c.dirs[dir] {
@@ -412,6 +417,19 @@ func (c *entryCopier) copyAll(r io.Reader) error {
 			return err
 		}
 	}
+}
+
+// isSparse says whether hdr is a sparse file, in GNU's old form or PAX's.
+func isSparse(hdr *tar.Header) bool {
+	if hdr.Typeflag == tar.TypeGNUSparse {
+		return true
+	}
+	for k := range hdr.PAXRecords {
+		if strings.HasPrefix(k, "GNU.sparse.") {
+			return true
+		}
+	}
+	return false
 }
 
 // budgetReader charges every byte read from r to a budget, and fails once

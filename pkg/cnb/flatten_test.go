@@ -473,3 +473,65 @@ func (c *countingReader) Read(p []byte) (int, error) {
 	c.n += int64(n)
 	return n, err
 }
+
+// ustarBlock is a tar header block of name, typeflag and size, checksummed.
+func ustarBlock(name string, typeflag byte, size int) []byte {
+	b := make([]byte, 512)
+	copy(b, name)
+	copy(b[100:], "0000644\x00")
+	copy(b[108:], "0000000\x00")
+	copy(b[116:], "0000000\x00")
+	copy(b[124:], fmt.Sprintf("%011o\x00", size))
+	copy(b[136:], "00000000000\x00")
+	b[156] = typeflag
+	copy(b[257:], "ustar\x0000")
+	copy(b[148:], "        ")
+	sum := 0
+	for _, c := range b {
+		sum += int(c)
+	}
+	copy(b[148:], fmt.Sprintf("%06o\x00 ", sum))
+	return b
+}
+
+// sparseTar is a tar of one PAX 1.0 sparse file of a terabyte, all hole:
+// a few blocks that a tar reader turns into a terabyte of zeros.
+func sparseTar() []byte {
+	record := func(k, v string) string {
+		line := " " + k + "=" + v + "\n"
+		n := len(line)
+		for len(fmt.Sprint(n+len(fmt.Sprint(n)))) != len(fmt.Sprint(n)) {
+			n++
+		}
+		n += len(fmt.Sprint(n + len(fmt.Sprint(n))))
+		return fmt.Sprint(n) + line
+	}
+	pax := record("GNU.sparse.major", "1") + record("GNU.sparse.minor", "0") +
+		record("GNU.sparse.name", "cnb/hole") + record("GNU.sparse.realsize", "1099511627776")
+	pad := func(b []byte) []byte { return append(b, make([]byte, (512-len(b)%512)%512)...) }
+	var out []byte
+	out = append(out, ustarBlock("PaxHeaders/hole", 'x', len(pax))...)
+	out = append(out, pad([]byte(pax))...)
+	out = append(out, ustarBlock("hole", '0', 512)...)
+	out = append(out, pad([]byte("0\n"))...) // the sparse map: no data
+	return append(out, make([]byte, 1024)...)
+}
+
+// TestFlattenRefusesSparseFiles: a sparse entry, whose holes a tar reader
+// makes without reading a byte, is refused (InvalidBuildpackLayer) having
+// read a few blocks, not written a terabyte.
+func TestFlattenRefusesSparseFiles(t *testing.T) {
+	tr := tar.NewReader(bytes.NewReader(sparseTar()))
+	hdr, err := tr.Next()
+	if err != nil || hdr.Size != 1<<40 {
+		t.Fatalf("the sparse tar reads as %+v, %v; want an entry of 1 TiB", hdr, err)
+	}
+	opts := FlattenOptions{Dir: t.TempDir(), Budget: NewFlattenBudget(1 << 20), MediaType: types.OCILayer,
+		Read: func(bp BuildpackLayer, copyLayer func(io.Reader) error) error {
+			return copyLayer(bytes.NewReader(sparseTar()))
+		}}
+	_, err = Flatten(buildpackLayers(t), &v1alpha1.Flatten{All: true}, opts)
+	if f, ok := failure.As(err); !ok || f.Reason != ReasonInvalidBuildpackLayer || !strings.Contains(err.Error(), "sparse") {
+		t.Fatalf("error = %v, want %s saying it is sparse", err, ReasonInvalidBuildpackLayer)
+	}
+}

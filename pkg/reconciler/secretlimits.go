@@ -2,7 +2,9 @@ package reconciler
 
 import (
 	"flag"
+	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -48,8 +50,17 @@ func DefaultSecretLimits() SecretLimits {
 
 // AddFlags registers the limits as flags, with l's values as defaults.
 func (l *SecretLimits) AddFlags(fs *flag.FlagSet) {
-	fs.IntVar(&l.PerServiceAccount, "max-service-account-secrets", l.PerServiceAccount,
-		"most Secrets (imagePullSecrets and secrets) a ServiceAccount may name, up to 1024; one naming more is refused ("+registry.ReasonTooManySecrets+")")
+	fs.Func("max-service-account-secrets",
+		fmt.Sprintf("most Secrets (imagePullSecrets and secrets) a ServiceAccount may name, at most %d; one naming more is refused (%s) (default %d)",
+			maxKeptSecretReferences, registry.ReasonTooManySecrets, l.PerServiceAccount),
+		func(v string) error {
+			n, err := strconv.Atoi(v)
+			if err == nil && (n < 1 || n > maxKeptSecretReferences) {
+				err = fmt.Errorf("must be between 1 and %d", maxKeptSecretReferences)
+			}
+			l.PerServiceAccount = n
+			return err
+		})
 	fs.IntVar(&l.WatchesPerNamespace, "max-secret-watches-per-namespace", l.WatchesPerNamespace,
 		"most Secrets of one namespace read and watched at once; objects needing more wait (SecretWatchLimit)")
 	fs.IntVar(&l.Watches, "max-secret-watches", l.Watches, "most Secrets read and watched at once in all namespaces")

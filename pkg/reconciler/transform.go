@@ -2,6 +2,7 @@ package reconciler
 
 import (
 	"context"
+	"slices"
 	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
@@ -76,9 +77,10 @@ func dropLastApplied(o metav1.Object) {
 }
 
 // maxKeptSecretReferences bounds the Secret names kept of each list of a
-// ServiceAccount: a 1.5 MiB account may name 90,000, each an
-// ObjectReference of some 100 bytes in memory.
-const maxKeptSecretReferences = 1024
+// ServiceAccount (--max-service-account-secrets may be at most this): a
+// 1.5 MiB account may name 90,000, each an ObjectReference of some 100
+// bytes in memory.
+const maxKeptSecretReferences = 128
 
 // TrimServiceAccount is the transform of the ServiceAccounts: of all a
 // tenant may write on one, the controller reads the names of its secrets
@@ -96,7 +98,8 @@ func TrimServiceAccount(obj any) (any, error) {
 		TypeMeta: sa.TypeMeta,
 		ObjectMeta: metav1.ObjectMeta{Name: sa.Name, Namespace: sa.Namespace, UID: sa.UID,
 			ResourceVersion: sa.ResourceVersion, Generation: sa.Generation},
-		ImagePullSecrets: sa.ImagePullSecrets[:min(len(sa.ImagePullSecrets), maxKeptSecretReferences)], // names only already
+		// A copy: a slice of the list would keep all of it.
+		ImagePullSecrets: slices.Clone(sa.ImagePullSecrets[:min(len(sa.ImagePullSecrets), maxKeptSecretReferences)]),
 	}
 	if len(sa.Secrets) > 0 {
 		kept.Secrets = make([]corev1.ObjectReference, min(len(sa.Secrets), maxKeptSecretReferences))
@@ -108,8 +111,8 @@ func TrimServiceAccount(obj any) (any, error) {
 	// the count is kept, for TooManySecrets to say.
 	if n := len(sa.ImagePullSecrets) + len(sa.Secrets); n > len(kept.ImagePullSecrets)+len(kept.Secrets) {
 		kept.Annotations = map[string]string{registry.AnnotationSecretReferences: strconv.Itoa(n)}
-	} else if n, trimmed := sa.Annotations[registry.AnnotationSecretReferences]; trimmed {
-		kept.Annotations = map[string]string{registry.AnnotationSecretReferences: n} // trimmed before
+	} else if n, err := strconv.Atoi(sa.Annotations[registry.AnnotationSecretReferences]); err == nil {
+		kept.Annotations = map[string]string{registry.AnnotationSecretReferences: strconv.Itoa(n)} // trimmed before
 	}
 	return kept, nil
 }

@@ -45,10 +45,16 @@ type hostPolicy struct {
 // operator denies besides: link-local addresses, where cloud instances
 // find their metadata service (169.254.169.254, fd00:ec2::254 on AWS) and
 // the credentials it hands out.
+//
+// With an HTTP proxy (HTTPS_PROXY), the dialer sees the proxy only: what
+// the proxy then reaches is the proxy's to deny.
 var alwaysDenied = []netip.Prefix{
 	netip.MustParsePrefix("169.254.0.0/16"),
 	netip.MustParsePrefix("fe80::/10"),
-	netip.MustParsePrefix("fd00:ec2::254/128"),
+	netip.MustParsePrefix("fd00:ec2::254/128"),  // AWS's metadata over IPv6
+	netip.MustParsePrefix("fd20:ce::254/128"),   // Google Cloud's
+	netip.MustParsePrefix("100.100.100.200/32"), // Alibaba Cloud's
+	netip.MustParsePrefix("168.63.129.16/32"),   // Azure's wire server
 }
 
 func newHostPolicy(o Options) hostPolicy {
@@ -93,7 +99,8 @@ func (p hostPolicy) refuse(host string) error {
 // refuseAddr returns why no connection may go to ip (a host named so, or
 // what a name resolved to), nil when it may.
 func (p hostPolicy) refuseAddr(ip netip.Addr) error {
-	ip = ip.Unmap()
+	// A zone (fe80::1%eth0) would keep the address out of every prefix.
+	ip = ip.WithZone("").Unmap()
 	for _, network := range p.denied {
 		if network.Contains(ip) {
 			return failure.Permanentf(ReasonRegistryNotAllowed,
@@ -111,6 +118,7 @@ func (p hostPolicy) dialControl(_, address string, _ syscall.RawConn) error {
 	if err != nil {
 		return nil
 	}
+	host, _, _ = strings.Cut(host, "%") // a zone names an interface, not another address
 	if !p.loopback && isLoopbackIP(net.ParseIP(host)) {
 		return failure.Permanentf(ReasonRegistryNotAllowed,
 			"%s is a loopback address: the controller's own pod, not a registry (an operator allows loopback registries with --allow-loopback-registries)", address)
@@ -144,6 +152,7 @@ func isLoopback(host string) bool {
 		hostname = h
 	}
 	hostname = strings.TrimSuffix(strings.ToLower(strings.Trim(hostname, "[]")), ".")
+	hostname, _, _ = strings.Cut(hostname, "%") // [::1%lo] is ::1
 	if hostname == "localhost" || strings.HasSuffix(hostname, ".localhost") {
 		return true
 	}

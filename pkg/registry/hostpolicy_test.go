@@ -268,6 +268,15 @@ func TestDeniedNetworksRefused(t *testing.T) {
 	if open := c.Circuits().Open(); len(open) != 0 {
 		t.Errorf("circuits opened for refused hosts: %v", open)
 	}
+	// What a redirect or a token realm may name: zones, mapped addresses.
+	for _, host := range []string{"[fe80::1%eth0]:10250", "[::ffff:169.254.169.254]", "[::1%lo]:8443", "100.100.100.200"} {
+		if err := c.hosts.refuse(host); Classify(err).Reason != ReasonRegistryNotAllowed {
+			t.Errorf("refuse(%s) = %v, want %s", host, err, ReasonRegistryNotAllowed)
+		}
+	}
+	if err := c.hosts.dialControl("tcp", "[fe80::1%eth0]:443", nil); Classify(err).Reason != ReasonRegistryNotAllowed {
+		t.Errorf("dialing a link-local address with a zone: %v", err)
+	}
 	if err := c.hosts.refuse("10.1.2.3:5000"); err != nil {
 		t.Errorf("a private address nobody denied: %v", err)
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -59,13 +60,32 @@ const (
 type pingKey struct{ scheme, host string }
 
 type pingAnswer struct {
-	status    int
-	challenge string // WWW-Authenticate
-	at        time.Time
+	status     int
+	challenges []string // WWW-Authenticate, each (ggcr picks among them)
+	at         time.Time
+}
+
+// challengeBytes is how long an answer's challenges are together.
+func challengeBytes(challenges []string) int {
+	n := 0
+	for _, c := range challenges {
+		n += len(c)
+	}
+	return n
 }
 
 // cost is about the memory an answer kept under key takes.
-func (a pingAnswer) cost(key pingKey) int { return 128 + len(key.host) + len(a.challenge) }
+func (a pingAnswer) cost(key pingKey) int {
+	return 128 + len(key.host) + 16*len(a.challenges) + challengeBytes(a.challenges)
+}
+
+// challenge is the first challenge, "" for none.
+func (a pingAnswer) challenge() string {
+	if len(a.challenges) == 0 {
+		return ""
+	}
+	return a.challenges[0]
+}
 
 func newPingCache(clk clock.PassiveClock) *pingCache {
 	return &pingCache{clock: clk, answers: map[pingKey]pingAnswer{}, inFlight: map[pingKey]*pingInFlight{}}
@@ -127,8 +147,8 @@ func (p *pingCache) ping(req *http.Request, key pingKey) (*http.Response, error)
 	defer p.mu.Unlock()
 	ping := p.inFlight[key]
 	if err == nil && (resp.StatusCode == http.StatusOK || resp.StatusCode == http.StatusUnauthorized) && !ping.stale {
-		answer := pingAnswer{status: resp.StatusCode, challenge: resp.Header.Get("WWW-Authenticate"), at: p.clock.Now()}
-		if len(answer.challenge) <= maxChallenge {
+		answer := pingAnswer{status: resp.StatusCode, challenges: slices.Clone(resp.Header.Values("WWW-Authenticate")), at: p.clock.Now()}
+		if challengeBytes(answer.challenges) <= maxChallenge {
 			p.makeRoom(answer.cost(key))
 			p.answers[key] = answer
 			p.bytes += answer.cost(key)
@@ -145,7 +165,7 @@ func (p *pingCache) challenged(host, challenge string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for key, answer := range p.answers {
-		if key.host == host && !sameChallenge(answer.challenge, challenge) {
+		if key.host == host && !sameChallenge(answer.challenge(), challenge) {
 			p.drop(key)
 			for _, scheme := range []string{"https", "http"} {
 				if ping, ok := p.inFlight[pingKey{scheme, host}]; ok {
@@ -215,8 +235,8 @@ func isPing(req *http.Request) bool {
 
 func (a pingAnswer) response(req *http.Request) *http.Response {
 	header := http.Header{}
-	if a.challenge != "" {
-		header.Set("WWW-Authenticate", a.challenge)
+	for _, c := range a.challenges {
+		header.Add("WWW-Authenticate", c)
 	}
 	return &http.Response{
 		Status:     fmt.Sprintf("%d %s", a.status, http.StatusText(a.status)),
