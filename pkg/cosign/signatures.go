@@ -38,8 +38,16 @@ type Verifier struct {
 
 type verdict struct {
 	signature string
-	key       int // index in keys
+	key       string // its ID: a key in two Secrets is one key
 }
+
+// MaxVerifications bounds the signatures a Verifier verifies, over all it
+// is shown: with the layers bounded too, a signature image a registry
+// fills with other keys' signatures costs at most this many ECDSA
+// verifications (~0.5 s on P-521). A key whose signature is not found
+// within it counts as not signed: signing again adds a duplicate, which
+// is harmless.
+const MaxVerifications = 256
 
 // NewVerifier returns a Verifier of keys' signatures of payload.
 func NewVerifier(payload []byte, keys []*Key) *Verifier {
@@ -76,13 +84,16 @@ func (v *Verifier) signed(ctx context.Context, manifest *v1.Manifest) ([]bool, e
 			if signed[i] {
 				continue
 			}
-			match, known := v.verdicts[verdict{signature, i}]
+			match, known := v.verdicts[verdict{signature, k.ID}]
 			if !known {
+				if len(v.verdicts) >= MaxVerifications {
+					return signed, nil
+				}
 				if err := ctx.Err(); err != nil {
 					return nil, err
 				}
 				match = k.Verifies(v.payload, signature)
-				v.verdicts[verdict{signature, i}] = match
+				v.verdicts[verdict{signature, k.ID}] = match
 			}
 			if match { // a signature is one key's, in however many Secrets
 				for j, other := range v.keys {

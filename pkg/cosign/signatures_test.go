@@ -182,6 +182,30 @@ func TestVerifierStopsWithItsContext(t *testing.T) {
 	}
 }
 
+// TestVerificationsBounded: however many other keys' signatures a
+// signature image holds, a Verifier verifies at most MaxVerifications of
+// them; and one key named by 32 Secrets verifies each signature once.
+func TestVerificationsBounded(t *testing.T) {
+	payload := testPayload(t)
+	m := manifestOf(t, bogus(t, payload, MaxVerifications+50))
+	before := Verifications()
+	signed, err := NewVerifier(payload, []*Key{parsedKey(t), parsedKey(t)}).Signed(context.Background(), m)
+	if n := Verifications() - before; err != nil || n != MaxVerifications || slices.Contains(signed, true) {
+		t.Errorf("%d bogus signatures × 2 keys: %v, %v after %d verifications, want none signed after %d", MaxVerifications+50, signed, err, n, MaxVerifications)
+	}
+
+	key := parsedKey(t)
+	same := make([]*Key, 32)
+	for i := range same {
+		same[i] = key
+	}
+	few := manifestOf(t, bogus(t, payload, 10))
+	before = Verifications()
+	if _, err := NewVerifier(payload, same).Signed(context.Background(), few); err != nil || Verifications()-before != 10 {
+		t.Errorf("one key in 32 Secrets, 10 bogus signatures: %v after %d verifications, want 10", err, Verifications()-before)
+	}
+}
+
 // TestVerificationsWaitForATurn: signature checks run in the process's CPU
 // turns, shared with key decryptions: while every turn is taken, a check
 // verifies nothing and waits on its context.

@@ -322,8 +322,21 @@ func readSignatures(ctx context.Context, reg registry.Access, tag name.Tag, limi
 			"the signature image at %s has %d layers, more than the %d a signature image may have (--max-signature-layers): it holds one layer per signature of one image; delete the tag or send the signatures elsewhere (annotation %s)",
 			tag, n, limit, AnnotationSignatureRepository)
 	}
+	// Its layers are copied into the image written back: each must be a
+	// signature's payload (a few hundred bytes), not bytes of any size.
+	for _, l := range read.Manifest.Layers {
+		if l.Size > maxSignatureLayerSize {
+			return desc, nil, nil, failure.Waitingf(ReasonSignatureImageTooLarge,
+				"the signature image at %s has a layer of %d bytes, more than the %d a signature's payload may take; delete the tag or send the signatures elsewhere (annotation %s)",
+				tag, l.Size, maxSignatureLayerSize, AnnotationSignatureRepository)
+		}
+	}
 	return desc, read.Image, read.Manifest, nil
 }
+
+// maxSignatureLayerSize bounds each layer of a signature image: a
+// signature's payload (cosign's simple signing JSON) is a few hundred bytes.
+const maxSignatureLayerSize = 64 << 10
 
 // newSignatures signs payload with each signer not signed yet, once per
 // key (a key in two Secrets signs once).

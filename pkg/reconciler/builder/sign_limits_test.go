@@ -241,6 +241,8 @@ func TestSignatureImageTooLarge(t *testing.T) {
 		{name: "3 layers: ours makes 4", signatures: [][]cosign.Signature{bogusSignatures(t, payload, 3)}, verified: 3, written: true},
 		{name: "5 layers: refused unread", signatures: [][]cosign.Signature{bogusSignatures(t, payload, 4), ours},
 			message: "the signature image at " + tag.String() + " has 5 layers, more than the 4 a signature image may have (--max-signature-layers)"},
+		{name: "a layer of 100 KiB: refused unread", signatures: [][]cosign.Signature{{{Payload: make([]byte, 100<<10), Signature: "AAAA"}}},
+			message: "the signature image at " + tag.String() + " has a layer of 102400 bytes, more than the 65536 a signature's payload may take"},
 		{name: "4 layers, not ours: refused unwritten", signatures: [][]cosign.Signature{bogusSignatures(t, payload, 4)}, verified: 4,
 			message: "the signature image at " + tag.String() + " has 4 layers, and the builder's 1 new signature(s) would take it past the 4 a signature image may have (--max-signature-layers)"},
 	} {
