@@ -12,6 +12,7 @@ import (
 	"flag"
 	"log"
 	"os"
+	"time"
 	"strconv"
 
 	"k8s.io/client-go/kubernetes"
@@ -115,7 +116,7 @@ func (f *flags) flatteningSetUp() builder.Flattening {
 	if f.rememberedFlattened > 0 {
 		f.flattening.Memory = builder.NewFlattenMemory(f.rememberedFlattened)
 	}
-	f.flattening.Slots = builder.NewFlattenSlots(f.concurrentFlattens)
+	f.flattening.Slots = builder.NewFlattenSlots(f.concurrentFlattens, f.maxFlattenDuration)
 	return f.flattening
 }
 
@@ -141,6 +142,7 @@ type flags struct {
 	// rememberedFlattened is how many flattened layers are remembered.
 	rememberedFlattened int
 	concurrentFlattens  int
+	maxFlattenDuration  time.Duration
 	disableHA           bool
 	healthProbes        bool
 	profilingPort       int
@@ -162,6 +164,8 @@ func (f *flags) add(fs *flag.FlagSet) {
 		"directory of the flattened layers of builders being pushed (spec.flatten); at most 2 × --max-concurrent-flattens × --max-flattened-bytes in use")
 	fs.IntVar(&f.concurrentFlattens, "max-concurrent-flattens", builder.DefaultConcurrentFlattens,
 		"most builder pushes flattening at once (disk, CPU and downloads), one namespace taking at most half of them; others wait, Reconciling with FlattenQueued")
+	fs.DurationVar(&f.maxFlattenDuration, "max-flatten-duration", builder.DefaultMaxFlattenDuration,
+		"longest a push that flattens keeps its turn (reading the buildpack layers, writing the builder); longer, it gives the turn back (FlattenTimedOut) and tries again later")
 	fs.Int64Var(&f.flattening.MaxZstdWindow, "max-zstd-window", cnb.DefaultMaxZstdWindow,
 		"largest window (bytes) a zstd buildpack layer may ask for when it is flattened; a bigger one stalls the builder with InvalidBuildpackLayer")
 	fs.Int64Var(&f.flattening.MaxBytes, "max-flattened-bytes", builder.DefaultMaxFlattenedBytes,

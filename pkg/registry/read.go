@@ -146,6 +146,12 @@ func (a Access) ReadLayer(ctx context.Context, ref name.Digest, size int64, w io
 	if dst.err != nil {
 		return dst.err
 	}
+	if e, ok := failure.As(err); ok && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+		out := *e
+		out.Err = fmt.Errorf("%w (a blob of %d bytes has %s: --registry-timeout plus its size at --registry-min-read-rate)",
+			e.Err, size, c.readLayerTimeout(size).Round(time.Second))
+		return &out
+	}
 	return err
 }
 

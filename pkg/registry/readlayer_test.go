@@ -145,8 +145,8 @@ func TestReadLayerTakesTheDeclaredSizeOnly(t *testing.T) {
 	slow := newTestClient(t, Options{Timeout: 100 * time.Millisecond, MinReadRate: 1 << 20})
 	start := time.Now()
 	err = slow.As(nil).ReadLayer(ctx, ref, size, io.Discard)
-	if e := Classify(err); err == nil || e.Class != failure.Transient {
-		t.Fatalf("a trickling body: %v, want a transient error", err)
+	if e := Classify(err); err == nil || e.Class != failure.Transient || !strings.Contains(err.Error(), "--registry-min-read-rate") {
+		t.Fatalf("a trickling body: %v, want a transient error naming --registry-min-read-rate", err)
 	}
 	// The deadline is 100 ms plus 2296 bytes at 1 MiB/s: a trickle of 50
 	// bytes a second would otherwise take 46 s.

@@ -57,7 +57,7 @@ func TestChartUntrustedRegistryValues(t *testing.T) {
 		"--set", "registryLimits.deniedNetworks={10.96.0.0/12,fd00:10::/64}", "--set", "registryMetricHostList={registry.example:5000}",
 		"--set", "networkPolicy.egress.enabled=true", "--set", "networkPolicy.egress.except={10.244.0.0/16}")
 	args := r.deployment.Spec.Template.Spec.Containers[0].Args
-	for _, want := range []string{"--max-concurrent-flattens=3", "--max-zstd-window=8388608", "--registry-max-header-bytes=65536",
+	for _, want := range []string{"--max-concurrent-flattens=3", "--max-flatten-duration=30m", "--max-zstd-window=8388608", "--registry-max-header-bytes=65536",
 		"--registry-min-read-rate=262144", "--registry-deny-network=10.96.0.0/12", "--registry-deny-network=fd00:10::/64",
 		"--registry-metric-host=registry.example:5000"} {
 		if !slices.Contains(args, want) {

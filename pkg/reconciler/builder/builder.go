@@ -147,15 +147,17 @@ func (r *Core) finish(ctx context.Context, in *inputs, status *v1alpha1.BuilderS
 
 // buildAndPush assembles the builder for each platform and pushes it (an
 // index when there are several), returning what the status records.
-func (r *Core) buildAndPush(ctx context.Context, namespace string, in *inputs, spec *v1alpha1.BuilderSpec) (string, []v1alpha1.BuiltPlatform, error) {
+func (r *Core) buildAndPush(ctx context.Context, namespace string, in *inputs, spec *v1alpha1.BuilderSpec) (
+	latest string, platforms []v1alpha1.BuiltPlatform, err error) {
 	if err := copyRunImages(ctx, in.registry, in.stack, spec); err != nil {
 		return "", nil, err
 	}
-	scratch, err := r.Flattening.scratch(ctx, namespace, spec)
+	ctx, scratch, err := r.Flattening.scratch(ctx, namespace, spec)
 	if err != nil {
 		return "", nil, err
 	}
 	defer scratch.remove()
+	defer func() { err = r.Flattening.Slots.heldTooLong(ctx, err) }()
 	images := make([]cnb.PlatformImage, len(in.builds))
 	for i, b := range in.builds {
 		img, err := r.assemble(ctx, in.registry, in.stack, b, spec, scratch)
@@ -178,7 +180,6 @@ func (r *Core) buildAndPush(ctx context.Context, namespace string, in *inputs, s
 	if err != nil {
 		return "", nil, err
 	}
-	var platforms []v1alpha1.BuiltPlatform
 	for _, img := range images {
 		digest, err := img.Image.Digest()
 		if err != nil {

@@ -84,26 +84,27 @@ type scratchDir struct {
 }
 
 // scratch makes the directory for a push of a builder of spec, in
-// namespace, once it has a slot.
-func (f Flattening) scratch(ctx context.Context, namespace string, spec *v1alpha1.BuilderSpec) (scratchDir, error) {
+// namespace, once it has a slot, and returns the context to push in (it
+// ends when the slot was held too long).
+func (f Flattening) scratch(ctx context.Context, namespace string, spec *v1alpha1.BuilderSpec) (context.Context, scratchDir, error) {
 	if spec.Flatten == nil {
-		return scratchDir{}, nil
+		return ctx, scratchDir{}, nil
 	}
-	release, err := f.Slots.acquire(ctx, namespace)
+	ctx, release, err := f.Slots.acquire(ctx, namespace)
 	if err != nil {
-		return scratchDir{}, err
+		return nil, scratchDir{}, err
 	}
 	dir, err := os.MkdirTemp(f.ScratchDir, "flatten-")
 	if err != nil {
 		release()
-		return scratchDir{}, &failure.Error{Class: failure.Transient, Reason: cnb.ReasonScratchUnavailable,
+		return nil, scratchDir{}, &failure.Error{Class: failure.Transient, Reason: cnb.ReasonScratchUnavailable,
 			Err: fmt.Errorf("making a scratch directory for flattened layers (--scratch-dir): %w", err)}
 	}
 	limit := f.MaxBytes
 	if limit <= 0 {
 		limit = DefaultMaxFlattenedBytes
 	}
-	return scratchDir{path: dir, budget: cnb.NewFlattenBudget(limit), made: map[string]cnb.BuildpackLayer{}, release: release}, nil
+	return ctx, scratchDir{path: dir, budget: cnb.NewFlattenBudget(limit), made: map[string]cnb.BuildpackLayer{}, release: release}, nil
 }
 
 // RemoveStale removes the scratch directories of pushes a crash cut short
