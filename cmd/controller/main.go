@@ -12,8 +12,8 @@ import (
 	"flag"
 	"log"
 	"os"
-	"time"
 	"strconv"
+	"time"
 
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
