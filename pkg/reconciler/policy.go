@@ -293,10 +293,15 @@ const maxMessage = 1024
 // bytes that are not UTF-8. Newlines and tabs stay.
 func capMessage(m string) string {
 	m = strings.Map(func(r rune) rune {
-		if r == '\n' || r == '\t' || !unicode.IsControl(r) {
+		if r == '\n' || r == '\t' {
 			return r
 		}
-		return -1
+		// Controls, and what reorders or breaks the text a terminal shows
+		// (bidi overrides, line and paragraph separators).
+		if unicode.IsControl(r) || unicode.Is(unicode.Bidi_Control, r) || unicode.In(r, unicode.Zl, unicode.Zp) {
+			return -1
+		}
+		return r
 	}, strings.ToValidUTF8(m, "\uFFFD"))
 	if len(m) <= maxMessage {
 		return m

@@ -294,6 +294,8 @@ func TestLongMessagesAreCut(t *testing.T) {
 		{name: "a 100 KiB answer", message: strings.Repeat("é", 50<<10), cut: true},
 		{name: "control characters", message: "registry said \x1b[2J\x1b]0;owned\x07no\u0085\x00\n\tdetails \xff",
 			want: "registry said [2J]0;ownedno\n\tdetails \uFFFD"},
+		{name: "bidi overrides and separators", message: "image \u202egnp.exe\u202c ok\u2028\u2066x\u2069",
+			want: "image gnp.exe okx"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newStack()
