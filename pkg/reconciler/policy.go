@@ -270,7 +270,13 @@ func (p *Policy) transient(key types.NamespacedName, f *failure.Error) (time.Dur
 		// The place failed for everyone: its circuit's probe tries again
 		// for all its waiters, so this object's own backoff would only
 		// add requests and delay.
-		return max(p.jittered(p.opts.RetryMaxDelay), f.RetryAfter), WaitingMessage(place, p.opts.RetryMaxDelay)
+		delay := max(p.jittered(p.opts.RetryMaxDelay), f.RetryAfter)
+		if f.RetryAfter > p.opts.RetryMaxDelay {
+			// Not probed before the registry's Retry-After.
+			return delay, fmt.Sprintf("retrying in %s (%s asked to be left alone until then; its circuit is probed then, for every object waiting on it)",
+				f.RetryAfter.Round(time.Second), place)
+		}
+		return delay, WaitingMessage(place, p.opts.RetryMaxDelay)
 	}
 	// Jitter first, then the cap, then the server's wish: the cap is a
 	// promise to the user, Retry-After a promise to the server.

@@ -17,6 +17,10 @@ import (
 const (
 	maxManifestSize = 4 << 20
 	maxConfigSize   = 8 << 20
+	// maxImageLayers bounds the layers of an image read: each is an object
+	// kept with the image (container runtimes refuse more than 128 in a
+	// running image; a signature image holds one per signature).
+	maxImageLayers = 1024
 )
 
 // limitTransport fails a manifest answer larger than maxManifestSize: at

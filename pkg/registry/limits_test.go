@@ -12,7 +12,8 @@ import (
 )
 
 // TestSizeLimits: a manifest over 4 MiB (with or without a Content-Length)
-// and a config declared over 8 MiB fail as permanent InvalidImage errors
+// a config declared over 8 MiB, and an image of more than 1024 layers fail
+// as permanent InvalidImage errors
 // naming what and how large, after one request each: nothing is retried,
 // nothing that large is read.
 func TestSizeLimits(t *testing.T) {
@@ -40,6 +41,13 @@ func TestSizeLimits(t *testing.T) {
 				"config":{"mediaType":"application/vnd.oci.image.config.v1+json","size":%d,"digest":"sha256:%s"},"layers":[]}`,
 				9<<20, strings.Repeat("a", 64))
 		}, "config of"},
+		{"an image of more layers than allowed", func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/vnd.oci.image.manifest.v1+json")
+			layer := fmt.Sprintf(`{"mediaType":"application/vnd.oci.image.layer.v1.tar+gzip","size":1,"digest":"sha256:%s"}`, strings.Repeat("b", 64))
+			_, _ = fmt.Fprintf(w, `{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json",
+				"config":{"mediaType":"application/vnd.oci.image.config.v1+json","size":2,"digest":"sha256:%s"},"layers":[%s]}`,
+				strings.Repeat("a", 64), strings.TrimSuffix(strings.Repeat(layer+",", maxImageLayers+1), ","))
+		}, fmt.Sprintf("has %d layers, more than the %d", maxImageLayers+1, maxImageLayers)},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -44,6 +44,7 @@ func isRefusal(err error) bool {
 // registry when it is about none (/v2/, a token service) or when the
 // connection itself failed (err, when given, is a dial or DNS failure).
 func placeOf(req *http.Request, err error) Place {
+	req = addressed(req)
 	place := Place{Host: req.URL.Host, Repository: repositoryOf(req.URL.Path)}
 	if err != nil {
 		var opErr *net.OpError
@@ -76,6 +77,17 @@ func redactURL(u *url.URL) string {
 	return clean.String()
 }
 
+// addressed is the request ggcr addressed that req follows: req itself,
+// or the first of the redirects that led to it. A registry may redirect a
+// read anywhere (a storage service, a fresh path each time): what failed,
+// and what to probe, is the place the request was about.
+func addressed(req *http.Request) *http.Request {
+	for req.Response != nil && req.Response.Request != nil {
+		req = req.Response.Request
+	}
+	return req
+}
+
 // repositoryProbe is a read of repo's tag list with req's credentials.
 func repositoryProbe(req *http.Request, repo string) *http.Request {
 	u := url.URL{Scheme: req.URL.Scheme, Host: req.URL.Host, Path: "/v2/" + repo + "/tags/list"}
@@ -86,6 +98,7 @@ func repositoryProbe(req *http.Request, repo string) *http.Request {
 // req failed there: req itself when it is a read (GET and HEAD, bodiless),
 // the repository's tag list for a failed write, /v2/ for the registry.
 func probeFor(req *http.Request, place Place) *http.Request {
+	req = addressed(req)
 	if place.Repository == "" {
 		return registryProbe(req)
 	}

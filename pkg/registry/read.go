@@ -337,6 +337,9 @@ func (c *Client) readManifests(ctx context.Context, s *session, ref name.Referen
 	if img.Manifest, err = v1.ParseManifest(bytes.NewReader(raw)); err != nil {
 		return nil, permanentError(ReasonInvalidImage, host, fmt.Errorf("manifest of %s: %w", img.Ref, err))
 	}
+	if n := len(img.Manifest.Layers); n > maxImageLayers {
+		return nil, permanentError(ReasonInvalidImage, host, fmt.Errorf("%s has %d layers, more than the %d an image read may have", img.Ref, n, maxImageLayers))
+	}
 	rawConfig, err := readConfig(ctx, s, img)
 	if err != nil {
 		return nil, err

@@ -51,6 +51,7 @@ type holdKey struct{ host, repo string }
 type retryAfterHold struct {
 	until  time.Time
 	reason string // of the answer that asked for it
+	place  string // what is held: the host, or host/repository
 }
 
 // maxHolds bounds the holds kept: one per place that asked to be left
@@ -67,10 +68,11 @@ func newRetryAfterHolds(clk clock.Clock, maxWait time.Duration) *retryAfterHolds
 }
 
 // heldPlace is the place an answer to req is held against: the request's
-// own (host, repository), unless the call that sent it addressed another
-// place (ggcr followed a redirect, or asked a token service), which is
-// then held; a repository too long to be one is its host.
+// own (host, repository), or that of the request it was redirected from,
+// unless the call that sent it addressed another place (a token service),
+// which is then held; a repository too long to be one is its host.
 func heldPlace(req *http.Request) holdKey {
+	req = addressed(req)
 	key := holdKey{req.URL.Host, repositoryOf(req.URL.Path)}
 	if call := callFrom(req.Context()); call != nil && call.target.Host != "" &&
 		(key.host != call.target.Host || (key.repo != "" && key.repo != call.target.Repository)) {
@@ -97,17 +99,17 @@ func (h *retryAfterHolds) note(host, repo string, status int, d time.Duration) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if old, ok := h.holds.Get(key); !ok || until.After(old.(retryAfterHold).until) {
-		h.holds.Add(key, retryAfterHold{until: until, reason: reason})
+		h.holds.Add(key, retryAfterHold{until: until, reason: reason, place: Place{Host: host, Repository: repo}.String()})
 	}
 }
 
 // left returns how long repo is held (by its own hold or its host's),
-// and why; 0 when it is not.
-func (h *retryAfterHolds) left(host, repo string) (time.Duration, string) {
+// and the hold; 0 when it is not.
+func (h *retryAfterHolds) left(host, repo string) (time.Duration, retryAfterHold) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	var longest time.Duration
-	var reason string
+	var held retryAfterHold
 	for _, key := range []holdKey{{host, ""}, {host, repo}} {
 		v, ok := h.holds.Get(key)
 		if !ok {
@@ -117,10 +119,10 @@ func (h *retryAfterHolds) left(host, repo string) (time.Duration, string) {
 		if left := hold.until.Sub(h.clock.Now()); left <= 0 {
 			h.holds.Remove(key)
 		} else if left > longest {
-			longest, reason = left, hold.reason
+			longest, held = left, hold
 		}
 	}
-	return longest, reason
+	return longest, held
 }
 
 // maxHoldWaitKey carries a call's own cap on waiting out holds.
@@ -145,8 +147,8 @@ func (h *retryAfterHolds) maxWaitOf(ctx context.Context) time.Duration {
 
 // check fails a call on ctx that would have to wait longer than it may.
 func (h *retryAfterHolds) check(ctx context.Context, host, repo string) *failure.Error {
-	if left, reason := h.left(host, repo); left > h.maxWaitOf(ctx) {
-		return at(Place{Host: host, Repository: repo}, h.heldError(host, left, reason))
+	if left, hold := h.left(host, repo); left > h.maxWaitOf(ctx) {
+		return at(Place{Host: host, Repository: repo}, h.heldError(host, left, hold))
 	}
 	return nil
 }
@@ -155,12 +157,12 @@ func (h *retryAfterHolds) check(ctx context.Context, host, repo string) *failure
 // the hold is longer than ctx's calls may wait or than what is left of ctx.
 func (h *retryAfterHolds) wait(ctx context.Context, host, repo string) error {
 	for {
-		left, reason := h.left(host, repo)
+		left, hold := h.left(host, repo)
 		if left == 0 {
 			return nil
 		}
 		if deadline, ok := ctx.Deadline(); left > h.maxWaitOf(ctx) || (ok && h.clock.Now().Add(left).After(deadline)) {
-			return h.heldError(host, left, reason)
+			return h.heldError(host, left, hold)
 		}
 		timer := h.clock.NewTimer(left)
 		waited := worker.Wait(ctx)
@@ -175,10 +177,10 @@ func (h *retryAfterHolds) wait(ctx context.Context, host, repo string) error {
 	}
 }
 
-func (h *retryAfterHolds) heldError(host string, left time.Duration, reason string) *failure.Error {
-	return placed(Place{Host: host}, failure.Transient, reason, left,
+func (h *retryAfterHolds) heldError(host string, left time.Duration, hold retryAfterHold) *failure.Error {
+	return placed(Place{Host: host}, failure.Transient, hold.reason, left,
 		fmt.Errorf("%s asked not to be called for another %s (Retry-After); not calling it until then",
-			host, left.Round(100*time.Millisecond)))
+			hold.place, left.Round(100*time.Millisecond)))
 }
 
 // repositoryOf returns the repository a registry API path is about

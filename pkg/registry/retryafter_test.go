@@ -200,6 +200,25 @@ func TestRetryAfterHoldsAreBounded(t *testing.T) {
 		t.Errorf("the call's repository is held for %v, want about a day", left)
 	}
 
+	// Redirected outside /v2/: the repository the read was about is held,
+	// not the host, and the message says so.
+	g := registrytest.New(t)
+	g.Push("team/app:1")
+	g.Push("team/other:1")
+	g.Inject(http.MethodGet, "/team/app/manifests/", -1, func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, fmt.Sprintf("/fresh/%d", redirects.Add(1)), http.StatusTemporaryRedirect)
+	})
+	g.Inject("", "/fresh/", -1, registrytest.Answer(429, map[string]string{"Retry-After": "86400"}, ""))
+	_, _ = c.As(nil).ReadImage(ctx, g.Ref("team/app:1"), nil)
+	_, err := c.As(nil).ReadImage(ctx, g.Ref("team/app:1"), nil) // held
+	left, _ := c.holds.left(g.Addr, "team/app")
+	if _, hostHeld := c.holds.holds.Get(holdKey{g.Addr, ""}); hostHeld || left < 23*time.Hour || !strings.Contains(fmt.Sprint(err), g.Addr+"/team/app ") {
+		t.Errorf("a read redirected outside /v2/: host held %v, the repository for %v: %v", hostHeld, left, err)
+	}
+	if _, err := c.As(nil).ReadImage(ctx, g.Ref("team/other:1"), nil); err != nil {
+		t.Errorf("another repository of the host: %v", err)
+	}
+
 	// A path whose repository is longer than a name may be holds the host.
 	long := holdKey{"registry.example", strings.Repeat("r", maxHeldRepository+1)}
 	req, _ := http.NewRequest(http.MethodGet, "https://"+long.host+"/v2/"+long.repo+"/manifests/1", nil)
