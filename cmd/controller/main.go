@@ -9,7 +9,9 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
+	"fmt"
 	"log"
 	"os"
 	"strconv"
@@ -166,8 +168,16 @@ func (f *flags) add(fs *flag.FlagSet) {
 		"most builder pushes flattening at once (disk, CPU and downloads), one namespace taking at most half of them; others wait, Reconciling with FlattenQueued")
 	fs.DurationVar(&f.maxFlattenDuration, "max-flatten-duration", builder.DefaultMaxFlattenDuration,
 		"longest a push that flattens keeps its turn (reading the buildpack layers, writing the builder); longer, it gives the turn back (FlattenTimedOut) and tries again later")
-	fs.Int64Var(&f.flattening.MaxZstdWindow, "max-zstd-window", cnb.DefaultMaxZstdWindow,
-		"largest window (bytes) a zstd buildpack layer may ask for when it is flattened; a bigger one stalls the builder with InvalidBuildpackLayer")
+	f.flattening.MaxZstdWindow = cnb.DefaultMaxZstdWindow
+	fs.Func("max-zstd-window", fmt.Sprintf("largest window (bytes, at least 1024) a zstd buildpack layer may ask for when it is flattened; a bigger one stalls the builder with InvalidBuildpackLayer (default %d)", cnb.DefaultMaxZstdWindow),
+		func(v string) error {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err == nil && n < 1024 {
+				err = errors.New("must be at least 1024, zstd's smallest window")
+			}
+			f.flattening.MaxZstdWindow = n
+			return err
+		})
 	fs.Int64Var(&f.flattening.MaxBytes, "max-flattened-bytes", builder.DefaultMaxFlattenedBytes,
 		"most bytes (uncompressed) of the flattened layers of one builder, all its platforms; more stalls the builder with FlattenTooLarge")
 	fs.IntVar(&f.rememberedFlattened, "remembered-flattened-layers", builder.DefaultRememberedFlattenedLayers,

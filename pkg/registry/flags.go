@@ -34,8 +34,15 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.Func("registry-deny-network", "a network (CIDR) no registry request may go to, e.g. the cluster's pod and service networks; repeatable. Link-local networks (cloud metadata) are always denied",
 		func(v string) error {
 			network, err := netip.ParsePrefix(v)
+			if err != nil {
+				return err
+			}
+			// Addresses are compared unmapped: so is an IPv4-mapped network.
+			if addr := network.Addr(); addr.Is4In6() && network.Bits() >= 96 {
+				network = netip.PrefixFrom(addr.Unmap(), network.Bits()-96)
+			}
 			o.DeniedNetworks = append(o.DeniedNetworks, network.Masked())
-			return err
+			return nil
 		})
 	fs.Func("registry-ca-file", "a PEM file of CA certificates to trust beside the system's, for registries a private CA signed; repeatable", o.addCAFile)
 	o.Circuits.HostsPerTenant = cmp.Or(o.Circuits.HostsPerTenant, 16)

@@ -4,12 +4,14 @@ import (
 	"context"
 	"encoding/pem"
 	"errors"
+	"flag"
 	"io"
 	"log"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -293,5 +295,28 @@ func TestDeniedNetworksRefused(t *testing.T) {
 	}
 	if got := f.Requests(); len(got) != 0 {
 		t.Errorf("requests reached a denied network: %v", got)
+	}
+}
+
+// TestDenyNetworkFlag: --registry-deny-network takes CIDRs, an IPv4-mapped
+// one as the IPv4 network it names (addresses are compared unmapped), and
+// refuses what is not one.
+func TestDenyNetworkFlag(t *testing.T) {
+	var o Options
+	fs := flag.NewFlagSet("controller", flag.ContinueOnError)
+	o.AddFlags(fs)
+	if err := fs.Parse([]string{"--registry-deny-network=::ffff:10.96.0.0/108", "--registry-deny-network=fd00:10::1/64"}); err != nil {
+		t.Fatal(err)
+	}
+	want := []netip.Prefix{netip.MustParsePrefix("10.96.0.0/12"), netip.MustParsePrefix("fd00:10::/64")}
+	if !slices.Equal(o.DeniedNetworks, want) {
+		t.Errorf("denied %v, want %v", o.DeniedNetworks, want)
+	}
+	if err := newHostPolicy(o).refuse("10.96.0.1:443"); Classify(err).Reason != ReasonRegistryNotAllowed {
+		t.Errorf("an address of a network denied in its mapped form: %v", err)
+	}
+	fs.SetOutput(io.Discard)
+	if err := fs.Parse([]string{"--registry-deny-network=10.96.0.0"}); err == nil {
+		t.Error("an address without its prefix length was taken for a network")
 	}
 }
