@@ -24,8 +24,10 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/buildsmith/buildsmith/pkg/apis/build/v1alpha1"
+	"github.com/buildsmith/buildsmith/pkg/reconciler/builder"
 	"github.com/buildsmith/buildsmith/test/controllertest"
 	"github.com/buildsmith/buildsmith/test/cosigntest"
+	"github.com/buildsmith/buildsmith/test/hostileregistry"
 	"github.com/buildsmith/buildsmith/test/localhost"
 	"github.com/buildsmith/buildsmith/test/registrytest"
 )
@@ -133,6 +135,12 @@ type hostileResult struct {
 	// other by the bench: before the hostile tenant, and while the
 	// controller was failing on its hosts (at hostileSettle after Ready).
 	dnsQuiet, dnsBusy dnsLatency
+	// the most the controller's scratch directory held; nil when the
+	// controller ran from start to end, else how it ended.
+	scratchPeak int64
+	ended       error
+	// what the hostile registry's objects said (hostile runs only).
+	registry registryOutcome
 }
 
 // hostileSettle is how long after the ordinary builders are Ready the
@@ -168,8 +176,10 @@ func hostileRun(t *testing.T, id string, cfg hostileConfig, hostile bool) hostil
 	ctx := context.Background()
 	f := registrytest.New(t)
 	seed(t, f.Addr)
-	p, profiling := startController(t)
+	scratch := t.TempDir()
+	p, profiling := startController(t, "--scratch-dir", scratch)
 	defer p.Kill()
+	scratchPeak := hostileregistry.SampleScratch(t, scratch)
 	w := newWorld(t, f.Addr)
 	w.waitStoreStackReady(t, 60*time.Second)
 	// Shared images read before either run's timed part, as in § 11.
@@ -184,10 +194,12 @@ func hostileRun(t *testing.T, id string, cfg hostileConfig, hostile bool) hostil
 
 	var hw *world
 	var signing []string
+	var rt *registryTenant
 	if hostile {
 		r.dnsQuiet = lookupInvalid(id+"-quiet", 20)
 		begin := time.Now()
 		hw, signing = createHostileTenant(t, w, "hostile-"+id, f.Addr, cfg)
+		rt = createRegistryTenant(t, w, id)
 		r.setup = time.Since(begin)
 		t.Logf("%s: hostile tenant created in %s", id, r.setup.Round(100*time.Millisecond))
 	}
@@ -254,7 +266,10 @@ func hostileRun(t *testing.T, id string, cfg hostileConfig, hostile bool) hostil
 		r.drained = snapshot(t, p)
 		r.reasons, _, _ = hostileReasons(t, hw.ns, "", true)
 		r.triedDrained = tried(r.reasons)
+		r.registry = rt.outcome(time.Minute)
+		rt.objects.Log(t)
 	}
+	r.scratchPeak, r.ended = scratchPeak(), p.Running()
 	r.createdBy = goroutinesByCreator(t, profiling, 6)
 	r.heapEnd = readHeap(t, profiling, id+"-end")
 	r.peakRSS = p.PeakRSS()
@@ -936,8 +951,8 @@ func hostileSection(cfg hostileConfig, alone, beside []hostileResult) *section {
 	rssRatio := float64(medianInt(peaks(beside, false))) / float64(rssAlone)
 	rssEarlyRatio := float64(medianInt(peaks(beside, true))) / float64(medianInt(peaks(alone, true)))
 
-	s := &section{title: fmt.Sprintf("15. A hostile tenant: %s unreachable hosts, %s missing and %d × 1 MiB Secrets, an OWASP-sealed key, beside %d namespaces × %d",
-		thousands(cfg.hosts), thousands(cfg.missing), cfg.big, cfg.tenants, cfg.perTenant)}
+	s := &section{title: fmt.Sprintf("15. A hostile tenant: %s unreachable hosts, %s missing and %d × 1 MiB Secrets, an OWASP-sealed key, "+
+		"a hostile registry, beside %d namespaces × %d", thousands(cfg.hosts), thousands(cfg.missing), cfg.big, cfg.tenants, cfg.perTenant)}
 	s.what = fmt.Sprintf("Issue 27. Time until the %d ordinary builders (%d namespaces, one healthy registry) are all Ready, alone and beside "+
 		"one hostile namespace whose objects are all created first, ahead in the queue (creating them took %s): "+
 		"%d builders sharing a cosign key sealed with scrypt's OWASP preset (N=2^17, r=8, p=1: 128 MiB to open), each asked to "+
@@ -946,17 +961,21 @@ func hostileSection(cfg hostileConfig, alone, beside []hostileResult) *section {
 		"%d Secrets of %s bytes of data (dockerconfigjson), named all by one ServiceAccount and one each by %d more; "+
 		"%d builders whose tags name %d distinct hosts `hNNNNN.invalid:5000` (\"unreachable\": names in the reserved `.invalid` "+
 		"domain, so every request to them fails at its DNS lookup; how fast this machine's resolver says so is in the notes). One builder per "+
-		"ServiceAccount: %d hostile builders. Fresh controller (default flags: %d workers, %d Secrets per ServiceAccount, %d KiB "+
+		"ServiceAccount: %d hostile builders. And (issue 37) a registry of the tenant's own, its objects in a second namespace: "+
+		"a flattened builder over a zstd layer asking for a 512 MiB window, another over a layer whose GET never ends, a signing "+
+		"builder whose `.sig` tag reads %d layers, a Buildpack whose reads are redirected to fresh 16 KiB paths answered 429 "+
+		"`Retry-After: 86400`, and %d builders tagged on as many hosts answering 401 with %d MiB of headers. Fresh controller (default flags: %d workers, %d Secrets per ServiceAccount, %d KiB "+
 		"per Secret, %d Secret watches per namespace and %d in all, %d MiB of scrypt per key, %d registry host labels, %d failing "+
-		"registries waited on per namespace) and "+
+		"registries waited on per namespace, %d flattens at once of at most %d MiB each) and "+
 		"registries per run, one builder of a third namespace Ready first. Counts are read right after the ordinary builders "+
 		"are Ready, %s later, and, beside the hostile tenant, once its queue has reached every hostile builder (or after %s): "+
 		"its builders are reconciled in turn, %d at a time, so most host builders are first tried after the ordinary ones "+
 		"are Ready. Peak RSS is the controller's VmHWM over the whole run.",
 		n, cfg.tenants, seconds(setupTimes(beside)), cfg.signing, cfg.requeues, v1alpha1.ReconcileRequestedAtAnnotation,
 		thousands(cfg.missing), cfg.splitMissing, maxSASecrets, cfg.big, thousands(bigSecretBytes), cfg.big, cfg.hosts, cfg.hosts,
-		cfg.objects(), 4, maxSASecrets, maxSecretBytes>>10, maxWatchesPerNS, maxWatches, maxSigningKeyMemory>>20,
-		maxRegistryHostLabels, maxFailingRegistries, hostileSettle, cfg.drain, 4)
+		cfg.objects(), hostileregistry.SignatureLayers, registryFloods, hostileregistry.FloodHeaderBytes>>20, 4, maxSASecrets, maxSecretBytes>>10, maxWatchesPerNS, maxWatches, maxSigningKeyMemory>>20,
+		maxRegistryHostLabels, maxFailingRegistries, builder.DefaultConcurrentFlattens, builder.DefaultMaxFlattenedBytes>>20,
+		hostileSettle, cfg.drain, 4)
 	s.header = []string{"run, read", "ordinary builders all Ready", "peak RSS so far", "goroutines", "controller's Secret watches",
 		"registry host labels", "metric series", "widest label (values)", "hostile builders reconciled", "requests to unnamed hosts",
 		"open circuits / waiters"}
@@ -1009,6 +1028,7 @@ func hostileSection(cfg hostileConfig, alone, beside []hostileResult) *section {
 			fmt.Sprintf("%s; %s under scrypt", reasonCounts(b.reasons["sign-"]), scryptBytes(b.heapEnd)),
 			signingOK && b.requeueErr == nil && b.heapEnd.ok && b.heapEnd.ScryptAlloc == 0},
 	}
+	s.targets = append(s.targets, registryTargets(alone, beside)...)
 	if !judged {
 		s.notes = append(s.notes, fmt.Sprintf("Only %d more hostile builders were reached during the drain: too few to judge growth (the two "+
 			"growth targets count as met on the widest-label check alone).", reached))
@@ -1029,6 +1049,7 @@ func hostileSection(cfg hostileConfig, alone, beside []hostileResult) *section {
 		"resolver drops costs Go's resolver a 5 s timeout before it asks again: those hosts were then as much hangs as refusals.",
 		b.dnsQuiet, hostileSettle, b.dnsBusy))
 	s.notes = append(s.notes, "How the hostile builders ended (the reason of `Ready`, after the drain): "+strings.Join(groups, "; ")+".")
+	s.notes = append(s.notes, registryNotes(b)...)
 	s.notes = append(s.notes,
 		fmt.Sprintf("Goroutines by the function that started them, at the last read: beside %s; alone %s. Alone → beside at +%s: "+
 			"%+d goroutines with %d Secret watches, about %.0f a watch (each is an informer of its own).", b.createdBy, a.createdBy,

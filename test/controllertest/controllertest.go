@@ -154,6 +154,17 @@ func (p *Process) Kill() {
 // PID is the controller's process id.
 func (p *Process) PID() int { return p.cmd.Process.Pid }
 
+// Running is nil while the controller runs, else how it ended: started
+// once, a controller still running never crashed nor restarted.
+func (p *Process) Running() error {
+	select {
+	case <-p.done:
+		return fmt.Errorf("the controller (pid %d) ended: %v", p.PID(), p.cmd.ProcessState)
+	default:
+		return nil
+	}
+}
+
 // Log is what the controller printed so far.
 func (p *Process) Log() string { return p.log.String() }
 
