@@ -281,7 +281,7 @@ func (c *Client) layers(held *retryAfterTransport) http.RoundTripper {
 	// sent again.
 	// c.counts: every request on the wire counted, with its bytes.
 	// Manifests and configs over their size limit cut.
-	limit := &limitTransport{}
+	limit := &limitTransport{maxHeaderBytes: o.MaxHeaderBytes}
 	// A registry that stops answering, or taking bytes, cut.
 	stalls := &stallTransport{answer: o.AnswerTimeout, writeAnswer: o.WriteAnswerTimeout, idle: o.StallTimeout}
 

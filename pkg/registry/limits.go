@@ -27,12 +27,24 @@ const (
 // once when its Content-Length says so, else once its body passes the
 // limit. The error is permanent (the same manifest will be as large next
 // time) and names the manifest and the size.
+//
+// It also names the flag when net/http refused an answer for headers over
+// --registry-max-header-bytes (Transport.MaxResponseHeaderBytes): that
+// error has no type of its own, and without the flag's name a tenant reads
+// only "transport connection broken" (or, where ggcr tried HTTPS first,
+// "HTTP response to HTTPS client").
 type limitTransport struct {
-	next http.RoundTripper
+	next           http.RoundTripper
+	maxHeaderBytes int64
 }
 
 func (t *limitTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp, err := t.next.RoundTrip(req)
+	if err != nil && strings.Contains(err.Error(), "server response headers exceeded") {
+		return nil, placed(Place{Host: req.URL.Host}, failure.Waiting, ReasonRegistryError, 0, fmt.Errorf(
+			"%s %s: the registry answered with more than %s of headers (--registry-max-header-bytes); not read",
+			req.Method, redactURL(req.URL), byteSize(t.maxHeaderBytes)))
+	}
 	if err != nil || req.Method != http.MethodGet || !strings.Contains(req.URL.Path, "/manifests/") {
 		return resp, err
 	}

@@ -101,10 +101,9 @@ func expectations(floods int) Objects {
 			}},
 	}
 	for i := range floods {
-		os = append(os, &Object{Kind: "Builder", Name: floodBuilder(i), Want: "any reason in Ready=False",
+		os = append(os, &Object{Kind: "Builder", Name: floodBuilder(i), Want: "RegistryError naming --registry-max-header-bytes",
 			OK: func(s *v1alpha1.ConditionedStatus) bool {
-				c := s.GetCondition(v1alpha1.ConditionReady)
-				return c != nil && c.IsFalse() && c.Reason != ""
+				return readyWith(s, registry.ReasonRegistryError, "--registry-max-header-bytes")
 			}})
 	}
 	return os
