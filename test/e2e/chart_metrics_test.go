@@ -1,58 +1,34 @@
 package e2e
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"sigs.k8s.io/yaml"
 )
 
 // TestChartMetrics: by default the chart turns Prometheus metrics on
 // (config-observability) and gives them a Service selecting the
-// controller's pods on their metrics port; a ServiceMonitor and a PodMonitor
-// come when asked, with the labels and interval given, selecting the same
-// pods; metrics.enabled=false renders none of it.
+// controller's pods on their metrics port; a ServiceMonitor or a PodMonitor
+// comes when asked, with the labels, annotations, namespace, interval,
+// scrape timeout and honorLabels given, selecting the same pods in the
+// release's namespace; both at once are refused (every sum would count
+// twice); metrics.enabled=false renders none of it.
 func TestChartMetrics(t *testing.T) {
-	objects := func(args ...string) map[string]unstructured.Unstructured {
-		t.Helper()
-		out, err := helm(append([]string{"template", "buildsmith", "charts/buildsmith", "--namespace", "buildsmith"}, args...)...).Output()
-		if err != nil {
-			t.Fatalf("helm template %q: %v", args, err)
-		}
-		byKind := map[string]unstructured.Unstructured{}
-		for _, doc := range strings.Split(strings.TrimPrefix(string(out), "---\n"), "\n---\n") {
-			var u unstructured.Unstructured
-			if err := yaml.Unmarshal([]byte(doc), &u.Object); err != nil {
-				t.Fatalf("helm template %q: %v\n%s", args, err, doc)
-			}
-			if u.GetKind() != "" {
-				byKind[u.GetKind()+"/"+u.GetName()] = u
-			}
-		}
-		return byKind
-	}
-	as := func(u unstructured.Unstructured, into any) {
-		t.Helper()
-		raw, _ := yaml.Marshal(u.Object)
-		if err := yaml.UnmarshalStrict(raw, into); err != nil {
-			t.Fatalf("%s: %v", u.GetKind(), err)
-		}
-	}
-
-	rendered := objects()
+	rendered := renderObjects(t)
 	var deployment appsv1.Deployment
-	as(rendered["Deployment/buildsmith-controller"], &deployment)
+	decodeAs(t, rendered["Deployment/buildsmith-controller"], &deployment)
 	podLabels := deployment.Spec.Template.Labels
 	var config corev1.ConfigMap
-	as(rendered["ConfigMap/config-observability"], &config)
+	decodeAs(t, rendered["ConfigMap/config-observability"], &config)
 	if config.Data["metrics-protocol"] != "prometheus" {
 		t.Errorf("config-observability %v, want metrics-protocol prometheus", config.Data)
 	}
 	var service corev1.Service
-	as(rendered["Service/buildsmith-controller-metrics"], &service)
+	decodeAs(t, rendered["Service/buildsmith-controller-metrics"], &service)
 	if len(service.Spec.Ports) != 1 || service.Spec.Ports[0].Port != 9090 || service.Spec.Ports[0].TargetPort.String() != "metrics" {
 		t.Errorf("metrics Service ports %+v, want 9090 to the pods' metrics port", service.Spec.Ports)
 	}
@@ -68,28 +44,48 @@ func TestChartMetrics(t *testing.T) {
 		}
 	}
 
-	monitored := objects("--set", "metrics.serviceMonitor.enabled=true", "--set", "metrics.podMonitor.enabled=true",
-		"--set", "metrics.serviceMonitor.labels.release=kube-prometheus-stack", "--set", "metrics.podMonitor.interval=15s")
-	for key, wantInterval := range map[string]string{"ServiceMonitor/buildsmith-controller": "30s", "PodMonitor/buildsmith-controller": "15s"} {
-		u, ok := monitored[key]
+	// One monitor at a time (both would count every series twice), each
+	// with the settings a Prometheus Operator setup asks of it.
+	for _, m := range []struct{ key, value, interval string }{
+		{"ServiceMonitor/buildsmith-controller", "serviceMonitor", "30s"},
+		{"PodMonitor/buildsmith-controller", "podMonitor", "15s"},
+	} {
+		set := func(kv string) []string { return []string{"--set", "metrics." + m.value + "." + kv} }
+		args := slices.Concat(set("enabled=true"), set("labels.release=kube-prometheus-stack"), set("interval="+m.interval),
+			set("namespace=monitoring"), set("scrapeTimeout=10s"), set("honorLabels=true"), set("annotations.team=platform"))
+		u, ok := renderObjects(t, args...)[m.key]
 		if !ok {
-			t.Errorf("%s not rendered", key)
+			t.Errorf("%s not rendered", m.key)
 			continue
 		}
 		selector, _, _ := unstructured.NestedStringMap(u.Object, "spec", "selector", "matchLabels")
 		if len(selector) == 0 || !selects(selector, podLabels) {
-			t.Errorf("%s selects %v, not the controller's pods %v", key, selector, podLabels)
+			t.Errorf("%s selects %v, not the controller's pods %v", m.key, selector, podLabels)
+		}
+		namespaces, _, _ := unstructured.NestedStringSlice(u.Object, "spec", "namespaceSelector", "matchNames")
+		if u.GetNamespace() != "monitoring" || !slices.Equal(namespaces, []string{"buildsmith"}) {
+			t.Errorf("%s in namespace %q looking in %v, want in monitoring looking in the release's (buildsmith)", m.key, u.GetNamespace(), namespaces)
 		}
 		endpoints, _, _ := unstructured.NestedSlice(u.Object, "spec", map[bool]string{true: "endpoints", false: "podMetricsEndpoints"}[u.GetKind() == "ServiceMonitor"])
-		if len(endpoints) != 1 || endpoints[0].(map[string]any)["port"] != "metrics" || endpoints[0].(map[string]any)["interval"] != wantInterval {
-			t.Errorf("%s endpoints %v, want port metrics every %s", key, endpoints, wantInterval)
+		if len(endpoints) != 1 {
+			t.Errorf("%s endpoints %v, want one", m.key, endpoints)
+			continue
 		}
-		if u.GetKind() == "ServiceMonitor" && u.GetLabels()["release"] != "kube-prometheus-stack" {
-			t.Errorf("%s labels %v, want release: kube-prometheus-stack", key, u.GetLabels())
+		e := endpoints[0].(map[string]any)
+		if e["port"] != "metrics" || e["interval"] != m.interval || e["scrapeTimeout"] != "10s" || e["honorLabels"] != true {
+			t.Errorf("%s endpoint %v, want port metrics every %s, scrapeTimeout 10s, honorLabels", m.key, e, m.interval)
+		}
+		if u.GetLabels()["release"] != "kube-prometheus-stack" || u.GetAnnotations()["team"] != "platform" {
+			t.Errorf("%s labels %v, annotations %v: want release: kube-prometheus-stack, team: platform", m.key, u.GetLabels(), u.GetAnnotations())
 		}
 	}
+	out, err := helm("template", "buildsmith", "charts/buildsmith", "--set", "metrics.serviceMonitor.enabled=true",
+		"--set", "metrics.podMonitor.enabled=true").CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "count twice") {
+		t.Errorf("both monitors enabled: %v, want the chart to refuse, saying why:\n%s", err, out)
+	}
 
-	for key := range objects("--set", "metrics.enabled=false", "--set", "metrics.serviceMonitor.enabled=true") {
+	for key := range renderObjects(t, "--set", "metrics.enabled=false", "--set", "metrics.serviceMonitor.enabled=true") {
 		if key == "ConfigMap/config-observability" || strings.HasSuffix(key, "-metrics") || strings.Contains(key, "Monitor/") {
 			t.Errorf("%s rendered with metrics.enabled=false", key)
 		}

@@ -9,6 +9,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
 )
 
@@ -45,6 +46,37 @@ func renderChart(t *testing.T, args ...string) renderedChart {
 		}
 	}
 	return r
+}
+
+// renderObjects is what helm template made of the chart with args, by
+// "Kind/name".
+func renderObjects(t *testing.T, args ...string) map[string]unstructured.Unstructured {
+	t.Helper()
+	out, err := helm(append([]string{"template", "buildsmith", "charts/buildsmith", "--namespace", "buildsmith"}, args...)...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("helm template %q: %v\n%s", args, err, out)
+	}
+	byKind := map[string]unstructured.Unstructured{}
+	for _, doc := range strings.Split(strings.TrimPrefix(string(out), "---\n"), "\n---\n") {
+		var u unstructured.Unstructured
+		if err := yaml.Unmarshal([]byte(doc), &u.Object); err != nil {
+			t.Fatalf("helm template %q: %v\n%s", args, err, doc)
+		}
+		if u.GetKind() != "" {
+			byKind[u.GetKind()+"/"+u.GetName()] = u
+		}
+	}
+	return byKind
+}
+
+// decodeAs decodes u into a typed object, strictly: a field the type does
+// not have fails the test.
+func decodeAs(t *testing.T, u unstructured.Unstructured, into any) {
+	t.Helper()
+	raw, _ := yaml.Marshal(u.Object)
+	if err := yaml.UnmarshalStrict(raw, into); err != nil {
+		t.Fatalf("%s/%s: %v", u.GetKind(), u.GetName(), err)
+	}
 }
 
 // TestChartUntrustedRegistryValues: the chart passes the bounds of what a
