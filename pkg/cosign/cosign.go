@@ -106,32 +106,32 @@ type envelope struct {
 
 // check refuses sealed (the PEM block's bytes) when decrypting it would
 // cost more than l allows, reading only its parameters.
-func (l Limits) check(source string, sealed []byte) error {
+func (l Limits) check(source string, sealed []byte) (int64, error) {
 	var e envelope
 	if err := json.Unmarshal(sealed, &e); err != nil {
 		// The JSON error may quote the key's bytes: not repeated.
-		return failure.Permanentf(ReasonInvalidSigningKey, "%s: %s is not in cosign's encrypted key format", source, SecretKey)
+		return 0, failure.Permanentf(ReasonInvalidSigningKey, "%s: %s is not in cosign's encrypted key format", source, SecretKey)
 	}
 	if e.KDF.Name != "scrypt" {
-		return failure.Permanentf(ReasonInvalidSigningKey, "%s: %s is not sealed with scrypt, as cosign keys are", source, SecretKey)
+		return 0, failure.Permanentf(ReasonInvalidSigningKey, "%s: %s is not sealed with scrypt, as cosign keys are", source, SecretKey)
 	}
 	n, r, p := e.KDF.Params.N, e.KDF.Params.R, e.KDF.Params.P
 	if n <= 1 || n&(n-1) != 0 || r < 1 || p < 1 {
-		return failure.Permanentf(ReasonInvalidSigningKey, "%s: %s has invalid scrypt parameters (N=%d, r=%d, p=%d)", source, SecretKey, n, r, p)
+		return 0, failure.Permanentf(ReasonInvalidSigningKey, "%s: %s has invalid scrypt parameters (N=%d, r=%d, p=%d)", source, SecretKey, n, r, p)
 	}
 	limit := l.maxScryptMemory()
 	if p > MaxScryptParallelism {
-		return failure.Permanentf(ReasonSigningKeyTooCostly,
+		return 0, failure.Permanentf(ReasonSigningKeyTooCostly,
 			"%s: %s's scrypt parameters (N=%d, r=%d, p=%d) ask for %d scrypt rounds; the limit is p=%d (cosign generate-key-pair writes N=65536, r=8, p=1)",
 			source, SecretKey, n, r, p, p, MaxScryptParallelism)
 	}
 	// 128·N·r without overflowing: N and r are the tenant's.
 	if int64(n) > limit/128/int64(r) {
-		return failure.Permanentf(ReasonSigningKeyTooCostly,
+		return 0, failure.Permanentf(ReasonSigningKeyTooCostly,
 			"%s: %s's scrypt parameters (N=%d, r=%d, p=%d) need %s to decrypt, more than the limit of %s (cosign generate-key-pair writes N=65536, r=8, p=1: 64 MiB)",
 			source, SecretKey, n, r, p, mib(128*float64(n)*float64(r)), mib(float64(limit)))
 	}
-	return nil
+	return 128 * int64(n) * int64(r), nil
 }
 
 // mib formats a number of bytes in MiB.
@@ -179,9 +179,12 @@ func Decryptions() int64 { return decrypted.Load() }
 // decryptInTurn decrypts sealed in one of the process's turns, waiting on
 // ctx for one; a reconcile lends its worker meanwhile (the wait can be
 // another tenant's keys).
-func decryptInTurn(ctx context.Context, sealed, password []byte) ([]byte, error) {
+// cost is the scrypt memory it takes, held apart from the rest of the
+// heap meanwhile (scryptMemory).
+func decryptInTurn(ctx context.Context, sealed, password []byte, cost int64) ([]byte, error) {
 	return inTurn(ctx, func() ([]byte, error) {
 		decrypted.Add(1)
+		defer scryptMemory.hold(cost)()
 		return decrypt(sealed, password)
 	})
 }
@@ -214,10 +217,11 @@ func ParseKey(ctx context.Context, source string, key, password []byte, limits L
 	if block.Type != "ENCRYPTED SIGSTORE PRIVATE KEY" && block.Type != "ENCRYPTED COSIGN PRIVATE KEY" {
 		return nil, invalid("%s is a %q PEM block, not an encrypted cosign private key", SecretKey, block.Type)
 	}
-	if err := limits.check(source, block.Bytes); err != nil {
+	cost, err := limits.check(source, block.Bytes)
+	if err != nil {
 		return nil, err
 	}
-	der, err := decryptInTurn(ctx, block.Bytes, password)
+	der, err := decryptInTurn(ctx, block.Bytes, password, cost)
 	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 		return nil, fmt.Errorf("%s: waiting to decrypt %s: %w", source, SecretKey, err)
 	}

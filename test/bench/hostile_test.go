@@ -347,7 +347,11 @@ func tried(reasons map[string]map[string]int) int {
 type heapFacts struct {
 	HeapAlloc, HeapSys, StackInuse, Sys int64
 	ScryptAlloc                         int64
-	ok                                  bool
+	// ScryptLargest is the largest single allocation under scrypt: 128 *
+	// r * N bytes for a key sealed with N and r (64 MiB for cosign
+	// generate-key-pair's N=2^16, 128 MiB for the OWASP preset).
+	ScryptLargest int64
+	ok            bool
 }
 
 var memStat = regexp.MustCompile(`^# (HeapAlloc|HeapSys|Stack|Sys) = (\d+)`)
@@ -366,13 +370,16 @@ func readHeap(t *testing.T, port int, name string) heapFacts {
 	defer resp.Body.Close()
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	var record int64 // alloc bytes of the record whose frames follow
+	var record, objects int64 // alloc bytes and objects of the record whose frames follow
 	scrypt := false
 	flush := func() {
 		if scrypt {
 			h.ScryptAlloc += record
+			if objects > 0 {
+				h.ScryptLargest = max(h.ScryptLargest, record/objects)
+			}
 		}
-		record, scrypt = 0, false
+		record, objects, scrypt = 0, 0, false
 	}
 	for sc.Scan() {
 		line := sc.Text()
@@ -381,9 +388,10 @@ func readHeap(t *testing.T, port int, name string) heapFacts {
 			// "inuse_objects: inuse_bytes [alloc_objects: alloc_bytes] @ …"
 			flush()
 			if _, rest, ok := strings.Cut(line, "["); ok {
-				if _, bytes, ok := strings.Cut(rest, ": "); ok {
+				if n, bytes, ok := strings.Cut(rest, ": "); ok {
 					bytes, _, _ = strings.Cut(bytes, "]")
 					record, _ = strconv.ParseInt(strings.TrimSpace(bytes), 10, 64)
+					objects, _ = strconv.ParseInt(strings.TrimSpace(n), 10, 64)
 				}
 			}
 		case strings.HasPrefix(line, "#\t") && strings.Contains(line, "/scrypt."):
@@ -1007,11 +1015,14 @@ func hostileSection(cfg hostileConfig, alone, beside []hostileResult) *section {
 	probeRate := rate(b.later.Probes, b.drained.Probes, b.later.At, b.drained.At)
 	signingOK := b.reasons["sign-"]["SigningKeyTooCostly"]+b.reasons["sign-"]["Ready, UpToDate=False: SigningKeyTooCostly"] == cfg.signing
 	s.targets = []target{
-		{"peak controller RSS beside the hostile tenant vs alone", "≤ ×2", fmt.Sprintf("×%.2f (%s vs %s; until %s after Ready: ×%.2f)",
-			rssRatio, mib(medianInt(peaks(beside, false))), mib(rssAlone), hostileSettle, rssEarlyRatio), rssRatio <= 2},
+		{"peak controller RSS beside the hostile tenant vs alone", "≤ ×2", fmt.Sprintf("×%.2f (%s vs %s; until %s after Ready: ×%.2f; "+
+			"less the %s of scrypt memory taken at once to decrypt a signing key, which signing with a key cosign writes costs any tenant: ×%.2f)",
+			rssRatio, mib(medianInt(peaks(beside, false))), mib(rssAlone), hostileSettle, rssEarlyRatio, mib(b.heapEnd.ScryptLargest),
+			float64(medianInt(peaks(beside, false))-b.heapEnd.ScryptLargest)/float64(rssAlone)), rssRatio <= 2},
 		{"ordinary builders Ready beside vs alone (as § 11)", "≤ ×1.2", fmt.Sprintf("×%.2f", readyRatio), okAll && readyRatio <= 1.2},
-		{"the controller's Secret watches (only the hostile namespace has Secrets to watch), every read",
-			fmt.Sprintf("≤ %d (`--max-secret-watches-per-namespace`)", maxWatchesPerNS), count(watches), watches >= 0 && watches <= maxWatchesPerNS},
+		{"the controller's Secret watches (only the hostile namespaces have Secrets to watch: the first its many, the registry's one signing key), every read",
+			fmt.Sprintf("≤ %d + 1 (`--max-secret-watches-per-namespace`, and the signing key's)", maxWatchesPerNS), count(watches),
+			watches >= 0 && watches <= maxWatchesPerNS+1},
 		{"host label values in the registry metrics, every read", fmt.Sprintf("≤ %d + \"other\" (`--registry-metric-hosts`)", maxRegistryHostLabels),
 			fmt.Sprintf("%d (\"other\" among them: %v)", hostLabels, b.drained.Other || b.later.Other), hostLabels <= maxRegistryHostLabels+1},
 		{"metric series: no label with a value per host or object; growth while the queue reached more hostile builders",
@@ -1024,9 +1035,10 @@ func hostileSection(cfg hostileConfig, alone, beside []hostileResult) *section {
 			fmt.Sprintf("≤ %d (`--max-failing-registries-per-namespace`, a probe a second each; 10 %% slack)", maxFailingRegistries),
 			fmt.Sprintf("%.1f", probeRate), probeRate <= maxFailingRegistries*1.1},
 		{"signing builders refused before decryption, through every reconcile asked of them",
-			fmt.Sprintf("%d SigningKeyTooCostly; no byte allocated under scrypt (heap profile)", cfg.signing),
+			fmt.Sprintf("%d SigningKeyTooCostly; no allocation under scrypt of the OWASP key's 128 MiB (heap profile: only the hostile "+
+				"registry's signing key, sealed as cosign generate-key-pair seals, N=2^16: 64 MiB, is opened)", cfg.signing),
 			fmt.Sprintf("%s; %s under scrypt", reasonCounts(b.reasons["sign-"]), scryptBytes(b.heapEnd)),
-			signingOK && b.requeueErr == nil && b.heapEnd.ok && b.heapEnd.ScryptAlloc == 0},
+			signingOK && b.requeueErr == nil && b.heapEnd.ok && b.heapEnd.ScryptLargest < 128<<20},
 	}
 	s.targets = append(s.targets, registryTargets(alone, beside)...)
 	if !judged {
@@ -1083,7 +1095,7 @@ func scryptBytes(h heapFacts) string {
 	if !h.ok {
 		return "? (no heap profile)"
 	}
-	return mib(h.ScryptAlloc)
+	return fmt.Sprintf("%s (largest at once %s)", mib(h.ScryptAlloc), mib(h.ScryptLargest))
 }
 
 // rate is how fast a counter went from a (at ta) to b (at tb), a second.
