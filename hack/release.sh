@@ -12,7 +12,7 @@
 # dist/chart.txt             the pushed chart by digest: oci://CHART_REPO/buildsmith:X.Y.Z@sha256:…
 #                            (not written with CHART_REPO=none)
 # dist/kubectl-buildsmith_OS_ARCH.tar.gz
-#                            the plugin (and the LICENSE, if the repository has one)
+#                            the plugin and the LICENSE
 # dist/checksums.txt         sha256sum of the plugin archives and the chart
 # dist/plugins/buildsmith.yaml
 #                            the krew manifest: plugins/buildsmith.yaml filled in
@@ -105,12 +105,9 @@ for platform in "${PLATFORMS[@]}"; do
   CGO_ENABLED=0 GOOS="${os}" GOARCH="${arch}" go build -trimpath -ldflags "-s -w -X main.version=${VERSION}" \
     -o "${dir}/kubectl-buildsmith" ./cmd/kubectl-buildsmith
   chmod 0755 "${dir}/kubectl-buildsmith"
-  files=(kubectl-buildsmith)
-  if [[ -f LICENSE ]]; then
-    install -m 0644 LICENSE "${dir}/LICENSE"
-    files+=(LICENSE)
-  fi
-  tar -C "${dir}" --sort=name --owner=0 --group=0 --numeric-owner --mtime="@${mtime}" -cf - "${files[@]}" |
+  # krew's index asks for the license in each archive.
+  install -m 0644 LICENSE "${dir}/LICENSE"
+  tar -C "${dir}" --sort=name --owner=0 --group=0 --numeric-owner --mtime="@${mtime}" -cf - LICENSE kubectl-buildsmith |
     gzip -n -9 >"${DIST}/kubectl-buildsmith_${os}_${arch}.tar.gz"
 done
 

@@ -226,8 +226,7 @@ func fileSHA256(t *testing.T, path string) string {
 }
 
 // pluginBinary reads an archive of the plugin: kubectl-buildsmith, a regular
-// file executable by all, beside at most the LICENSE (when the repository
-// has one).
+// file executable by all, and the LICENSE (krew's index asks for it).
 func pluginBinary(t *testing.T, archive string) []byte {
 	t.Helper()
 	f, err := os.Open(archive)
@@ -239,11 +238,7 @@ func pluginBinary(t *testing.T, archive string) []byte {
 	if err != nil {
 		t.Fatalf("%s: %v", archive, err)
 	}
-	_, licensed := os.Stat(filepath.Join(env.Root, "LICENSE"))
-	want := []string{"kubectl-buildsmith"}
-	if licensed == nil {
-		want = append([]string{"LICENSE"}, want...)
-	}
+	want := []string{"LICENSE", "kubectl-buildsmith"}
 	var names []string
 	var bin []byte
 	r := tar.NewReader(gz)
@@ -256,6 +251,12 @@ func pluginBinary(t *testing.T, archive string) []byte {
 			t.Fatalf("%s: %v", archive, err)
 		}
 		names = append(names, h.Name)
+		if h.Name == "LICENSE" {
+			got, _ := io.ReadAll(r)
+			if want, err := os.ReadFile(filepath.Join(env.Root, "LICENSE")); err != nil || !bytes.Equal(got, want) {
+				t.Errorf("%s: its LICENSE (%d bytes) is not the repository's (%v)", archive, len(got), err)
+			}
+		}
 		if h.Name == "kubectl-buildsmith" {
 			if h.Typeflag != tar.TypeReg || h.Mode&0o111 != 0o111 {
 				t.Errorf("%s: kubectl-buildsmith is of type %c, mode %o; want a regular file executable by all", archive, h.Typeflag, h.Mode)
@@ -420,4 +421,34 @@ func manifestObjects(t *testing.T, manifest []byte) map[string]map[string]any {
 		objects[key] = obj
 	}
 	return objects
+}
+
+// TestReleaseWorkflowTestsFirst: the release workflow runs `make test` on
+// the tag before `make release`: nothing is published that fails main's
+// own checks.
+func TestReleaseWorkflowTestsFirst(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join(env.Root, ".github", "workflows", "release.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var workflow struct {
+		Jobs map[string]struct {
+			Steps []struct{ Run string } `json:"steps"`
+		} `json:"jobs"`
+	}
+	if err := yaml.Unmarshal(raw, &workflow); err != nil {
+		t.Fatal(err)
+	}
+	tested, released := -1, -1
+	for i, step := range workflow.Jobs["release"].Steps {
+		switch run := strings.TrimSpace(step.Run); {
+		case run == "make test":
+			tested = i
+		case strings.HasPrefix(run, "make release "):
+			released = i
+		}
+	}
+	if tested < 0 || released < 0 || tested > released {
+		t.Errorf("release workflow: `make test` is step %d, `make release` step %d; want the test first", tested, released)
+	}
 }
