@@ -24,7 +24,7 @@ func TestScryptMemoryHold(t *testing.T) {
 		after := debug.SetMemoryLimit(-1)
 
 		base := m.base
-		want := func(held int64) int64 { return min(operator, base+held+holdHeadroom) }
+		want := func(held int64) int64 { return min(operator, base+held+holdHeadroom(base)) }
 		if base <= 0 || withA != want(64<<20) || withBoth != want(96<<20) || withB != want(32<<20) || after != operator {
 			t.Errorf("operator's limit %d, process held %d: limits %d, %d, %d, then %d; want %d, %d, %d, then %d",
 				operator, base, withA, withBoth, withB, after, want(64<<20), want(96<<20), want(32<<20), operator)
