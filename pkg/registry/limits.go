@@ -40,7 +40,7 @@ type limitTransport struct {
 
 func (t *limitTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp, err := t.next.RoundTrip(req)
-	if err != nil && strings.Contains(err.Error(), "server response headers exceeded") {
+	if err != nil && headersTooLarge(err, t.maxHeaderBytes) {
 		return nil, placed(Place{Host: req.URL.Host}, failure.Waiting, ReasonRegistryError, 0, fmt.Errorf(
 			"%s %s: the registry answered with more than %s of headers (--registry-max-header-bytes); not read",
 			req.Method, redactURL(req.URL), byteSize(t.maxHeaderBytes)))
@@ -56,6 +56,33 @@ func (t *limitTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return tooLarge(req, "manifest", -1, maxManifestSize)
 	}}
 	return resp, nil
+}
+
+// headersTooLarge reports whether err is net/http's refusal of an answer
+// whose headers are over limit: an error in err's chain whose text is
+// exactly the one net/http writes for it (HTTP/1.x, the limit in it) or
+// its HTTP/2 transport's (the limit it advertised). Exactly, not as a part:
+// some of net/http's errors quote what the registry sent, and a registry
+// must not pass its own failure off as this one.
+func headersTooLarge(err error, limit int64) bool {
+	http1 := fmt.Sprintf("net/http: server response headers exceeded %d bytes; aborted", limit)
+	const http2 = "http2: response header list larger than advertised limit"
+	for errs := []error{err}; len(errs) > 0; {
+		e := errs[len(errs)-1]
+		errs = errs[:len(errs)-1]
+		if text := e.Error(); text == http1 || text == http2 {
+			return true
+		}
+		switch u := e.(type) {
+		case interface{ Unwrap() error }:
+			if next := u.Unwrap(); next != nil {
+				errs = append(errs, next)
+			}
+		case interface{ Unwrap() []error }:
+			errs = append(errs, u.Unwrap()...)
+		}
+	}
+	return false
 }
 
 // limitedBody fails a read past limit bytes.

@@ -2,8 +2,11 @@ package registry
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 
@@ -67,5 +70,30 @@ func TestSizeLimits(t *testing.T) {
 			}
 			t.Log(err)
 		})
+	}
+}
+
+// TestHeadersTooLarge: net/http's refusal of headers over the bound is
+// known by its exact text anywhere in the error's chain, at the bound the
+// transport was given; a registry quoting that text in an answer net/http
+// refuses for another reason does not pass for it.
+func TestHeadersTooLarge(t *testing.T) {
+	refusal := errors.New("net/http: server response headers exceeded 65536 bytes; aborted")
+	for _, tc := range []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"as net/http returns it", &url.Error{Op: "Get", URL: "http://r.example/v2/",
+			Err: fmt.Errorf("net/http: HTTP/1.x transport connection broken: %w", refusal)}, true},
+		{"among ggcr's ping errors", errors.Join(errors.New("http: server gave HTTP response to HTTPS client"), &url.Error{Err: refusal}), true},
+		{"HTTP/2", &url.Error{Err: errors.New("http2: response header list larger than advertised limit")}, true},
+		{"another bound", errors.New("net/http: server response headers exceeded 1024 bytes; aborted"), false},
+		{"quoted by the registry", &url.Error{Err: fmt.Errorf("malformed MIME header line: %q", refusal.Error())}, false},
+		{"another failure", &url.Error{Err: io.ErrUnexpectedEOF}, false},
+	} {
+		if got := headersTooLarge(tc.err, 65536); got != tc.want {
+			t.Errorf("%s (%v): %v, want %v", tc.name, tc.err, got, tc.want)
+		}
 	}
 }

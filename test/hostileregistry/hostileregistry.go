@@ -53,7 +53,7 @@ type Registry struct {
 	// EndlessGets and EndlessBytes: GETs of the layer whose body never
 	// ends, and the bytes written into them.
 	EndlessGets, EndlessBytes atomic.Int64
-	SignatureReads            atomic.Int64 // of the 1,000-layer .sig image
+	SignatureReads            atomic.Int64 // GETs of the 1,000-layer .sig image's manifest
 	Redirects, Limited        atomic.Int64 // 307s to fresh paths, 429s there
 }
 
@@ -232,7 +232,7 @@ func (h *Registry) serveSignatures(t testing.TB) {
 	configDigest, _, _ := v1.SHA256(bytes.NewReader(config))
 	answer := func(body []byte, mediaType types.MediaType, digest v1.Hash, counted bool) func(http.ResponseWriter, *http.Request) {
 		return func(rw http.ResponseWriter, r *http.Request) {
-			if counted {
+			if counted && r.Method == http.MethodGet {
 				h.SignatureReads.Add(1)
 			}
 			rw.Header().Set("Content-Type", string(mediaType))
