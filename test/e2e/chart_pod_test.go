@@ -124,6 +124,8 @@ func TestChartPodValues(t *testing.T) {
 		{"extraArgs={workers=8}", "extraArgs"},
 		{"workers=0", "workers"},
 		{"probes.liveness.periodSeconds=0", "periodSeconds"},
+		{"podLabels.app\\.kubernetes\\.io/component=other", "podLabels: app.kubernetes.io/component is one of the chart's own"},
+		{"podAnnotations.checksum/leader-election=x", "podAnnotations: checksum/leader-election is the chart's own"},
 	} {
 		out, err := helm("template", "buildsmith", "charts/buildsmith", "--set", bad.set).CombinedOutput()
 		if err == nil || !strings.Contains(string(out), bad.mentions) {
