@@ -161,18 +161,11 @@ func maxDuration(ds []time.Duration) time.Duration {
 	return m
 }
 
-// enableProfiling turns the controllers' profiling server on
-// (config-observability) and returns a free port for --profiling-port.
+// enableProfiling turns the controllers' profiling server on and returns
+// a free port for --profiling-port.
 func enableProfiling(t *testing.T) int {
 	t.Helper()
-	ctx := context.Background()
-	cms := kube.CoreV1().ConfigMaps(systemNamespace)
-	if _, err := cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "config-observability"},
-		Data: map[string]string{"runtime-profiling": "enabled"}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cms.Delete(ctx, "config-observability", metav1.DeleteOptions{}) })
-	return controllertest.FreePort(t)
+	return observe(t, map[string]string{"runtime-profiling": "enabled"})
 }
 
 // keptHeapLimit bounds the controller's live heap (after a collection) once

@@ -62,14 +62,21 @@ func TestPrometheusMetrics(t *testing.T) {
 }
 
 // servePrometheus has the controllers the test starts serve Prometheus
-// metrics (config-observability), and returns a free port for their
-// --metrics-port.
+// metrics, and returns a free port for their --metrics-port.
 func servePrometheus(t *testing.T) int {
+	t.Helper()
+	return observe(t, map[string]string{"metrics-protocol": "prometheus"})
+}
+
+// observe writes config-observability with data for the controllers the
+// test starts (deleted when it ends), and returns a free port for the
+// server it turns on.
+func observe(t *testing.T, data map[string]string) int {
 	t.Helper()
 	ctx := context.Background()
 	cms := kube.CoreV1().ConfigMaps(systemNamespace)
 	if _, err := cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "config-observability"},
-		Data: map[string]string{"metrics-protocol": "prometheus"}}, metav1.CreateOptions{}); err != nil {
+		Data: data}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cms.Delete(ctx, "config-observability", metav1.DeleteOptions{}) })
