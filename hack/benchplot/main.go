@@ -145,7 +145,7 @@ func seconds(s string) (float64, error) {
 
 var recovery = regexp.MustCompile(`(?m)^- (\S+), run \d+: .*?UpToDate=True again: 10 % by ([\d.]+)s, 50 % by ([\d.]+)s, 90 % by ([\d.]+)s`)
 
-// staleAfterBlip: § 14's objects UpToDate=False (buildsmith_stale) from the
+// staleAfterBlip: § 14's objects UpToDate=False from the
 // fault's end until all are re-checked, for each fault: all of them at the
 // end, 90 %, 50 %, 10 % left at the times the bench read, none at the last.
 func staleAfterBlip(text string) (*plot.Plot, error) {
@@ -156,7 +156,7 @@ func staleAfterBlip(text string) (*plot.Plot, error) {
 	p := plot.New()
 	p.Title.Text = "Ready but stale (UpToDate=False) after a 1-minute\nregistry fault, 1,000 builders (bench § 14)"
 	p.X.Label.Text = "seconds after the registry answers again"
-	p.Y.Label.Text = "objects (buildsmith_stale)"
+	p.Y.Label.Text = "objects (UpToDate=False)"
 	p.Add(plotter.NewGrid())
 	found := recovery.FindAllStringSubmatch(text, -1)
 	if len(found) == 0 {

@@ -5,6 +5,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/cache"
 	"knative.dev/pkg/apis"
 	"knative.dev/pkg/controller"
 
@@ -32,23 +33,32 @@ type Wiring[T Object] struct {
 	// status (see RefreshStatus).
 	Get        func(ctx context.Context, namespace, name string) (T, error)
 	CopyStatus func(dst, src T)
+	// Objects is the controller's cache of the kind, from which its
+	// objects' states are reported (buildsmith_object_info).
+	Objects cache.Store
 }
 
 // ClusterWiring is the Wiring of a cluster-scoped kind: get is its typed
 // client's Get.
-func ClusterWiring[T Object](kind string, client *registry.Client, opts Options,
+func ClusterWiring[T Object](kind string, client *registry.Client, opts Options, objects cache.Store,
 	get func(context.Context, string, metav1.GetOptions) (T, error), copyStatus func(dst, src T)) Wiring[T] {
-	return Wiring[T]{Kind: kind, Registry: client, Options: opts, CopyStatus: copyStatus,
+	return Wiring[T]{Kind: kind, Registry: client, Options: opts, Objects: objects, CopyStatus: copyStatus,
 		Get: func(ctx context.Context, _, name string) (T, error) { return get(ctx, name, metav1.GetOptions{}) }}
 }
 
 // NewBase wires a reconciler's Base to impl, the controller made of it (so
 // it is called after NewImpl, as knative's sample controller assigns
 // impl.Tracker): the Policy wakes objects through impl's queue, impl's
-// status writes are retried on the Policy's terms (StatusWrites), and its
+// status writes are retried on the Policy's terms (StatusWrites), its
+// objects' states are reported as metrics (reportStates), and its
 // reconciles run in turns by namespace on impl's workers (turns.Turns).
 func NewBase[T Object](ctx context.Context, impl *controller.Impl, w Wiring[T]) Base {
 	policy := NewPolicy(w.Kind, w.Options, w.Registry.Circuits(), impl.EnqueueKey, RefreshStatus(w.Get, w.CopyStatus))
+	// The generated reconciler knows the buckets this replica leads.
+	leads := impl.Reconciler.(interface {
+		IsLeaderFor(types.NamespacedName) bool
+	}).IsLeaderFor
+	policy.states = reportStates(ctx, w.Kind, w.Objects, leads, w.Options)
 	impl.Reconciler = turns.New(ctx, w.Kind, policy.StatusWrites(impl.Reconciler), impl.Concurrency, impl.EnqueueKeyAfter)
 	return Base{
 		Registry:    w.Registry,

@@ -30,12 +30,15 @@ type Options struct {
 	// Secrets bounds what tenants' ServiceAccounts make the controller read
 	// and watch (see SecretLimits).
 	Secrets SecretLimits
+	// MaxObjectSeries bounds the series of buildsmith_object_info, one an
+	// object: tenants choose how many objects there are.
+	MaxObjectSeries int
 }
 
 // DefaultOptions are the defaults of the flags.
 func DefaultOptions() Options {
 	return Options{RetryBaseDelay: time.Second, RetryMaxDelay: 5 * time.Minute,
-		PollInterval: time.Minute, ResyncInterval: 10 * time.Minute, Secrets: DefaultSecretLimits()}
+		PollInterval: time.Minute, ResyncInterval: 10 * time.Minute, Secrets: DefaultSecretLimits(), MaxObjectSeries: 5000}
 }
 
 // AddFlags registers the options as flags, with o's values as defaults.
@@ -45,6 +48,8 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.PollInterval, "poll-interval", o.PollInterval, "how often an object waiting for an image, credentials or a dependency looks again")
 	fs.DurationVar(&o.ResyncInterval, "resync-interval", o.ResyncInterval, "how often Ready stores and stacks are checked for moved tags (0: never)")
 	o.Secrets.AddFlags(fs)
+	fs.IntVar(&o.MaxObjectSeries, "metrics-max-objects", o.MaxObjectSeries, "most series of buildsmith_object_info (one an object) a replica exports; "+
+		"beyond it the Ready objects are left out first, and buildsmith_objects still counts every one")
 	fs.Func("cluster-credential-namespaces", "comma-separated namespaces whose ServiceAccounts (registry credentials and signing keys) "+
 		"ClusterStores, ClusterStacks, ClusterLifecycles and ClusterBuilders may use; repeatable (default: any)",
 		namespaceList(&o.CredentialNamespaces))

@@ -73,7 +73,7 @@ type Policy struct {
 	statusBackoff workqueue.TypedRateLimiter[string]
 	jitter        func() float64 // in [0, 1)
 	refresh       func(context.Context, Object) error
-	stale         staleSet
+	states        *kindStates // nil: not reported (tests)
 }
 
 // NewPolicy returns the Policy of the controller of kind: enqueue puts a
@@ -190,10 +190,10 @@ func (p *Policy) succeeded(ctx context.Context, obj Object, key types.Namespaced
 	p.recordTransition(ctx, obj, before, "")
 	if p.opts.ResyncInterval > 0 {
 		delay := p.jittered(p.opts.ResyncInterval)
-		recordOutcome(ctx, p.kind, "ready", delay)
+		p.record(ctx, "ready", delay)
 		return controller.NewRequeueAfter(delay)
 	}
-	recordOutcome(ctx, p.kind, "ready", 0)
+	p.record(ctx, "ready", 0)
 	return nil
 }
 
@@ -211,9 +211,6 @@ func (p *Policy) failed(ctx context.Context, obj Object, key types.NamespacedNam
 	// Ready, and UpToDate says what failed.
 	var updating *updatingError
 	stale := f.Class == failure.Transient && usable && !errors.As(err, &updating)
-	if !stale {
-		p.stale.remove(ctx, p.kind, key)
-	}
 	switch f.Class {
 	case failure.Permanent:
 		return p.stalled(ctx, obj, key, before, f, message)
@@ -224,20 +221,19 @@ func (p *Policy) failed(ctx context.Context, obj Object, key types.NamespacedNam
 			fmt.Sprintf("retrying in %s, or when a dependency changes", p.opts.PollInterval))
 		p.recordTransition(ctx, obj, before, message)
 		delay := p.jittered(p.opts.PollInterval)
-		recordOutcome(ctx, p.kind, "waiting", delay)
+		p.record(ctx, "waiting", delay)
 		return controller.NewRequeueAfter(delay)
 	default:
 		delay, retry := p.transient(key, f)
 		outcome := "transient"
 		if stale {
 			conditions.MarkStale(f.Reason, message+"; "+retry)
-			p.stale.add(ctx, p.kind, key)
 			outcome = "stale"
 		} else {
 			conditions.MarkRetrying(f.Reason, message, retry)
 		}
 		p.recordTransition(ctx, obj, before, message)
-		recordOutcome(ctx, p.kind, outcome, delay)
+		p.record(ctx, outcome, delay)
 		return controller.NewRequeueAfter(delay)
 	}
 }
@@ -248,7 +244,7 @@ func (p *Policy) stalled(ctx context.Context, obj Object, key types.NamespacedNa
 	conditions := obj.Conditions()
 	conditions.MarkStalled(f.Reason, message)
 	p.Forget(key)
-	recordOutcome(ctx, p.kind, "permanent", 0)
+	p.record(ctx, "permanent", 0)
 	if !conditionChanged(before.ready, conditions.GetCondition(v1alpha1.ConditionReady)) {
 		// Same failure as last time (a tracked Secret changed, the
 		// controller restarted): no event again. A skip key is
@@ -329,7 +325,6 @@ func WaitingMessage(place registry.Place, safetyNet time.Duration) string {
 // Forget drops the object's backoff and circuit waits (on success and when
 // it is deleted).
 func (p *Policy) Forget(key types.NamespacedName) {
-	p.stale.remove(context.Background(), p.kind, key)
 	p.backoff.Forget(key.String())
 	p.statusBackoff.Forget(key.String())
 	p.forgetWaits(key)

@@ -16,7 +16,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
 	"knative.dev/pkg/controller"
 	pkgreconciler "knative.dev/pkg/reconciler"
@@ -314,7 +313,7 @@ func TestLongMessagesAreCut(t *testing.T) {
 }
 
 // TestUsableStaysReady: which failures keep a stack Ready (issue 26), what
-// the conditions then say, and that each stale object is counted once.
+// the conditions then say, and the state the metrics read from them.
 func TestUsableStaysReady(t *testing.T) {
 	transient := failure.Transientf(registry.ReasonRegistryUnavailable, "GET …: 503")
 	for _, tc := range []struct {
@@ -323,15 +322,15 @@ func TestUsableStaysReady(t *testing.T) {
 		err       error
 		ready     corev1.ConditionStatus
 		upToDate  corev1.ConditionStatus
-		stale     int
+		state     string
 		reconcile bool // Reconciling=True
 	}{
-		{"usable, transient: stays Ready", true, transient, corev1.ConditionTrue, corev1.ConditionFalse, 1, false},
-		{"usable, transient while updating: not Ready", true, Updating(transient), corev1.ConditionFalse, corev1.ConditionFalse, 0, true},
-		{"new generation, transient: not Ready", false, transient, corev1.ConditionFalse, corev1.ConditionFalse, 0, true},
-		{"usable, waiting: not Ready", true, failure.Waitingf(registry.ReasonImageNotFound, "gone"), corev1.ConditionFalse, corev1.ConditionFalse, 0, true},
-		{"usable, permanent: stalled", true, failure.Permanentf(ReasonInvalidSpec, "bad"), corev1.ConditionFalse, corev1.ConditionFalse, 0, false},
-		{"usable, success", true, nil, corev1.ConditionTrue, corev1.ConditionTrue, 0, false},
+		{"usable, transient: stays Ready", true, transient, corev1.ConditionTrue, corev1.ConditionFalse, StateStale, false},
+		{"usable, transient while updating: not Ready", true, Updating(transient), corev1.ConditionFalse, corev1.ConditionFalse, StateReconciling, true},
+		{"new generation, transient: not Ready", false, transient, corev1.ConditionFalse, corev1.ConditionFalse, StateReconciling, true},
+		{"usable, waiting: not Ready", true, failure.Waitingf(registry.ReasonImageNotFound, "gone"), corev1.ConditionFalse, corev1.ConditionFalse, StateReconciling, true},
+		{"usable, permanent: stalled", true, failure.Permanentf(ReasonInvalidSpec, "bad"), corev1.ConditionFalse, corev1.ConditionFalse, StateStalled, false},
+		{"usable, success", true, nil, corev1.ConditionTrue, corev1.ConditionTrue, StateReady, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := NewPolicy("ClusterStack", DefaultOptions(), nil, nil, nil)
@@ -341,9 +340,7 @@ func TestUsableStaysReady(t *testing.T) {
 				s.Generation++ // as the generated reconciler hands it over: Ready reset
 				s.GetConditionSet().Manage(s.GetStatus()).MarkUnknown(v1alpha1.ConditionReady, "NewObservedGenFailure", "unsuccessfully observed a new generation")
 			}
-			for range 2 { // the second, unchanged, must not count twice
-				p.Finish(context.Background(), s, tc.err)
-			}
+			p.Finish(context.Background(), s, tc.err)
 			ready, upToDate := s.Status.GetCondition(v1alpha1.ConditionReady), s.Status.GetCondition(v1alpha1.ConditionUpToDate)
 			if ready.Status != tc.ready || upToDate == nil || upToDate.Status != tc.upToDate {
 				t.Errorf("Ready %+v, UpToDate %+v; want %s, %s", ready, upToDate, tc.ready, tc.upToDate)
@@ -351,32 +348,13 @@ func TestUsableStaysReady(t *testing.T) {
 			if c := s.Status.GetCondition(v1alpha1.ConditionReconciling); (c != nil && c.IsTrue()) != tc.reconcile {
 				t.Errorf("Reconciling %+v, want %v", c, tc.reconcile)
 			}
-			if n := p.stale.len(); n != tc.stale {
-				t.Errorf("%d stale objects counted, want %d", n, tc.stale)
+			if got := StateOf(s); got.State != tc.state || got.Ready != string(tc.ready) {
+				t.Errorf("state %+v, want %s with Ready %s", got, tc.state, tc.ready)
 			}
 			p.Finish(context.Background(), s, nil)
-			if n := p.stale.len(); n != 0 {
-				t.Errorf("%d stale objects after a success", n)
+			if got := StateOf(s); got != (ObjectState{StateReady, "True", ""}) {
+				t.Errorf("state after a success %+v, want ready", got)
 			}
 		})
-	}
-}
-
-// TestStaleForgottenOnDemote: a replica that stops leading a bucket stops
-// counting its stale objects (their new leader counts them).
-func TestStaleForgottenOnDemote(t *testing.T) {
-	p := NewPolicy("ClusterStack", DefaultOptions(), nil, nil, nil)
-	for _, name := range []string{"a", "b", "c"} {
-		s := newStack()
-		s.Name = name
-		s.Status.MarkReady()
-		p.Finish(context.Background(), s, failure.Transientf(registry.ReasonRegistryUnavailable, "503"))
-	}
-	if n := p.stale.len(); n != 3 {
-		t.Fatalf("%d stale, want 3", n)
-	}
-	p.stale.removeIf(p.kind, func(key types.NamespacedName) bool { return key.Name != "b" })
-	if n := p.stale.len(); n != 1 {
-		t.Errorf("%d stale after dropping two, want 1", n)
 	}
 }

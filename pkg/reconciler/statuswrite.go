@@ -46,14 +46,6 @@ type statusWriteRetry struct {
 	policy *Policy
 }
 
-// Demote forgets the stale objects of the bucket this replica no longer
-// leads, so that buildsmith_stale counts each object on one replica: its
-// new leader's.
-func (s *statusWriteRetry) Demote(b pkgreconciler.Bucket) {
-	s.policy.stale.removeIf(s.policy.kind, b.Has)
-	s.leaderAwareReconciler.Demote(b)
-}
-
 func (s *statusWriteRetry) Reconcile(ctx context.Context, key string) error {
 	err := s.leaderAwareReconciler.Reconcile(ctx, key)
 	// The policy's keys are NamespacedName strings ("/name" for cluster

@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/buildsmith/buildsmith/pkg/apis/build/v1alpha1"
 	"github.com/buildsmith/buildsmith/test/controllertest"
 )
 
@@ -24,6 +25,23 @@ func TestPrometheusMetrics(t *testing.T) {
 	startController(t, "--metrics-port", fmt.Sprint(port))
 	w.apply(t)
 	w.waitReady(t, 30*time.Second)
+	// A builder only a person can mend: its order names a buildpack no
+	// store has.
+	stalled := w.name + "-stalled"
+	w.objects.createBuilder(t, w.ns, stalled, v1alpha1.NamespacedBuilderSpec{BuilderSpec: v1alpha1.BuilderSpec{
+		Order: []v1alpha1.OrderEntry{{Group: []v1alpha1.BuildpackRef{{ID: "example/missing"}}}}}})
+	var stalledReason string
+	eventually(t, 30*time.Second, "the builder naming a missing buildpack to stall", func() (bool, string) {
+		b, err := client.BuildsmithV1alpha1().Builders(w.ns).Get(context.Background(), stalled, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		if c := b.Status.GetCondition(v1alpha1.ConditionStalled); c.IsTrue() {
+			stalledReason = c.Reason
+			return true, ""
+		}
+		return false, fmt.Sprintf("%+v", b.Status.Conditions)
+	})
 
 	var body string
 	eventually(t, 20*time.Second, "the metrics", func() (bool, string) {
@@ -34,7 +52,8 @@ func TestPrometheusMetrics(t *testing.T) {
 		defer resp.Body.Close()
 		raw, _ := io.ReadAll(resp.Body)
 		body = string(raw)
-		return strings.Contains(body, "buildsmith_reconciles_total") && strings.Contains(body, "buildsmith_registry_requests_total"),
+		return strings.Contains(body, "buildsmith_reconciles_total") && strings.Contains(body, "buildsmith_registry_requests_total") &&
+				hasSample(body, "buildsmith_object_info", `name="`+stalled+`"`, `state="stalled"`),
 			fmt.Sprintf("%d bytes, status %s", len(raw), resp.Status)
 	})
 	for _, want := range [][]string{
@@ -45,10 +64,23 @@ func TestPrometheusMetrics(t *testing.T) {
 		{"buildsmith_registry_bytes_total", `direction="up"`, `host="` + w.f.Addr + `"`},
 		{"buildsmith_turns_queued", `kind="Builder"`},
 		{"buildsmith_turns_wait_seconds_bucket", `kind="Builder"`},
+		// Each object's state, by namespace and name.
+		{"buildsmith_object_info", `kind="Builder"`, `name="` + w.name + `"`, `object_namespace="` + w.ns + `"`,
+			`ready="True"`, `reason=""`, `state="ready"`},
+		{"buildsmith_object_info", `kind="Builder"`, `name="` + stalled + `"`, `object_namespace="` + w.ns + `"`,
+			`ready="False"`, `reason="` + stalledReason + `"`, `state="stalled"`},
+		{"buildsmith_object_info", `kind="ClusterStack"`, `name="` + w.name + `"`, `state="ready"`},
+		{"buildsmith_objects", `kind="Builder"`, `state="stalled"`},
+		{"buildsmith_objects", `kind="ClusterStore"`, `state="ready"`},
+		{"buildsmith_last_reconcile_time_seconds", `kind="Builder"`},
+		{"buildsmith_reconcile_gap_max_seconds", `kind="ClusterStack"`},
 	} {
 		if !hasSample(body, want[0], want[1:]...) {
 			t.Errorf("metrics lack %s with %v", want[0], want[1:])
 		}
+	}
+	if hasSample(body, "buildsmith_object_info", `kind="ClusterStack"`, `object_namespace=`) {
+		t.Error("a cluster-scoped object's series has an object_namespace")
 	}
 	if t.Failed() {
 		var ours []string

@@ -136,6 +136,11 @@ func TestReplicas(t *testing.T) {
 	if readyA == 0 || readyB == 0 || readyA+readyB != 20 {
 		t.Errorf("ClusterStacks reconciled to Ready by the replicas: %d and %d, want both some and 20 in all", readyA, readyB)
 	}
+	// Each stack's state is reported by the replica leading it, once.
+	eventually(t, 10*time.Second, "each ClusterStack reported ready by one replica", func() (bool, string) {
+		byA, byB := reportedStacks(a), reportedStacks(b)
+		return reportedOnce(names, byA, byB), fmt.Sprintf("first %v, second %v", byA, byB)
+	})
 
 	// SIGKILL the first, as when its node dies. Every stack changes (half
 	// of them are the dead replica's) and ten are new: all become Ready.
@@ -157,6 +162,10 @@ func TestReplicas(t *testing.T) {
 		time.Since(killed).Round(100*time.Millisecond))
 	eventually(t, 10*time.Second, "the second replica leading every bucket", func() (bool, string) {
 		return leadEach(b, 2), fmt.Sprint(led(b))
+	})
+	eventually(t, 10*time.Second, "every ClusterStack reported ready by the second replica", func() (bool, string) {
+		byB := reportedStacks(b)
+		return reportedOnce(names, byB), fmt.Sprint(byB)
 	})
 	for _, name := range names[:20] {
 		s, _ := stacks.Get(ctx, name, metav1.GetOptions{})
@@ -252,6 +261,38 @@ func led(p *controllertest.Process) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// reportedStacks are the states of this test's ClusterStacks a replica
+// reports in buildsmith_object_info, by name.
+func reportedStacks(p *controllertest.Process) map[string]string {
+	found := map[string]string{}
+	for labels := range samples(scrape(p), "buildsmith_object_info", `kind="ClusterStack"`, `name="replicas-`) {
+		_, name, _ := strings.Cut(labels, `name="`)
+		_, state, _ := strings.Cut(labels, `state="`)
+		found[name[:strings.Index(name, `"`)]] = state[:strings.Index(state, `"`)]
+	}
+	return found
+}
+
+// reportedOnce: each of names is reported ready by exactly one of the
+// replicas' reports, and nothing else is.
+func reportedOnce(names []string, reports ...map[string]string) bool {
+	seen := map[string]int{}
+	for _, r := range reports {
+		for name, state := range r {
+			if state != "ready" {
+				return false
+			}
+			seen[name]++
+		}
+	}
+	for _, name := range names {
+		if seen[name] != 1 {
+			return false
+		}
+	}
+	return len(seen) == len(names)
 }
 
 // reconcilers is how many reconcilers the controller runs: ClusterStore,

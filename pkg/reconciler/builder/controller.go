@@ -75,7 +75,7 @@ func NewClusterBuilderController(cfg Config) func(context.Context, configmap.Wat
 		r := &ClusterBuilderReconciler{}
 		impl := clusterbuilderreconciler.NewImpl(ctx, r)
 		informer := clusterbuilderinformer.Get(ctx).Informer()
-		r.Core = newCore(ctx, cmw, cfg, impl, informer, reconciler.ClusterWiring("ClusterBuilder", cfg.Registry, cfg.Options,
+		r.Core = newCore(ctx, cmw, cfg, impl, informer, reconciler.ClusterWiring("ClusterBuilder", cfg.Registry, cfg.Options, informer.GetStore(),
 			buildsmithclient.Get(ctx).BuildsmithV1alpha1().ClusterBuilders().Get,
 			func(dst, src *v1alpha1.ClusterBuilder) { dst.Status = src.Status }))
 		informer.AddEventHandler(reconciler.EnqueueOnChange(impl.Enqueue))
@@ -87,7 +87,7 @@ func NewClusterBuilderController(cfg Config) func(context.Context, configmap.Wat
 // objects informer holds.
 func newCore[T reconciler.Object](ctx context.Context, cmw configmap.Watcher, cfg Config, impl *controller.Impl,
 	informer cache.SharedIndexInformer, w reconciler.Wiring[T]) *Core {
-	w.Registry, w.Options = cfg.Registry, cfg.Options
+	w.Registry, w.Options, w.Objects = cfg.Registry, cfg.Options, informer.GetStore()
 	stacks, stores := clusterstackinformer.Get(ctx), clusterstoreinformer.Get(ctx)
 	buildpacks, lifecycles := buildpackinformer.Get(ctx), clusterlifecycleinformer.Get(ctx)
 	// The builders' own cache and those of what they use: each keeps what

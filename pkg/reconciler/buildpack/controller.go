@@ -21,15 +21,15 @@ func NewController(client *registry.Client, opts reconciler.Options) func(contex
 		r := &Reconciler{}
 		impl := buildpackreconciler.NewImpl(ctx, r)
 		buildpacks := buildsmithclient.Get(ctx).BuildsmithV1alpha1()
+		informer := buildpackinformer.Get(ctx).Informer()
+		reconciler.TrimCaches(ctx, informer)
 		r.Base = reconciler.NewBase(ctx, impl, reconciler.Wiring[*v1alpha1.Buildpack]{
-			Kind: "Buildpack", Registry: client, Options: opts,
+			Kind: "Buildpack", Registry: client, Options: opts, Objects: informer.GetStore(),
 			Get: func(ctx context.Context, namespace, name string) (*v1alpha1.Buildpack, error) {
 				return buildpacks.Buildpacks(namespace).Get(ctx, name, metav1.GetOptions{})
 			},
 			CopyStatus: func(dst, src *v1alpha1.Buildpack) { dst.Status = src.Status },
 		})
-		informer := buildpackinformer.Get(ctx).Informer()
-		reconciler.TrimCaches(ctx, informer)
 		informer.AddEventHandler(reconciler.EnqueueOnChange(impl.Enqueue))
 		return impl
 	}

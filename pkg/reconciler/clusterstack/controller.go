@@ -19,11 +19,11 @@ func NewController(client *registry.Client, opts reconciler.Options) func(contex
 	return func(ctx context.Context, _ configmap.Watcher) *controller.Impl {
 		r := &Reconciler{}
 		impl := clusterstackreconciler.NewImpl(ctx, r)
-		r.Base = reconciler.NewBase(ctx, impl, reconciler.ClusterWiring("ClusterStack", client, opts,
-			buildsmithclient.Get(ctx).BuildsmithV1alpha1().ClusterStacks().Get,
-			func(dst, src *v1alpha1.ClusterStack) { dst.Status = src.Status }))
 		informer := clusterstackinformer.Get(ctx).Informer()
 		reconciler.TrimCaches(ctx, informer)
+		r.Base = reconciler.NewBase(ctx, impl, reconciler.ClusterWiring("ClusterStack", client, opts, informer.GetStore(),
+			buildsmithclient.Get(ctx).BuildsmithV1alpha1().ClusterStacks().Get,
+			func(dst, src *v1alpha1.ClusterStack) { dst.Status = src.Status }))
 		informer.AddEventHandler(reconciler.EnqueueOnChange(impl.Enqueue))
 		return impl
 	}

@@ -19,11 +19,11 @@ func NewController(client *registry.Client, opts reconciler.Options) func(contex
 	return func(ctx context.Context, _ configmap.Watcher) *controller.Impl {
 		r := &Reconciler{}
 		impl := clusterstorereconciler.NewImpl(ctx, r)
-		r.Base = reconciler.NewBase(ctx, impl, reconciler.ClusterWiring("ClusterStore", client, opts,
-			buildsmithclient.Get(ctx).BuildsmithV1alpha1().ClusterStores().Get,
-			func(dst, src *v1alpha1.ClusterStore) { dst.Status = src.Status }))
 		informer := clusterstoreinformer.Get(ctx).Informer()
 		reconciler.TrimCaches(ctx, informer)
+		r.Base = reconciler.NewBase(ctx, impl, reconciler.ClusterWiring("ClusterStore", client, opts, informer.GetStore(),
+			buildsmithclient.Get(ctx).BuildsmithV1alpha1().ClusterStores().Get,
+			func(dst, src *v1alpha1.ClusterStore) { dst.Status = src.Status }))
 		informer.AddEventHandler(reconciler.EnqueueOnChange(impl.Enqueue))
 		return impl
 	}
