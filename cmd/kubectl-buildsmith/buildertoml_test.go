@@ -140,8 +140,9 @@ func (tt convertCase) check(t *testing.T) {
 		}
 	}
 	for _, line := range strings.Split(strings.TrimSuffix(stderr.String(), "\n"), "\n") {
-		if line != "" && !strings.HasPrefix(line, "warning: ") && !strings.HasPrefix(line, "kubectl-buildsmith convert: ") {
-			t.Errorf("a stderr line that is neither a warning nor an error: %q", line)
+		if line != "" && !strings.HasPrefix(line, "warning: ") && !strings.HasPrefix(line, "kubectl-buildsmith convert: ") &&
+			line != "See 'kubectl buildsmith convert -h' for help." {
+			t.Errorf("a stderr line that is neither a warning, an error nor where help is: %q", line)
 		}
 	}
 }

@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"sort"
@@ -11,20 +9,26 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/spf13/cobra"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"k8s.io/cli-runtime/pkg/printers"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/utils/ptr"
 	"knative.dev/pkg/apis"
 
 	"github.com/buildsmith/buildsmith/pkg/apis/build/v1alpha1"
 )
 
-// object is what reconcile and status read of any of the four kinds.
+// object is what reconcile and status read of any of the kinds.
 type object struct {
+	u         *unstructured.Unstructured
 	ref       string // kind/name, as kubectl prints it
 	namespace string
 	status    *v1alpha1.ConditionedStatus
@@ -102,7 +106,7 @@ func (k kind) object(u *unstructured.Unstructured) (object, error) {
 	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &view); err != nil {
 		return object{}, fmt.Errorf("%s/%s: %w", k.name, u.GetName(), err)
 	}
-	o := object{ref: k.name + "/" + u.GetName(), namespace: u.GetNamespace(), status: &view.Status.ConditionedStatus}
+	o := object{u: u, ref: k.name + "/" + u.GetName(), namespace: u.GetNamespace(), status: &view.Status.ConditionedStatus}
 	switch k.name {
 	case "clusterstore", "buildpack":
 		o.image = fmt.Sprintf("%d buildpacks", len(view.Status.Buildpacks))
@@ -138,58 +142,71 @@ func objectArg(args []string) (k kind, name string, ok bool) {
 	return k, name, found && known && name != ""
 }
 
-const reconcileUsage = `Usage: kubectl buildsmith reconcile KIND/NAME [--wait] [flags]
+// kindNames are the kinds' names, for help and messages.
+func kindNames() string {
+	names := make([]string, len(kinds))
+	for i, k := range kinds {
+		names[i] = k.name
+	}
+	return strings.Join(names, ", ")
+}
 
-Asks the controller to reconcile the object now: sets the
+func newReconcileCommand(streams genericiooptions.IOStreams) *cobra.Command {
+	connection := newConnectionFlags()
+	waitReady := false
+	timeout := 5 * time.Minute
+	cmd := &cobra.Command{
+		Use:   "reconcile KIND/NAME [--wait]",
+		Short: "Reconcile an object now (KIND/NAME), and with --wait wait until it is Ready",
+		Long: `Asks the controller to reconcile the object now: sets the
 buildsmith.dev/reconcile-requested-at annotation, which also skips the wait
 of the object's backoff. With --wait, waits until the controller has acted
 on the request and the object is Ready, and prints why when it is not.
-KIND is clusterstore, clusterstack, clusterlifecycle, builder or clusterbuilder.
+KIND is one of ` + kindNames() + ` (singular or plural, any case).
 
-Exit status: 0 when requested (and Ready, with --wait), 1 otherwise.
+Exit status: 0 when requested (and Ready, with --wait), 1 otherwise.`,
+		Example: `  kubectl buildsmith reconcile -n team builder/app --wait
+  kubectl buildsmith reconcile clusterstack/base`,
+		ValidArgsFunction: completeObjects(connection),
+		RunE: func(_ *cobra.Command, args []string) error {
+			k, name, ok := objectArg(args)
+			if !ok {
+				return usageError("give one KIND/NAME, KIND one of %s", kindNames())
+			}
+			c, namespace, err := connection.client()
+			if err != nil {
+				return err
+			}
+			return reconcileNow(context.Background(), c, k, namespace, name, waitReady, timeout, streams)
+		},
+	}
+	connection.AddFlags(cmd.Flags())
+	registerNamespaceCompletion(cmd, connection)
+	cmd.Flags().BoolVar(&waitReady, "wait", waitReady, "wait until the object is Ready")
+	cmd.Flags().DurationVar(&timeout, "timeout", timeout, "how long --wait waits")
+	return cmd
+}
 
-Flags:
-`
-
-func runReconcile(args []string, _ io.Reader, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("reconcile", flag.ContinueOnError)
-	var cf clusterFlags
-	cf.register(fs)
-	wait := fs.Bool("wait", false, "wait until the object is Ready")
-	timeout := fs.Duration("timeout", 5*time.Minute, "how long --wait waits")
-	positional, code, done := parse(fs, reconcileUsage, args, stdout, stderr)
-	if done {
-		return code
-	}
-	k, name, ok := objectArg(positional)
-	if !ok {
-		fmt.Fprintln(stderr, "kubectl-buildsmith reconcile: give one KIND/NAME, KIND one of clusterstore, clusterstack, clusterlifecycle, builder, clusterbuilder")
-		return 1
-	}
-	c, namespace, err := cf.client()
-	if err != nil {
-		fmt.Fprintf(stderr, "kubectl-buildsmith reconcile: %v\n", err)
-		return 1
-	}
-	ctx := context.Background()
+// reconcileNow requests a reconcile of k's object name, and with wait waits
+// for it to be handled and Ready.
+func reconcileNow(ctx context.Context, c dynamic.Interface, k kind, namespace, name string, waitReady bool, timeout time.Duration,
+	streams genericiooptions.IOStreams) error {
 	requested := time.Now().UTC().Format(time.RFC3339Nano)
 	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, v1alpha1.ReconcileRequestedAtAnnotation, requested)
 	if err := k.patch(ctx, c, namespace, name, []byte(patch)); err != nil {
-		fmt.Fprintf(stderr, "kubectl-buildsmith reconcile: %v\n", err)
-		return 1
+		return err
 	}
 	ref := k.name + "/" + name
-	fmt.Fprintf(stdout, "%s: reconcile requested at %s\n", ref, requested)
-	if !*wait {
-		return 0
+	fmt.Fprintf(streams.Out, "%s: reconcile requested at %s\n", ref, requested)
+	if !waitReady {
+		return nil
 	}
-	o, err := waitHandled(ctx, c, k, namespace, name, requested, *timeout)
+	o, err := waitHandled(ctx, c, k, namespace, name, requested, timeout)
 	if err != nil {
-		fmt.Fprintf(stderr, "kubectl-buildsmith reconcile: %s: %v\n", ref, err)
-		return 1
+		return fmt.Errorf("%s: %w", ref, err)
 	}
-	fmt.Fprintf(stdout, "%s: Ready %s\n", ref, o.image)
-	return 0
+	fmt.Fprintf(streams.Out, "%s: Ready %s\n", ref, o.image)
+	return nil
 }
 
 // waitHandled polls until the controller has handled the request and the
@@ -247,54 +264,90 @@ func describe(ready *apis.Condition) string {
 	return fmt.Sprintf("Ready=%s %s: %s", ready.Status, ready.Reason, ready.Message)
 }
 
-const statusUsage = `Usage: kubectl buildsmith status [-A | -n NAMESPACE] [flags]
+func newStatusCommand(streams genericiooptions.IOStreams) *cobra.Command {
+	connection := newConnectionFlags()
+	printing := genericclioptions.NewPrintFlags("")
+	all := false
+	cmd := &cobra.Command{
+		Use:   "status [-A | -n NAMESPACE] [-o FORMAT]",
+		Short: "Every buildsmith object, one line each: Ready, reason, since when, what it found last",
+		Long: `Prints every buildsmith object, one line each: the cluster kinds, and the
+Builders and Buildpacks of the namespace (all namespaces with -A), with
+Ready, UpToDate, the reason (Ready's, or UpToDate's when a Ready object's
+last re-check failed), how long ago Ready last changed, and what the object
+found last (a builder's image, a stack's run image, a store's buildpack
+count). -o wide adds the message; -o json, yaml, name, jsonpath=… and
+go-template=… print the objects as kubectl get does, in a List.`,
+		Example: `  kubectl buildsmith status -A
+  kubectl buildsmith status -n team -o wide
+  kubectl buildsmith status -A -o jsonpath='{range .items[*]}{.kind}/{.metadata.name}{"\n"}{end}'`,
+		Args: noArgs,
+		RunE: func(*cobra.Command, []string) error {
+			output := ptr.Deref(printing.OutputFormat, "")
+			var printer printers.ResourcePrinter
+			if output != "" && output != "wide" {
+				p, err := printing.ToPrinter()
+				if err != nil {
+					return usageError("%v (or wide)", err)
+				}
+				printer = p
+			}
+			c, namespace, err := connection.client()
+			if err != nil {
+				return err
+			}
+			if all {
+				namespace = ""
+			}
+			objects, err := listAll(context.Background(), c, namespace)
+			if err != nil {
+				return err
+			}
+			if printer != nil {
+				return printObjects(printer, objects, streams.Out)
+			}
+			writeStatus(streams.Out, objects, time.Now(), output == "wide")
+			return nil
+		},
+	}
+	connection.AddFlags(cmd.Flags())
+	registerNamespaceCompletion(cmd, connection)
+	printing.AddFlags(cmd)
+	cmd.Flags().Lookup("output").Usage = "Output format. One of: (wide, " + strings.Join(printing.AllowedFormats(), ", ") + ")."
+	_ = cmd.RegisterFlagCompletionFunc("output", func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
+		return append([]string{"wide"}, printing.AllowedFormats()...), cobra.ShellCompDirectiveNoFileComp
+	})
+	cmd.Flags().BoolVarP(&all, "all-namespaces", "A", false, "Builders and Buildpacks of all namespaces")
+	return cmd
+}
 
-Prints every buildsmith object, one line each: the cluster kinds, and the
-builders of the namespace (all namespaces with -A), with Ready, UpToDate,
-the reason (Ready's, or UpToDate's when a Ready object's last re-check
-failed), how long ago Ready last changed, and what the object found last (a
-builder's image, a stack's run image, a store's buildpack count).
-
-Flags:
-`
-
-func runStatus(args []string, _ io.Reader, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("status", flag.ContinueOnError)
-	var cf clusterFlags
-	cf.register(fs)
-	all := fs.Bool("A", false, "builders of all namespaces")
-	fs.BoolVar(all, "all-namespaces", false, "same as -A")
-	positional, code, done := parse(fs, statusUsage, args, stdout, stderr)
-	if done {
-		return code
-	}
-	if len(positional) > 0 {
-		fmt.Fprintln(stderr, "kubectl-buildsmith status: takes no arguments")
-		return 1
-	}
-	c, namespace, err := cf.client()
-	if err != nil {
-		fmt.Fprintf(stderr, "kubectl-buildsmith status: %v\n", err)
-		return 1
-	}
-	if *all {
-		namespace = ""
-	}
+// listAll lists every kind's objects (namespaced kinds of namespace, or of
+// all namespaces when "").
+func listAll(ctx context.Context, c dynamic.Interface, namespace string) ([]object, error) {
 	var objects []object
 	for _, k := range kinds {
-		found, err := k.list(context.Background(), c, namespace)
+		found, err := k.list(ctx, c, namespace)
 		if err != nil {
-			fmt.Fprintf(stderr, "kubectl-buildsmith status: listing %ss: %v\n", k.name, err)
-			return 1
+			return nil, fmt.Errorf("listing %ss: %w", k.name, err)
 		}
 		objects = append(objects, found...)
 	}
-	writeStatus(stdout, objects, time.Now())
-	return 0
+	return objects, nil
 }
 
-// writeStatus prints objects as a table, cluster kinds first.
-func writeStatus(w io.Writer, objects []object, now time.Time) {
+// printObjects prints objects as a List with printer (-o json, yaml,
+// name…), as kubectl get prints several kinds.
+func printObjects(printer printers.ResourcePrinter, objects []object, out io.Writer) error {
+	list := &unstructured.UnstructuredList{Object: map[string]any{"apiVersion": "v1", "kind": "List", "metadata": map[string]any{}}}
+	for _, o := range objects {
+		list.Items = append(list.Items, *o.u)
+	}
+	return printer.PrintObj(list, out)
+}
+
+// writeStatus prints objects as a table, cluster kinds first; wide adds
+// the message of the condition the reason is from.
+func writeStatus(w io.Writer, objects []object, now time.Time, wide bool) {
 	sort.SliceStable(objects, func(i, j int) bool {
 		if objects[i].namespace != objects[j].namespace {
 			return objects[i].namespace < objects[j].namespace
@@ -302,11 +355,15 @@ func writeStatus(w io.Writer, objects []object, now time.Time) {
 		return objects[i].ref < objects[j].ref
 	})
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAMESPACE\tNAME\tREADY\tUPTODATE\tREASON\tSINCE\tLATEST")
+	header := "NAMESPACE\tNAME\tREADY\tUPTODATE\tREASON\tSINCE\tLATEST"
+	if wide {
+		header += "\tMESSAGE"
+	}
+	fmt.Fprintln(tw, header)
 	for _, o := range objects {
-		ready, upToDate, reason, since := "Unknown", "-", "", "-"
+		ready, upToDate, reason, message, since := "Unknown", "-", "", "", "-"
 		if c := o.status.GetCondition(v1alpha1.ConditionReady); c != nil {
-			ready, reason = string(c.Status), c.Reason
+			ready, reason, message = string(c.Status), c.Reason, c.Message
 			if !c.LastTransitionTime.Inner.IsZero() {
 				since = now.Sub(c.LastTransitionTime.Inner.Time).Round(time.Second).String()
 			}
@@ -314,14 +371,15 @@ func writeStatus(w io.Writer, objects []object, now time.Time) {
 		if c := o.status.GetCondition(v1alpha1.ConditionUpToDate); c != nil {
 			upToDate = string(c.Status)
 			if reason == "" {
-				reason = c.Reason // Ready, and its last re-check failed
+				reason, message = c.Reason, c.Message // Ready, and its last re-check failed
 			}
 		}
-		namespace := o.namespace
-		if namespace == "" {
-			namespace = "-"
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s", orDash(o.namespace), o.ref, ready, upToDate, orDash(reason), since, orDash(o.image))
+		if wide {
+			// One line each: a message may hold newlines.
+			fmt.Fprintf(tw, "\t%s", orDash(strings.Join(strings.Fields(message), " ")))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", namespace, o.ref, ready, upToDate, orDash(reason), since, orDash(o.image))
+		fmt.Fprintln(tw)
 	}
 	_ = tw.Flush()
 }
@@ -331,32 +389,4 @@ func orDash(s string) string {
 		return "-"
 	}
 	return s
-}
-
-// parse parses a command's flags, before and after its arguments (as
-// kubectl takes them), and returns the arguments: -h prints usage on stdout,
-// a mistake on stderr. done reports that the command should exit with code.
-func parse(fs *flag.FlagSet, usage string, args []string, stdout, stderr io.Writer) (positional []string, code int, done bool) {
-	fs.SetOutput(stderr)
-	fs.Usage = func() {}
-	printUsage := func(w io.Writer) {
-		fmt.Fprint(w, usage)
-		fs.SetOutput(w)
-		fs.PrintDefaults()
-	}
-	for {
-		if err := fs.Parse(args); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				printUsage(stdout)
-				return nil, 0, true
-			}
-			printUsage(stderr)
-			return nil, 1, true
-		}
-		if fs.NArg() == 0 {
-			return positional, 0, false
-		}
-		positional = append(positional, fs.Arg(0))
-		args = fs.Args()[1:]
-	}
 }

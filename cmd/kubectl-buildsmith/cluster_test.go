@@ -10,7 +10,9 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/yaml"
 
 	"github.com/buildsmith/buildsmith/pkg/apis/build/v1alpha1"
 	"github.com/buildsmith/buildsmith/pkg/client/clientset/versioned"
@@ -153,5 +155,98 @@ func TestReconcileAndStatus(t *testing.T) {
 	}
 	if !strings.HasSuffix(lines[1], lifecycleImage) {
 		t.Errorf("the lifecycle's line does not end with its image: %q", lines[1])
+	}
+	checkStatusOutputs(t, kubectl)
+	checkCompletion(t, env.Kubeconfig, ns)
+}
+
+// checkStatusOutputs: status -o wide adds each object's message on its line;
+// -o name, json, yaml and jsonpath print the objects as kubectl get does.
+func checkStatusOutputs(t *testing.T, kubectl func(args ...string) (int, string, string)) {
+	t.Helper()
+	code, out, errOut := kubectl("status", "-o", "wide")
+	if code != 0 || !strings.Contains(out, "LATEST") || !strings.Contains(out, "MESSAGE") {
+		t.Fatalf("status -o wide: exit %d, stderr %q:\n%s", code, errOut, out)
+	}
+	for _, line := range strings.Split(out, "\n") {
+		if strings.Contains(line, "builder/stalled") && !strings.HasSuffix(line, "the store has no buildpack example/hello") {
+			t.Errorf("status -o wide: the stalled builder's line does not end with its message: %q", line)
+		}
+	}
+	names := []string{"builder.buildsmith.dev/ignored", "builder.buildsmith.dev/ready", "builder.buildsmith.dev/stalled",
+		"clusterlifecycle.buildsmith.dev/lifecycle", "clusterstack.buildsmith.dev/base"}
+	code, out, errOut = kubectl("status", "-o", "name")
+	got := strings.Fields(out)
+	slices.Sort(got)
+	if code != 0 || !slices.Equal(got, names) {
+		t.Errorf("status -o name: exit %d, stderr %q, names %q; want %q", code, errOut, got, names)
+	}
+	for _, format := range []string{"json", "yaml"} {
+		code, out, errOut = kubectl("status", "-o", format)
+		var list unstructured.UnstructuredList
+		raw, err := yaml.YAMLToJSON([]byte(out))
+		if err == nil {
+			err = list.UnmarshalJSON(raw)
+		}
+		var got []string
+		for _, u := range list.Items {
+			got = append(got, strings.ToLower(u.GetKind())+".buildsmith.dev/"+u.GetName())
+		}
+		slices.Sort(got)
+		if code != 0 || err != nil || list.GetKind() != "List" || !slices.Equal(got, names) {
+			t.Errorf("status -o %s: exit %d, stderr %q, %v, a %s of %q; want a List of %q", format, code, errOut, err, list.GetKind(), got, names)
+		}
+	}
+	code, out, errOut = kubectl("status", "-o", `jsonpath={range .items[?(@.kind=="ClusterStack")]}{.metadata.name}:{.status.conditions[?(@.type=="UpToDate")].reason}{end}`)
+	if code != 0 || out != "base:RegistryUnavailable" {
+		t.Errorf("status -o jsonpath: exit %d, stderr %q, %q; want base:RegistryUnavailable", code, errOut, out)
+	}
+	if code, _, errOut = kubectl("status", "-o", "table"); code != 1 || !strings.Contains(errOut, `output format "table"`) {
+		t.Errorf("status -o table: exit %d, stderr %q; want an error naming the format", code, errOut)
+	}
+}
+
+// checkCompletion: the shell completion of reconcile's KIND/NAME (kinds,
+// then the names of a kind's objects in the namespace) and of -n (the
+// cluster's namespaces), as `kubectl buildsmith __complete` answers a
+// shell (and kubectl, through a kubectl_complete-buildsmith script); and
+// completion scripts for each shell.
+func checkCompletion(t *testing.T, kubeconfig, ns string) {
+	t.Helper()
+	complete := func(args ...string) []string {
+		t.Helper()
+		var stdout, stderr bytes.Buffer
+		if code := run(append([]string{"__complete"}, args...), nil, &stdout, &stderr); code != 0 {
+			t.Fatalf("__complete %q: exit %d: %s", args, code, stderr.String())
+		}
+		return strings.Split(strings.TrimSpace(stdout.String()), "\n")
+	}
+	for _, tc := range []struct {
+		args []string
+		want []string // the completions, then the directive
+	}{
+		{[]string{"reconcile", ""}, []string{"clusterstore/", "buildpack/", "clusterstack/", "clusterlifecycle/", "clusterbuilder/", "builder/", ":6"}},
+		{[]string{"reconcile", "--kubeconfig", kubeconfig, "-n", ns, "builder/"}, []string{"builder/ignored", "builder/ready", "builder/stalled", ":4"}},
+		{[]string{"reconcile", "cluster"}, []string{"clusterstore/", "clusterstack/", "clusterlifecycle/", "clusterbuilder/", ":6"}},
+		{[]string{"reconcile", "--kubeconfig", kubeconfig, "-n", ns, "builder/st"}, []string{"builder/stalled", ":4"}},
+		{[]string{"reconcile", "--kubeconfig", kubeconfig, "ClusterStacks/"}, []string{"ClusterStacks/base", ":4"}},
+		{[]string{"reconcile", "builder/ready", ""}, []string{":4"}},
+	} {
+		if got := complete(tc.args...); !slices.Equal(got, tc.want) {
+			t.Errorf("__complete %q: %q, want %q", tc.args, got, tc.want)
+		}
+	}
+	if got := complete("status", "--kubeconfig", kubeconfig, "-n", ""); !slices.Contains(got, ns) || !slices.Contains(got, "default") {
+		t.Errorf("__complete status -n: %q, want the namespaces, %s among them", got, ns)
+	}
+	if got := complete("status", "-o", ""); !slices.Contains(got, "wide") || !slices.Contains(got, "json") {
+		t.Errorf("__complete status -o: %q, want the output formats", got)
+	}
+	for shell, want := range map[string]string{"bash": "complete -o default -F __start_kubectl-buildsmith kubectl-buildsmith",
+		"zsh": "#compdef kubectl-buildsmith", "fish": "complete -c kubectl-buildsmith", "powershell": "Register-ArgumentCompleter"} {
+		var stdout, stderr bytes.Buffer
+		if code := run([]string{"completion", shell}, nil, &stdout, &stderr); code != 0 || !strings.Contains(stdout.String(), want) {
+			t.Errorf("completion %s: exit %d, stderr %q; want a script with %q", shell, code, stderr.String(), want)
+		}
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"encoding/pem"
-	"flag"
 	"io"
 	"log"
 	"net/http"
@@ -20,6 +19,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/spf13/pflag"
 
 	"github.com/buildsmith/buildsmith/pkg/apis/build/v1alpha1"
 )
@@ -255,13 +256,13 @@ func TestRequestTimeout(t *testing.T) {
 		{[]string{"--request-timeout=2"}, 2 * time.Second}, // seconds, as kubectl reads it
 		{[]string{"--request-timeout", "0"}, 0},
 	} {
-		fs := flag.NewFlagSet("test", flag.ContinueOnError)
-		var cf clusterFlags
-		cf.register(fs)
+		fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
+		cf := newConnectionFlags()
+		cf.AddFlags(fs)
 		if err := fs.Parse(append([]string{"--kubeconfig", kubeconfig}, tc.args...)); err != nil {
 			t.Fatalf("%q: %v", tc.args, err)
 		}
-		config, _, err := cf.config()
+		config, err := cf.ToRESTConfig()
 		if err != nil {
 			t.Fatalf("%q: %v", tc.args, err)
 		}
@@ -272,8 +273,8 @@ func TestRequestTimeout(t *testing.T) {
 }
 
 // TestConnectionFlagsHelp checks that -h lists kubectl's connection flags,
-// and that listing them works (the flag package prints the zero value of
-// each flag's type).
+// as kubectl does (pflag's double dashes), status its output flag, and
+// reconcile every kind.
 func TestConnectionFlagsHelp(t *testing.T) {
 	for _, command := range []string{"reconcile", "status"} {
 		var stdout, stderr bytes.Buffer
@@ -281,14 +282,21 @@ func TestConnectionFlagsHelp(t *testing.T) {
 			t.Fatalf("%s -h: exit %d: %s", command, code, stderr.String())
 		}
 		help := stdout.String()
-		for _, want := range []string{"-kubeconfig string", "-context value", "-n value", "-namespace value\n    \tsame as -n", "-s value",
-			"-token value", "-as value", "-as-group value", "-as-uid value", "-as-user-extra value", "-insecure-skip-tls-verify\n",
-			"-certificate-authority value", "-request-timeout value", "(default 30s)"} {
+		wants := []string{"--kubeconfig string", "--context string", "-n, --namespace string", "-s, --server string",
+			"--token string", "--as string", "--as-group stringArray", "--as-uid string", "--as-user-extra stringArray", "--insecure-skip-tls-verify ",
+			"--certificate-authority string", "--request-timeout string", `(default "30s")`}
+		switch command {
+		case "status":
+			wants = append(wants, "-A, --all-namespaces", "-o, --output string", "(wide, json, yaml,", "jsonpath")
+		case "reconcile":
+			wants = append(wants, "--wait", "--timeout duration", "clusterstore, buildpack, clusterstack, clusterlifecycle, clusterbuilder, builder")
+		}
+		for _, want := range wants {
 			if !strings.Contains(help, want) {
 				t.Errorf("%s -h does not list %q:\n%s", command, want, help)
 			}
 		}
-		for _, unwanted := range []string{"panic", "(default false)", "(default [])", "-password", "-username", "-proxy-url"} {
+		for _, unwanted := range []string{"panic", "(default false)", "(default [])", "--password", "--username", "--proxy-url"} {
 			if strings.Contains(help, unwanted) {
 				t.Errorf("%s -h has %q:\n%s", command, unwanted, help)
 			}

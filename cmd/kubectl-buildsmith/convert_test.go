@@ -113,7 +113,7 @@ func TestConvertMaxInputBytes(t *testing.T) {
 		wantStderr: fmt.Sprintf("kubectl-buildsmith convert: reading the input: the input is larger than --max-input-bytes=%d; give a larger limit", size-1),
 	}, {
 		name:       "a file over the limit",
-		args:       []string{"-f", file, "-max-input-bytes=10"},
+		args:       []string{"-f", file, "--max-input-bytes=10"},
 		wantStatus: 1,
 		wantStderr: "larger than --max-input-bytes=10;",
 	}, {

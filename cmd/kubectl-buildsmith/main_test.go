@@ -44,11 +44,11 @@ func TestRun(t *testing.T) {
 	}{{
 		name:       "no command",
 		wantStatus: 1,
-		wantStderr: "Usage: kubectl buildsmith <command>",
+		wantStderr: "Usage:\n  kubectl buildsmith [flags]\n  kubectl buildsmith [command]",
 	}, {
 		name:       "help",
 		args:       []string{"--help"},
-		wantStdout: "convert    convert kpack builder manifests",
+		wantStdout: "Convert kpack builder manifests",
 	}, {
 		name:       "version",
 		args:       []string{"version"},
@@ -57,7 +57,17 @@ func TestRun(t *testing.T) {
 		name:       "version with an argument",
 		args:       []string{"version", "--short"},
 		wantStatus: 1,
-		wantStderr: "Usage: kubectl buildsmith version",
+		wantStderr: "kubectl-buildsmith version: unknown flag: --short\nSee 'kubectl buildsmith version -h' for help.\n",
+	}, {
+		name:       "version with an argument",
+		args:       []string{"version", "short"},
+		wantStatus: 1,
+		wantStderr: `kubectl-buildsmith version: takes no arguments, got ["short"]`,
+	}, {
+		name:       "a single-dash long flag",
+		args:       []string{"convert", "-max-input-bytes=10", "-f", "-"},
+		wantStatus: 1,
+		wantStderr: "kubectl-buildsmith convert: unknown shorthand flag: 'm' in -max-input-bytes=10",
 	}, {
 		name:       "unknown command",
 		args:       []string{"frobnicate"},
@@ -66,7 +76,7 @@ func TestRun(t *testing.T) {
 	}, {
 		name:       "convert help",
 		args:       []string{"convert", "-h"},
-		wantStdout: "Usage: kubectl buildsmith convert -f FILE|-",
+		wantStdout: "Usage:\n  kubectl buildsmith convert (-f FILE|- | --builder-toml FILE|- --tag REF) [flags]",
 	}, {
 		name:       "convert without -f",
 		args:       []string{"convert"},
