@@ -27,7 +27,7 @@ image: ## build and push the controller image: make image IMAGE_REPO=registry/pa
 	hack/image.sh
 
 .PHONY: release
-release: ## the image; the chart pinned to it, pushed to oci://IMAGE_REPO-charts (CHART_REPO=…, none: not pushed); the kubectl manifests; the kubectl plugin (linux, darwin × amd64, arm64), checksums and a krew manifest in dist/: make release VERSION=vX.Y.Z IMAGE_REPO=…
+release: ## the image; the chart pinned to it, pushed to oci://IMAGE_REPO-charts (CHART_REPO=…, none: not pushed); both signed with COSIGN_KEY; install.yaml; the kubectl plugin (linux, darwin × amd64, arm64), signed checksums and a krew manifest in dist/: make release VERSION=vX.Y.Z IMAGE_REPO=… COSIGN_KEY=…
 	hack/release.sh
 
 .PHONY: codegen

@@ -149,7 +149,7 @@ func TestChartInstallAndRBAC(t *testing.T) {
 	objects.pushSamples(t, func(repo string, img v1.Image, err error) { push(t, f, repo, img, err) })
 
 	out, err := helm("install", "buildsmith", "charts/buildsmith", "--kubeconfig", env.Kubeconfig,
-		"--namespace", ns, "--create-namespace", "--set", "lifecycleImage="+f.Addr+"/buildsmith/lifecycle:0.21.0",
+		"--namespace", ns, "--create-namespace", "--set", "crds.enabled=false", "--set", "lifecycleImage="+f.Addr+"/buildsmith/lifecycle:0.21.0",
 		"--set", "networkPolicy.enabled=true", "--set", "networkPolicy.metricsFrom[0].namespaceSelector.matchLabels.team=monitoring").CombinedOutput()
 	if err != nil {
 		t.Fatalf("helm install: %v\n%s", err, out)
@@ -322,7 +322,7 @@ func TestChartSecretNamespaces(t *testing.T) {
 		}
 	}
 	out, err := helm("install", "scoped", "charts/buildsmith", "--kubeconfig", env.Kubeconfig, "--namespace", ns, "--create-namespace",
-		"--skip-crds", "--set", "secretNamespaces={"+tenant+"}").CombinedOutput()
+		"--set", "crds.enabled=false", "--set", "secretNamespaces={"+tenant+"}").CombinedOutput()
 	if err != nil {
 		t.Fatalf("helm install: %v\n%s", err, out)
 	}

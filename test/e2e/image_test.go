@@ -6,7 +6,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -75,12 +74,16 @@ func TestControllerImage(t *testing.T) {
 	}
 
 	// make release: the same image, the chart pinned to it (pushed beside
-	// it), the manifests, the kubectl plugin.
+	// it), both signed with a key made by the real cosign (offline: a
+	// signing config naming no transparency log), install.yaml, the kubectl
+	// plugin.
 	dist := t.TempDir()
+	keys := releaseKeys(t)
 	release := exec.Command("make", "--no-print-directory", "release", "IMAGE_REPO="+repo, "INSECURE=1",
 		"VERSION="+imageVersion, "DIST="+dist)
 	release.Dir = env.Root
-	release.Env = append(os.Environ(), "DOCKER_CONFIG="+dockerDir)
+	release.Env = append(os.Environ(), "DOCKER_CONFIG="+dockerDir, "COSIGN_KEY="+filepath.Join(keys, "cosign.key"),
+		"COSIGN_PASSWORD="+releaseKeyPassword, "SIGNING_CONFIG="+filepath.Join(keys, "signing-config.json"))
 	out, err := release.CombinedOutput()
 	if err != nil {
 		t.Fatalf("make release: %v\n%s", err, lastLines(string(out), 30))
@@ -91,11 +94,11 @@ func TestControllerImage(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dist, "buildsmith-"+strings.TrimPrefix(imageVersion, "v")+".tgz")); err != nil {
 		t.Errorf("no chart in dist: %v", err)
 	}
-	if raw, err := os.ReadFile(filepath.Join(dist, "install", "buildsmith.yaml")); err != nil ||
-		!strings.Contains(string(raw), fmt.Sprintf("image: %q", printed)) {
-		t.Errorf("dist/install/buildsmith.yaml does not install %s: %v", printed, err)
-	}
-	checkRelease(t, madeRelease{imageRepo: repo, version: imageVersion, image: printed, dist: dist, output: string(out), registry: w.d.Addr})
+	r := madeRelease{imageRepo: repo, version: imageVersion, image: printed, dist: dist, output: string(out), registry: w.d.Addr,
+		dockerConfig: dockerDir, keys: keys}
+	checkSignatures(t, r)
+	checkInstallYAML(t, r)
+	checkRelease(t, r)
 
 	index, err := remote.Index(ref, auth)
 	if err != nil {

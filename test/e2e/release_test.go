@@ -37,6 +37,9 @@ type madeRelease struct {
 	dist      string // DIST
 	output    string // its stdout and stderr
 	registry  string // host:port of the registry pushed to, asking for registryUser
+	// dockerConfig is the directory of a Docker config logged in to it;
+	// keys holds the key pair the release was signed with (releaseKeys).
+	dockerConfig, keys string
 }
 
 // checkRelease checks a release as its users meet it: the chart pulled from
@@ -105,7 +108,8 @@ func checkRelease(t *testing.T, r madeRelease) {
 	// The printed line, as this test's release in a namespace of its own
 	// (a release named buildsmith owns cluster-wide objects of that name).
 	const name, ns = "oci", "buildsmith-oci"
-	args := strings.Fields(installLine)[1:]
+	// The CRDs are envtest's, not this release's: not installed again.
+	args := append(strings.Fields(installLine)[1:], "--set", "crds.enabled=false")
 	args[1] = name
 	args[slices.Index(args, "--namespace")+1] = ns
 	if out, err := userHelm(append(args, "--kubeconfig", env.Kubeconfig)...).CombinedOutput(); err != nil {
@@ -129,7 +133,8 @@ func checkRelease(t *testing.T, r madeRelease) {
 	colon := strings.LastIndex(tagged, ":")
 	repo, tag := tagged[:colon], tagged[colon+1:]
 	directory, err := helm("template", name, filepath.Join(packaged, "buildsmith-"+chartVersion+".tgz"), "--namespace", ns,
-		"--set-string", "image.repository="+repo, "--set-string", "image.tag="+tag, "--set-string", "image.digest="+digest).Output()
+		"--set-string", "image.repository="+repo, "--set-string", "image.tag="+tag, "--set-string", "image.digest="+digest,
+		"--set", "crds.enabled=false").Output()
 	if err != nil {
 		t.Fatalf("helm template of the chart directory: %v", err)
 	}
@@ -157,8 +162,11 @@ func checkRelease(t *testing.T, r madeRelease) {
 			t.Errorf("%s: kubectl-buildsmith: %v", filepath.Base(file), err)
 		}
 	}
-	if len(sums) != len(pluginPlatforms)+1 {
-		t.Errorf("checksums.txt names %d files, want the %d archives and the chart", len(sums), len(pluginPlatforms))
+	if got, want := sums["install.yaml"], fileSHA256(t, filepath.Join(r.dist, "install.yaml")); got != want {
+		t.Errorf("checksums.txt: %q for install.yaml, want %s", got, want)
+	}
+	if len(sums) != len(pluginPlatforms)+2 {
+		t.Errorf("checksums.txt names %d files, want the %d archives, the chart and install.yaml", len(sums), len(pluginPlatforms))
 	}
 	checkKrewManifest(t, filepath.Join(r.dist, "plugins", "buildsmith.yaml"), r.version,
 		"https://github.com/buildsmith/buildsmith/releases/download/"+r.version, archives)
@@ -184,7 +192,7 @@ func checkRelease(t *testing.T, r madeRelease) {
 		want string
 	}{
 		{[]string{"buildsmith", "version"}, "kubectl-buildsmith " + r.version + "\n"},
-		{[]string{"buildsmith", "--help"}, "Usage: kubectl buildsmith <command>"},
+		{[]string{"buildsmith", "--help"}, "kubectl buildsmith [command]"},
 	} {
 		kubectl := exec.Command(filepath.Join(env.Root, "bin", "kubectl"), tc.args...)
 		kubectl.Env = append(os.Environ(), "PATH="+filepath.Join(krewRoot, "bin")+string(os.PathListSeparator)+os.Getenv("PATH"))

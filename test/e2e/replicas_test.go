@@ -31,7 +31,7 @@ func TestReplicas(t *testing.T) {
 	ctx := context.Background()
 	const ns, release = "buildsmith-replicas", "replicas"
 	if out, err := helm("install", release, "charts/buildsmith", "--kubeconfig", env.Kubeconfig,
-		"--namespace", ns, "--create-namespace", "--set", "replicas=2").CombinedOutput(); err != nil {
+		"--namespace", ns, "--create-namespace", "--set", "replicas=2", "--set", "crds.enabled=false").CombinedOutput(); err != nil {
 		t.Fatalf("helm install: %v\n%s", err, out)
 	}
 	t.Cleanup(func() {
