@@ -1,5 +1,6 @@
 // Command controller runs the buildsmith controllers: ClusterStore,
-// Buildpack, ClusterStack, ClusterLifecycle, Builder and ClusterBuilder.
+// Buildpack, ClusterStack, ClusterLifecycle, Builder, ClusterBuilder and
+// Receiver (whose webhooks it serves on --receiver-port).
 //
 // In a cluster it needs nothing but its ServiceAccount; outside, pass
 // --kubeconfig. It reads SYSTEM_NAMESPACE (default "buildsmith") for its
@@ -33,6 +34,7 @@ import (
 	"github.com/buildsmith/buildsmith/pkg/reconciler/clusterlifecycle"
 	"github.com/buildsmith/buildsmith/pkg/reconciler/clusterstack"
 	"github.com/buildsmith/buildsmith/pkg/reconciler/clusterstore"
+	"github.com/buildsmith/buildsmith/pkg/reconciler/receiver"
 	"github.com/buildsmith/buildsmith/pkg/registry"
 	"github.com/buildsmith/buildsmith/pkg/replicas"
 	"github.com/buildsmith/buildsmith/pkg/turns"
@@ -49,6 +51,8 @@ func main() {
 	opts.AddFlags(flag.CommandLine)
 	var regOpts registry.Options
 	regOpts.AddFlags(flag.CommandLine)
+	receivers := receiver.DefaultServerOptions()
+	receivers.AddFlags(flag.CommandLine)
 	var own flags
 	own.add(flag.CommandLine)
 
@@ -103,6 +107,7 @@ func main() {
 		clusterlifecycle.NewController(client, opts),
 		builder.NewBuilderController(builders),
 		builder.NewClusterBuilderController(builders),
+		receiver.NewController(client, opts, receivers),
 	)
 	// The reconciles in flight (a push under way) end before the process
 	// does; the pod's termination grace period bounds the wait.

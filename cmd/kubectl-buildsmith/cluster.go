@@ -50,6 +50,7 @@ var kinds = []kind{
 	{name: "clusterlifecycle", resource: "clusterlifecycles"},
 	{name: "clusterbuilder", resource: "clusterbuilders"},
 	{name: "builder", resource: "builders", namespaced: true},
+	{name: "receiver", resource: "receivers", namespaced: true},
 }
 
 func (k kind) client(c dynamic.Interface, namespace string) dynamic.ResourceInterface {
@@ -98,6 +99,7 @@ type statusView struct {
 		RunImage                   v1alpha1.ResolvedRunImage `json:"runImage"`    // stacks
 		Buildpacks                 []v1alpha1.StoreBuildpack `json:"buildpacks"`  // stores
 		Image                      v1alpha1.ResolvedImage    `json:"image"`       // lifecycles
+		WebhookPath                string                    `json:"webhookPath"` // receivers
 	} `json:"status"`
 }
 
@@ -114,6 +116,8 @@ func (k kind) object(u *unstructured.Unstructured) (object, error) {
 		o.image = view.Status.RunImage.LatestImage
 	case "clusterlifecycle":
 		o.image = view.Status.Image.LatestImage
+	case "receiver":
+		o.image = view.Status.WebhookPath
 	default:
 		o.image = view.Status.LatestImage
 	}
@@ -272,11 +276,11 @@ func newStatusCommand(streams genericiooptions.IOStreams) *cobra.Command {
 		Use:   "status [-A | -n NAMESPACE] [-o FORMAT]",
 		Short: "Every buildsmith object, one line each: Ready, reason, since when, what it found last",
 		Long: `Prints every buildsmith object, one line each: the cluster kinds, and the
-Builders and Buildpacks of the namespace (all namespaces with -A), with
-Ready, UpToDate, the reason (Ready's, or UpToDate's when a Ready object's
-last re-check failed), how long ago Ready last changed, and what the object
-found last (a builder's image, a stack's run image, a store's buildpack
-count). -o wide adds the message; -o json, yaml, name, jsonpath=… and
+Builders, Buildpacks and Receivers of the namespace (all namespaces with
+-A), with Ready, UpToDate, the reason (Ready's, or UpToDate's when a Ready
+object's last re-check failed), how long ago Ready last changed, and what
+the object found last (a builder's image, a stack's run image, a store's
+buildpack count, a Receiver's webhook path). -o wide adds the message; -o json, yaml, name, jsonpath=… and
 go-template=… print the objects as kubectl get does, in a List.`,
 		Example: `  kubectl buildsmith status -A
   kubectl buildsmith status -n team -o wide
@@ -317,7 +321,7 @@ go-template=… print the objects as kubectl get does, in a List.`,
 	_ = cmd.RegisterFlagCompletionFunc("output", func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
 		return append([]string{"wide"}, printing.AllowedFormats()...), cobra.ShellCompDirectiveNoFileComp
 	})
-	cmd.Flags().BoolVarP(&all, "all-namespaces", "A", false, "Builders and Buildpacks of all namespaces")
+	cmd.Flags().BoolVarP(&all, "all-namespaces", "A", false, "Builders, Buildpacks and Receivers of all namespaces")
 	return cmd
 }
 

@@ -158,6 +158,36 @@ func TestReconcileAndStatus(t *testing.T) {
 	}
 	checkStatusOutputs(t, kubectl)
 	checkCompletion(t, env.Kubeconfig, ns)
+	checkReceivers(t, versioned.NewForConfigOrDie(env.Config), kubectl, ns)
+}
+
+// checkReceivers: receivers prints each Receiver's type, Ready, path and
+// what it may wake; status lists them with their path.
+func checkReceivers(t *testing.T, c versioned.Interface, kubectl func(args ...string) (int, string, string), ns string) {
+	t.Helper()
+	ctx := context.Background()
+	receivers := c.BuildsmithV1alpha1().Receivers(ns)
+	rc, err := receivers.Create(ctx, &v1alpha1.Receiver{ObjectMeta: metav1.ObjectMeta{Name: "registry"},
+		Spec: v1alpha1.ReceiverSpec{Type: v1alpha1.ReceiverHarbor, SecretRef: v1alpha1.LocalSecretReference{Name: "token"},
+			Resources: []v1alpha1.ReceiverResource{{Kind: "Buildpack", Name: "go"}, {Kind: "ClusterStack"}}}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc.Status.WebhookPath = "/hook/" + strings.Repeat("ab", 32)
+	rc.Status.MarkReady()
+	if _, err := receivers.UpdateStatus(ctx, rc, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := kubectl("receivers")
+	want := []string{ns, "registry", "harbor", "True", rc.Status.WebhookPath, "Buildpack/go"}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if code != 0 || len(lines) != 2 || !slices.Equal(strings.Fields(lines[1]), want) {
+		t.Errorf("receivers: exit %d, stderr %q:\n%s\nwant a line %q (a ClusterStack is out of a tenant's reach)", code, errOut, out, want)
+	}
+	code, out, _ = kubectl("status")
+	if code != 0 || !strings.Contains(out, "receiver/registry") || !strings.Contains(out, rc.Status.WebhookPath) {
+		t.Errorf("status does not list the Receiver with its path:\n%s", out)
+	}
 }
 
 // checkStatusOutputs: status -o wide adds each object's message on its line;
@@ -225,7 +255,7 @@ func checkCompletion(t *testing.T, kubeconfig, ns string) {
 		args []string
 		want []string // the completions, then the directive
 	}{
-		{[]string{"reconcile", ""}, []string{"clusterstore/", "buildpack/", "clusterstack/", "clusterlifecycle/", "clusterbuilder/", "builder/", ":6"}},
+		{[]string{"reconcile", ""}, []string{"clusterstore/", "buildpack/", "clusterstack/", "clusterlifecycle/", "clusterbuilder/", "builder/", "receiver/", ":6"}},
 		{[]string{"reconcile", "--kubeconfig", kubeconfig, "-n", ns, "builder/"}, []string{"builder/ignored", "builder/ready", "builder/stalled", ":4"}},
 		{[]string{"reconcile", "cluster"}, []string{"clusterstore/", "clusterstack/", "clusterlifecycle/", "clusterbuilder/", ":6"}},
 		{[]string{"reconcile", "--kubeconfig", kubeconfig, "-n", ns, "builder/st"}, []string{"builder/stalled", ":4"}},

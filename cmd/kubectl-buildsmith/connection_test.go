@@ -174,22 +174,22 @@ func TestConnectionFlags(t *testing.T) {
 		header map[string]string // headers of every request, values joined with ","
 	}{
 		// decoy is plain HTTP, to which clientcmd sends no credentials.
-		{[]string{"status"}, decoy, "GET", "/apis/buildsmith.dev/v1alpha1/namespaces/decoy-ns/builders", map[string]string{"Authorization": ""}},
-		{[]string{"status", "--context", "right-context"}, right, "GET", "/apis/buildsmith.dev/v1alpha1/namespaces/right-ns/builders",
+		{[]string{"status"}, decoy, "GET", "/apis/buildsmith.dev/v1alpha1/namespaces/decoy-ns/receivers", map[string]string{"Authorization": ""}},
+		{[]string{"status", "--context", "right-context"}, right, "GET", "/apis/buildsmith.dev/v1alpha1/namespaces/right-ns/receivers",
 			map[string]string{"Authorization": "Bearer right-token"}},
-		{[]string{"status", "--context=right-context", "-n", "team"}, right, "GET", "/apis/buildsmith.dev/v1alpha1/namespaces/team/builders",
+		{[]string{"status", "--context=right-context", "-n", "team"}, right, "GET", "/apis/buildsmith.dev/v1alpha1/namespaces/team/receivers",
 			map[string]string{"Authorization": "Bearer right-token"}},
-		{[]string{"status", "-A", "--context", "right-context"}, right, "GET", "/apis/buildsmith.dev/v1alpha1/builders", nil},
+		{[]string{"status", "-A", "--context", "right-context"}, right, "GET", "/apis/buildsmith.dev/v1alpha1/receivers", nil},
 		// The current context, with its cluster and user overridden.
 		{[]string{"status", "--cluster", "right", "--user", "right-user", "--namespace", "team"}, right, "GET",
-			"/apis/buildsmith.dev/v1alpha1/namespaces/team/builders", map[string]string{"Authorization": "Bearer right-token"}},
+			"/apis/buildsmith.dev/v1alpha1/namespaces/team/receivers", map[string]string{"Authorization": "Bearer right-token"}},
 		{[]string{"status", "-s", right.URL, "--certificate-authority", caFile, "--token", "flag-token",
 			"--as", "alice", "--as-group", "dev", "--as-group", "ops", "--as-uid", "42", "--as-user-extra", "scopes=a", "--as-user-extra=scopes=b"},
-			right, "GET", "/apis/buildsmith.dev/v1alpha1/namespaces/decoy-ns/builders",
+			right, "GET", "/apis/buildsmith.dev/v1alpha1/namespaces/decoy-ns/receivers",
 			map[string]string{"Authorization": "Bearer flag-token", "Impersonate-User": "alice", "Impersonate-Group": "dev,ops",
 				"Impersonate-Uid": "42", "Impersonate-Extra-Scopes": "a,b"}},
 		{[]string{"status", "--server", right.URL, "--insecure-skip-tls-verify"}, right, "GET",
-			"/apis/buildsmith.dev/v1alpha1/namespaces/decoy-ns/builders", map[string]string{"Authorization": "Bearer decoy-token"}},
+			"/apis/buildsmith.dev/v1alpha1/namespaces/decoy-ns/receivers", map[string]string{"Authorization": "Bearer decoy-token"}},
 		// Flags after the argument, as kubectl takes them.
 		{[]string{"reconcile", "builder/app", "--context", "right-context", "-n", "team"}, right, "PATCH",
 			"/apis/buildsmith.dev/v1alpha1/namespaces/team/builders/app", map[string]string{"Authorization": "Bearer right-token"}},

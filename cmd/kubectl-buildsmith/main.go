@@ -8,6 +8,7 @@
 //	                              convert a pack builder.toml to buildsmith manifests
 //	reconcile KIND/NAME [--wait]  reconcile an object now, and wait until it is Ready
 //	status [-A] [-o FORMAT]       every buildsmith object, one line each
+//	receivers [-A]                each Receiver's webhook path and what it wakes
 //	completion SHELL              a shell completion script
 //	version                       the version of this binary
 //
@@ -104,7 +105,8 @@ Builders and ClusterBuilders.`,
 	root.SetOut(streams.Out)
 	root.SetErr(streams.ErrOut)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError("%v", err) })
-	root.AddCommand(newConvertCommand(streams), newReconcileCommand(streams), newStatusCommand(streams), newVersionCommand(streams))
+	root.AddCommand(newConvertCommand(streams), newReconcileCommand(streams), newStatusCommand(streams),
+		newReceiversCommand(streams), newVersionCommand(streams))
 	return root
 }
 

@@ -227,9 +227,14 @@ func (d *demo) startController(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	receivers, err := localhost.FreePort()
+	if err != nil {
+		return err
+	}
 	d.controller = filepath.Join(d.dir, "controller.log")
 	_, err = d.start("controller", d.controller, binary, "--kubeconfig", d.env.Kubeconfig, "--disable-ha",
 		"--health-probes=false", "--profiling-port=0", fmt.Sprintf("--metrics-port=%d", metrics),
+		fmt.Sprintf("--receiver-port=%d", receivers),
 		"--allow-loopback-registries") // the demo registry listens on 127.0.0.1
 	return err
 }

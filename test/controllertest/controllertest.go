@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -79,6 +80,9 @@ type Options struct {
 	DisableHA bool
 	// MetricsPort is --metrics-port; a free port when 0.
 	MetricsPort int
+	// ReceiverPort is --receiver-port; a free port when 0. It comes after
+	// Args (the chart's name 9292), so that replicas can share the machine.
+	ReceiverPort int
 	// Args come after the standard ones, so they override them.
 	Args []string
 	// Env is added to the test's environment (NAME=value).
@@ -94,22 +98,27 @@ type Process struct {
 	// MetricsPort is the port of its Prometheus endpoint (served when
 	// config-observability asks for Prometheus).
 	MetricsPort int
+	// ReceiverPort is the port of its Receivers' webhooks.
+	ReceiverPort int
 
 	mu   sync.Mutex
 	peak int64 // VmHWM in bytes, last read
 }
 
 // Start runs the controller binary until the test ends, with
-// --health-probes=false, --profiling-port 0 and a free --metrics-port, so
-// that several can share the machine. Its log is printed when the test
+// --health-probes=false, --profiling-port 0 and a free --metrics-port and
+// --receiver-port, so that several can share the machine. Its log is printed when the test
 // fails.
 func Start(t testing.TB, binary string, o Options) *Process {
 	t.Helper()
-	p := &Process{done: make(chan struct{}), MetricsPort: o.MetricsPort}
+	p := &Process{done: make(chan struct{}), MetricsPort: o.MetricsPort, ReceiverPort: o.ReceiverPort}
 	if p.MetricsPort == 0 {
 		p.MetricsPort = FreePort(t)
 	}
-	args := o.Args
+	if p.ReceiverPort == 0 {
+		p.ReceiverPort = FreePort(t)
+	}
+	args := append(slices.Clone(o.Args), "--receiver-port", strconv.Itoa(p.ReceiverPort))
 	if o.DisableHA {
 		args = append(args, "--disable-ha")
 	}

@@ -32,6 +32,16 @@ type Options struct {
 	AccessLog bool
 	// Delete allows deleting manifests and blobs (DELETE requests).
 	Delete bool
+	// Notify are where the registry posts its notifications of pushes
+	// and pulls (distribution's notifications.endpoints).
+	Notify []Endpoint
+}
+
+// Endpoint is a notification endpoint: its URL, and the headers every
+// notification carries.
+type Endpoint struct {
+	Name, URL string
+	Headers   map[string]string
 }
 
 // Registry is the registry process.
@@ -78,6 +88,7 @@ func Start(ctx context.Context, binary, dir string, o Options) (*Registry, error
 		config += fmt.Sprintf("auth:\n  htpasswd:\n    realm: buildsmith\n    path: %s\n", htpasswd)
 		r.answer = http.StatusUnauthorized
 	}
+	config += notifications(o.Notify)
 	if err := os.WriteFile(r.config, []byte(config), 0o600); err != nil {
 		return nil, err
 	}
@@ -137,4 +148,23 @@ func (r *Registry) Stop() {
 	_ = r.cmd.Process.Kill()
 	_ = r.cmd.Wait()
 	r.cmd = nil
+}
+
+// notifications is the config of endpoints: each notified at once (the
+// registry batches nothing: threshold 1), retried every second.
+func notifications(endpoints []Endpoint) string {
+	if len(endpoints) == 0 {
+		return ""
+	}
+	config := "notifications:\n  endpoints:\n"
+	for _, e := range endpoints {
+		config += fmt.Sprintf("  - name: %s\n    url: %s\n    timeout: 5s\n    threshold: 1\n    backoff: 1s\n", e.Name, e.URL)
+		if len(e.Headers) > 0 {
+			config += "    headers:\n"
+			for k, v := range e.Headers {
+				config += fmt.Sprintf("      %s: [%q]\n", k, v)
+			}
+		}
+	}
+	return config
 }

@@ -74,6 +74,9 @@ func TestPrometheusMetrics(t *testing.T) {
 		{"buildsmith_objects", `kind="ClusterStore"`, `state="ready"`},
 		{"buildsmith_last_reconcile_time_seconds", `kind="Builder"`},
 		{"buildsmith_reconcile_gap_max_seconds", `kind="ClusterStack"`},
+		// The Go runtime's, which the dashboard's pod panels read.
+		{"go_memory_used_bytes"},
+		{"go_goroutine_count"},
 	} {
 		if !hasSample(body, want[0], want[1:]...) {
 			t.Errorf("metrics lack %s with %v", want[0], want[1:])

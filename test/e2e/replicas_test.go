@@ -296,8 +296,9 @@ func reportedOnce(names []string, reports ...map[string]string) bool {
 }
 
 // reconcilers is how many reconcilers the controller runs: ClusterStore,
-// Buildpack, ClusterStack, ClusterLifecycle, Builder, ClusterBuilder.
-const reconcilers = 6
+// Buildpack, ClusterStack, ClusterLifecycle, Builder, ClusterBuilder,
+// Receiver.
+const reconcilers = 7
 
 // leadEach: the replica leads n buckets of each reconciler.
 func leadEach(p *controllertest.Process, n float64) bool {

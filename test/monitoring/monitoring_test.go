@@ -323,11 +323,13 @@ func TestExportedNames(t *testing.T) {
 		t.Fatalf("test/e2e: %v %v", files, err)
 	}
 	scraped := map[string]bool{}
+	var e2eSources string
 	for _, f := range files {
 		src, err := os.ReadFile(f)
 		if err != nil {
 			t.Fatal(err)
 		}
+		e2eSources += string(src)
 		for _, m := range scrapedName.FindAllStringSubmatch(string(src), -1) {
 			scraped[m[1]] = true
 		}
@@ -338,6 +340,12 @@ func TestExportedNames(t *testing.T) {
 	for _, name := range sorted(scraped) {
 		if _, ok := names[name]; !ok {
 			t.Errorf("test/e2e scrapes %s from the controller, but this test derives %v", name, sorted(names))
+		}
+	}
+	// The runtime's series the dashboard reads are checked there too.
+	for name := range podMetrics {
+		if strings.HasPrefix(name, "go_") && !strings.Contains(e2eSources, `"`+name+`"`) {
+			t.Errorf("the dashboard reads %s, which no test in test/e2e scrapes from the controller", name)
 		}
 	}
 }

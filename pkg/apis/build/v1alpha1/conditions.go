@@ -206,3 +206,17 @@ func (*Buildpack) GetGroupVersionKind() schema.GroupVersionKind {
 
 // Conditions returns the condition helpers of the object's status.
 func (b *Buildpack) Conditions() *ConditionedStatus { return &b.Status.ConditionedStatus }
+
+// GetConditionSet implements duckv1.KRShaped.
+func (*Receiver) GetConditionSet() apis.ConditionSet { return conditionSet }
+
+// GetStatus implements duckv1.KRShaped.
+func (r *Receiver) GetStatus() *duckv1.Status { return &r.Status.Status }
+
+// GetGroupVersionKind implements kmeta.OwnerRefable.
+func (*Receiver) GetGroupVersionKind() schema.GroupVersionKind {
+	return SchemeGroupVersion.WithKind("Receiver")
+}
+
+// Conditions returns the condition helpers of the object's status.
+func (r *Receiver) Conditions() *ConditionedStatus { return &r.Status.ConditionedStatus }

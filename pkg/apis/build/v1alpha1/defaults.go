@@ -26,6 +26,9 @@ func (b *Buildpack) SetDefaults(context.Context) {
 func (*ClusterLifecycle) SetDefaults(context.Context) {}
 
 // SetDefaults implements apis.Defaultable.
+func (*Receiver) SetDefaults(context.Context) {}
+
+// SetDefaults implements apis.Defaultable.
 func (b *Builder) SetDefaults(context.Context) {
 	b.Spec.setDefaults()
 	if b.Spec.ServiceAccountName == "" {

@@ -34,6 +34,7 @@ func addKnownTypes(scheme *runtime.Scheme) error {
 		&Builder{}, &BuilderList{},
 		&ClusterBuilder{}, &ClusterBuilderList{},
 		&Buildpack{}, &BuildpackList{},
+		&Receiver{}, &ReceiverList{},
 	)
 	metav1.AddToGroupVersion(scheme, SchemeGroupVersion)
 	return nil

@@ -3,6 +3,7 @@ package v1alpha1
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -113,6 +114,36 @@ func (b *Buildpack) Validate(context.Context) *apis.FieldError {
 	}
 	return errs.ViaField("spec")
 }
+
+// receiverTypes are the types a Receiver may have.
+var receiverTypes = []string{ReceiverDistribution, ReceiverHarbor, ReceiverDockerHub, ReceiverQuay, ReceiverGitHub,
+	ReceiverACR, ReceiverGCR, ReceiverGeneric, ReceiverGenericHMAC}
+
+// Validate implements apis.Validatable.
+func (r *Receiver) Validate(context.Context) *apis.FieldError {
+	var errs *apis.FieldError
+	if !slices.Contains(receiverTypes, r.Spec.Type) {
+		errs = apis.ErrInvalidValue(r.Spec.Type, "type", "must be one of "+strings.Join(receiverTypes, ", "))
+	}
+	errs = errs.Also(validateObjectName(r.Spec.SecretRef.Name, "secretRef.name"))
+	if len(r.Spec.Resources) > maxReceiverResources {
+		errs = errs.Also(apis.ErrOutOfBoundsValue(len(r.Spec.Resources), 0, maxReceiverResources, "resources"))
+	}
+	for i, res := range r.Spec.Resources {
+		switch res.Kind {
+		case "ClusterStore", "ClusterStack", "ClusterLifecycle", "Buildpack":
+		default:
+			errs = errs.Also(apis.ErrInvalidValue(res.Kind, "kind", "must be ClusterStore, ClusterStack, ClusterLifecycle or Buildpack").ViaFieldIndex("resources", i))
+		}
+		if res.Name != "" {
+			errs = errs.Also(validateObjectName(res.Name, "name").ViaFieldIndex("resources", i))
+		}
+	}
+	return errs.ViaField("spec")
+}
+
+// maxReceiverResources bounds a Receiver's resources, as the CRD does.
+const maxReceiverResources = 64
 
 // Validate implements apis.Validatable.
 func (b *ClusterBuilder) Validate(context.Context) *apis.FieldError {

@@ -53,6 +53,8 @@ func (f *sharedInformerFactory) ForResource(resource schema.GroupVersionResource
 		return &genericInformer{resource: resource.GroupResource(), informer: f.Buildsmith().V1alpha1().ClusterStacks().Informer()}, nil
 	case v1alpha1.SchemeGroupVersion.WithResource("clusterstores"):
 		return &genericInformer{resource: resource.GroupResource(), informer: f.Buildsmith().V1alpha1().ClusterStores().Informer()}, nil
+	case v1alpha1.SchemeGroupVersion.WithResource("receivers"):
+		return &genericInformer{resource: resource.GroupResource(), informer: f.Buildsmith().V1alpha1().Receivers().Informer()}, nil
 
 	}
 

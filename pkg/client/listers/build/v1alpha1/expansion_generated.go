@@ -37,3 +37,11 @@ type ClusterStackListerExpansion interface{}
 // ClusterStoreListerExpansion allows custom methods to be added to
 // ClusterStoreLister.
 type ClusterStoreListerExpansion interface{}
+
+// ReceiverListerExpansion allows custom methods to be added to
+// ReceiverLister.
+type ReceiverListerExpansion interface{}
+
+// ReceiverNamespaceListerExpansion allows custom methods to be added to
+// ReceiverNamespaceLister.
+type ReceiverNamespaceListerExpansion interface{}

@@ -24,6 +24,8 @@ type Interface interface {
 	ClusterStacks() ClusterStackInformer
 	// ClusterStores returns a ClusterStoreInformer.
 	ClusterStores() ClusterStoreInformer
+	// Receivers returns a ReceiverInformer.
+	Receivers() ReceiverInformer
 }
 
 type version struct {
@@ -65,4 +67,9 @@ func (v *version) ClusterStacks() ClusterStackInformer {
 // ClusterStores returns a ClusterStoreInformer.
 func (v *version) ClusterStores() ClusterStoreInformer {
 	return &clusterStoreInformer{factory: v.factory, tweakListOptions: v.tweakListOptions}
+}
+
+// Receivers returns a ReceiverInformer.
+func (v *version) Receivers() ReceiverInformer {
+	return &receiverInformer{factory: v.factory, namespace: v.namespace, tweakListOptions: v.tweakListOptions}
 }

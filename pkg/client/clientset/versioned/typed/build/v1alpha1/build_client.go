@@ -22,6 +22,7 @@ type BuildsmithV1alpha1Interface interface {
 	ClusterLifecyclesGetter
 	ClusterStacksGetter
 	ClusterStoresGetter
+	ReceiversGetter
 }
 
 // BuildsmithV1alpha1Client is used to interact with features provided by the buildsmith.dev group.
@@ -51,6 +52,10 @@ func (c *BuildsmithV1alpha1Client) ClusterStacks() ClusterStackInterface {
 
 func (c *BuildsmithV1alpha1Client) ClusterStores() ClusterStoreInterface {
 	return newClusterStores(c)
+}
+
+func (c *BuildsmithV1alpha1Client) Receivers(namespace string) ReceiverInterface {
+	return newReceivers(c, namespace)
 }
 
 // NewForConfig creates a new BuildsmithV1alpha1Client for the given config.

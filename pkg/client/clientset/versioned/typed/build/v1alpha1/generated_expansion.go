@@ -17,3 +17,5 @@ type ClusterLifecycleExpansion interface{}
 type ClusterStackExpansion interface{}
 
 type ClusterStoreExpansion interface{}
+
+type ReceiverExpansion interface{}

@@ -40,6 +40,10 @@ func (c *FakeBuildsmithV1alpha1) ClusterStores() v1alpha1.ClusterStoreInterface 
 	return newFakeClusterStores(c)
 }
 
+func (c *FakeBuildsmithV1alpha1) Receivers(namespace string) v1alpha1.ReceiverInterface {
+	return newFakeReceivers(c, namespace)
+}
+
 // RESTClient returns a RESTClient that is used to communicate
 // with API server by this client implementation.
 func (c *FakeBuildsmithV1alpha1) RESTClient() rest.Interface {
