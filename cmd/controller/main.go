@@ -97,8 +97,10 @@ func main() {
 	builders := builder.Config{Registry: client, Options: opts, Version: version,
 		Lifecycle: builder.NewLifecycleSource(opts.ResyncInterval), Signing: own.signing, MaxLayers: own.maxLayers,
 		Flattening: own.flatteningSetUp()}
-	// One set of Secret watches for the six controllers.
+	// One set of Secret watches for the controllers, and their queues for
+	// the Receivers' notifications.
 	ctx = reconciler.WithSecretWatches(ctx)
+	ctx = reconciler.WithEnqueuers(ctx)
 	ctx, drain := turns.WithDrain(ctx)
 	sharedmain.MainWithConfig(ctx, component, cfg,
 		clusterstore.NewController(client, opts),

@@ -2,7 +2,9 @@
 // a local etcd and kube-apiserver, the distribution registry seeded with a
 // demo stack, buildpacks and the real CNB lifecycle, the CRDs and samples
 // applied with kubectl, and the controller — and prints the Ready objects
-// and the labels of the builder image it pushed. Everything it starts is
+// and the labels of the builder image it pushed; then it pushes a patched
+// build image, whose notification reaches the Receiver sample, and shows
+// every builder rebuilt on it within seconds. Everything it starts is
 // stopped, and everything it writes removed, when it ends or on Ctrl-C.
 //
 //	go run ./hack/demo          (make demo)
@@ -14,6 +16,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
 	"flag"
@@ -30,6 +33,7 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
+	"github.com/buildsmith/buildsmith/pkg/receiver"
 	"github.com/buildsmith/buildsmith/test/cosigntest"
 	"github.com/buildsmith/buildsmith/test/distribution"
 	"github.com/buildsmith/buildsmith/test/envtest"
@@ -71,6 +75,10 @@ type demo struct {
 	registry   *distribution.Registry
 	processes  []*exec.Cmd
 	controller string // log path
+	// receiverPort is the controller's --receiver-port, and token the
+	// token of the Receiver the registry notifies (config/samples/receiver.yaml).
+	receiverPort int
+	token        string
 }
 
 func step(format string, args ...any) { fmt.Printf("demo: "+format+"\n", args...) }
@@ -88,8 +96,13 @@ func (d *demo) run(ctx context.Context) error {
 	if d.env, err = envtest.Start(); err != nil {
 		return err
 	}
-	step("starting the registry (bin/registry, distribution) on a free port")
-	if d.registry, err = distribution.Start(ctx, filepath.Join(d.root, "bin", "registry"), d.dir, distribution.Options{LogLevel: "warn"}); err != nil {
+	step("starting the registry (bin/registry, distribution) on a free port, notifying the controller's Receiver of its pushes")
+	notify, err := d.notify()
+	if err != nil {
+		return err
+	}
+	if d.registry, err = distribution.Start(ctx, filepath.Join(d.root, "bin", "registry"), d.dir,
+		distribution.Options{LogLevel: "warn", Notify: notify}); err != nil {
 		return err
 	}
 	step("registry at %s; seeding it with a stack, two buildpackages and the lifecycle", d.registry.Addr)
@@ -109,6 +122,9 @@ func (d *demo) run(ctx context.Context) error {
 		return err
 	}
 	if err := d.printBuilder(ctx); err != nil {
+		return err
+	}
+	if err := d.patchBase(ctx); err != nil {
 		return err
 	}
 	if d.keep {
@@ -191,6 +207,9 @@ func (d *demo) apply(ctx context.Context) error {
 			systemNamespace, d.registry.Addr),
 		// No controller-manager here: no default ServiceAccount either.
 		"apiVersion: v1\nkind: ServiceAccount\nmetadata:\n  name: default\n  namespace: default",
+		// The token of the Receiver sample, which the registry sends.
+		fmt.Sprintf("apiVersion: v1\nkind: Secret\nmetadata:\n  name: registry-receiver\n  namespace: %s\nstringData:\n  token: %s",
+			systemNamespace, d.token),
 	}
 	// The signing key of the signed builder sample (config/samples/builder-signed.yaml),
 	// as cosign generate-key-pair k8s://default/cosign would make it.
@@ -227,22 +246,87 @@ func (d *demo) startController(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	receivers, err := localhost.FreePort()
-	if err != nil {
-		return err
-	}
 	d.controller = filepath.Join(d.dir, "controller.log")
 	_, err = d.start("controller", d.controller, binary, "--kubeconfig", d.env.Kubeconfig, "--disable-ha",
 		"--health-probes=false", "--profiling-port=0", fmt.Sprintf("--metrics-port=%d", metrics),
-		fmt.Sprintf("--receiver-port=%d", receivers),
+		fmt.Sprintf("--receiver-port=%d", d.receiverPort),
 		"--allow-loopback-registries") // the demo registry listens on 127.0.0.1
 	return err
+}
+
+// notify is the registry's notification endpoint: the Receiver of
+// config/samples/receiver.yaml (named registry, in the controller's
+// namespace) on the controller's receiver port, with a new token.
+func (d *demo) notify() ([]distribution.Endpoint, error) {
+	port, err := localhost.FreePort()
+	if err != nil {
+		return nil, err
+	}
+	d.receiverPort, d.token = port, rand.Text()
+	path := receiver.WebhookPath([]byte(d.token), "registry", systemNamespace)
+	return []distribution.Endpoint{{Name: "buildsmith", URL: fmt.Sprintf("http://127.0.0.1:%d%s", port, path),
+		Headers: map[string]string{"Authorization": "Bearer " + d.token}}}, nil
+}
+
+// patchBase pushes a patched build image under the stacks' tag, as a CVE
+// fix would be, and waits for every builder to be rebuilt on it: the
+// registry's notification reaches the Receiver, which reconciles the
+// stacks at once (their resync is ten minutes away).
+func (d *demo) patchBase(ctx context.Context) error {
+	images := func() (map[string]string, error) {
+		out, err := d.kubectl(ctx, "", "get", "builder,clusterbuilder", "-A", "-o",
+			`jsonpath={range .items[*]}{.kind}/{.metadata.namespace}/{.metadata.name}={.status.latestImage}{"\n"}{end}`)
+		found := map[string]string{}
+		for _, line := range strings.Fields(out) {
+			if k, v, ok := strings.Cut(line, "="); ok {
+				found[k] = v
+			}
+		}
+		return found, err
+	}
+	before, err := images()
+	if err != nil {
+		return err
+	}
+	patched, err := sampleimages.PatchedStackIndex(stackID, 1000, "CVE-2026-0001 fixed",
+		v1.Platform{OS: "linux", Architecture: "amd64"}, v1.Platform{OS: "linux", Architecture: "arm64"})
+	if err != nil {
+		return err
+	}
+	ref, err := name.ParseReference(d.registry.Addr + "/buildsmith-demo/stack/build:1.0.0")
+	if err != nil {
+		return err
+	}
+	step("pushing a patched build image to %s (the stacks resync every 10m; the registry notifies the Receiver)", ref)
+	pushed := time.Now()
+	if err := remote.WriteIndex(ref, patched); err != nil {
+		return fmt.Errorf("pushing %s: %w", ref, err)
+	}
+	_, err = localhost.Poll(ctx, d.timeout, 250*time.Millisecond, "every builder rebuilt on the patched build image", func() (bool, string) {
+		now, err := images()
+		if err != nil {
+			return false, err.Error()
+		}
+		left := 0
+		for builder, image := range before {
+			if now[builder] == image {
+				left++
+			}
+		}
+		return left == 0, fmt.Sprintf("%d of %d builders not rebuilt", left, len(before))
+	})
+	if err != nil {
+		d.printLogTail()
+		return err
+	}
+	step("every builder (%d) rebuilt on the patched build image %.1fs after the push", len(before), time.Since(pushed).Seconds())
+	return nil
 }
 
 func (d *demo) waitReady(ctx context.Context) error {
 	last := ""
 	_, err := localhost.Poll(ctx, d.timeout, time.Second, "every object to be Ready", func() (bool, string) {
-		out, err := d.kubectl(ctx, "", "get", "clusterstore,buildpack,clusterstack,clusterlifecycle,builder,clusterbuilder", "-A")
+		out, err := d.kubectl(ctx, "", "get", "clusterstore,buildpack,clusterstack,clusterlifecycle,builder,clusterbuilder,receiver", "-A")
 		if err != nil {
 			return false, err.Error()
 		}
@@ -262,11 +346,16 @@ func (d *demo) waitReady(ctx context.Context) error {
 		return objects >= 5 && ready == objects, fmt.Sprintf("%d of %d Ready", ready, objects)
 	})
 	if err != nil {
-		log, _ := os.ReadFile(d.controller)
-		lines := strings.Split(strings.TrimSpace(string(log)), "\n")
-		fmt.Fprintf(os.Stderr, "demo: the controller's last log lines:\n%s\n", indent(strings.Join(lines[max(0, len(lines)-20):], "\n")))
+		d.printLogTail()
 	}
 	return err
+}
+
+// printLogTail prints the controller's last log lines.
+func (d *demo) printLogTail() {
+	log, _ := os.ReadFile(d.controller)
+	lines := strings.Split(strings.TrimSpace(string(log)), "\n")
+	fmt.Fprintf(os.Stderr, "demo: the controller's last log lines:\n%s\n", indent(strings.Join(lines[max(0, len(lines)-20):], "\n")))
 }
 
 func (d *demo) printBuilder(ctx context.Context) error {

@@ -3,16 +3,20 @@
 // token. A notification is a hint and nothing in it is trusted beyond the
 // repository it names — the controller re-reads every image it is woken
 // for — and it is bounded before it is read: its size (MaxBody, which the
-// server enforces) and the pushes taken from it (MaxPushes).
+// server enforces), the values in it (maxContainers, maxStrings: a MiB of
+// JSON may decode into a hundred times its size) and the pushes taken from
+// it (MaxPushes).
 package receiver
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/http"
 	"slices"
+	"strings"
 
 	"github.com/google/go-containerregistry/pkg/name"
 
@@ -21,8 +25,7 @@ import (
 
 // Push is a repository a notification says was pushed to.
 type Push struct {
-	// Repository is as image references name it once parsed (ggcr's
-	// name.Repository.Name()): index.docker.io/library/ubuntu,
+	// Repository is as Repository names it: index.docker.io/library/ubuntu,
 	// registry.example.com:5000/team/run.
 	Repository string
 	// Tag is the tag pushed; "" when the notification names none (a push
@@ -72,6 +75,9 @@ func Read(typ string, token []byte, header http.Header, body []byte) ([]Push, er
 			return nil, err
 		}
 	}
+	if err := checkShape(body); err != nil {
+		return nil, err
+	}
 	pushes, err := format.read(header, body)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrMalformed, err)
@@ -97,6 +103,49 @@ var formats = map[string]format{
 	v1alpha1.ReceiverGeneric:      {read: readGeneric},
 }
 
+// Limits of a notification's JSON, counted before it is decoded: the
+// published samples hold at most about 60 objects and arrays and 700
+// strings.
+const (
+	maxContainers = 4096  // objects and arrays
+	maxStrings    = 16384 // strings, keys included
+)
+
+// checkShape refuses a body of more values than a notification has: each
+// decodes into a struct or a string header far larger than its bytes.
+// Brackets and quotes inside strings are counted too, which only makes the
+// bound stricter.
+func checkShape(body []byte) error {
+	containers := bytes.Count(body, []byte("{")) + bytes.Count(body, []byte("["))
+	if strings := bytes.Count(body, []byte(`"`)) / 2; containers > maxContainers || strings > maxStrings {
+		return fmt.Errorf("%w: %d objects and arrays, %d strings; a notification has at most %d and %d",
+			ErrMalformed, containers, strings, maxContainers, maxStrings)
+	}
+	return nil
+}
+
+// Repository is the repository an image reference names, as pushes name
+// it: the registry's host in lower case, without HTTPS's port 443, and
+// Docker Hub's hosts as index.docker.io; false when ref does not parse.
+// The objects' references and the notifications' repositories both go
+// through it, so that they meet.
+func Repository(ref string) (string, bool) {
+	r, err := name.ParseReference(ref)
+	if err != nil {
+		return "", false
+	}
+	return repositoryName(r.Context()), true
+}
+
+func repositoryName(r name.Repository) string {
+	host := strings.TrimSuffix(strings.ToLower(r.RegistryStr()), ":443")
+	switch host {
+	case "docker.io", "registry-1.docker.io", "registry.hub.docker.com":
+		host = name.DefaultRegistry
+	}
+	return host + "/" + r.RepositoryStr()
+}
+
 // push is the Push of the repository named repo (host and path) and tag,
 // or false when repo names none.
 func push(repo, tag string) (Push, bool) {
@@ -107,7 +156,7 @@ func push(repo, tag string) (Push, bool) {
 	if _, err := name.NewTag(r.Name()+":"+tag, name.StrictValidation); err != nil {
 		tag = "" // a digest, or nothing, where a tag goes
 	}
-	return Push{Repository: r.Name(), Tag: tag}, true
+	return Push{Repository: repositoryName(r), Tag: tag}, true
 }
 
 // pushOfReference is the Push of an image reference, REPO:TAG or
@@ -121,7 +170,7 @@ func pushOfReference(ref string) (Push, bool) {
 	if t, ok := r.(name.Tag); ok {
 		tag = t.TagStr()
 	}
-	return Push{Repository: r.Context().Name(), Tag: tag}, true
+	return Push{Repository: repositoryName(r.Context()), Tag: tag}, true
 }
 
 // dedupe drops repeated pushes and keeps at most MaxPushes.

@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/buildsmith/buildsmith/pkg/apis/build/v1alpha1"
@@ -155,7 +156,7 @@ func TestReadRefuses(t *testing.T) {
 // MaxPushes pushes, each once.
 func TestReadBoundsPushes(t *testing.T) {
 	body := []byte(`{"events": [`)
-	for i := range 1000 {
+	for i := range 150 {
 		if i > 0 {
 			body = append(body, ',')
 		}
@@ -168,6 +169,66 @@ func TestReadBoundsPushes(t *testing.T) {
 	got, err := Read(v1alpha1.ReceiverDistribution, []byte(token), headers("Authorization", "Bearer "+token), body)
 	if err != nil || len(got) != MaxPushes || got[0] != (Push{"registry.example.com/team/app-0", "1"}) || got[1].Repository != "registry.example.com/team/app-1" {
 		t.Errorf("Read: %d pushes (%v…), %v; want %d, each once", len(got), got[:min(len(got), 2)], err, MaxPushes)
+	}
+}
+
+// TestReadBoundsValues: a body of more objects or strings than a
+// notification has is refused before it is decoded, whatever it says.
+func TestReadBoundsValues(t *testing.T) {
+	events := []byte(`{"events": [`)
+	for i := range maxContainers {
+		if i > 0 {
+			events = append(events, ',')
+		}
+		events = append(events, "{}"...)
+	}
+	events = append(events, "]}"...)
+	tags := []byte(`{"docker_url": "quay.io/a/b", "updated_tags": [`)
+	for i := range maxStrings {
+		if i > 0 {
+			tags = append(tags, ',')
+		}
+		tags = append(tags, `""`...)
+	}
+	tags = append(tags, "]}"...)
+	for _, tc := range []struct {
+		name, typ string
+		header    http.Header
+		body      []byte
+	}{
+		{"4,096 events", v1alpha1.ReceiverDistribution, headers("Authorization", "Bearer "+token), events},
+		{"16,384 tags", v1alpha1.ReceiverQuay, nil, tags},
+	} {
+		if len(tc.body) > MaxBody {
+			t.Fatalf("%s: %d bytes, over MaxBody: the server refuses it before", tc.name, len(tc.body))
+		}
+		if got, err := Read(tc.typ, []byte(token), tc.header, tc.body); !errors.Is(err, ErrMalformed) {
+			t.Errorf("%s: %v, %v; want ErrMalformed", tc.name, got, err)
+		}
+	}
+}
+
+// TestRepository: objects' references and notifications' repositories
+// meet whatever host spelling each uses.
+func TestRepository(t *testing.T) {
+	for ref, want := range map[string]string{
+		"ubuntu":                         "index.docker.io/library/ubuntu",
+		"docker.io/library/ubuntu:24.04": "index.docker.io/library/ubuntu",
+		"registry-1.docker.io/paketobuildpacks/run":                             "index.docker.io/paketobuildpacks/run",
+		"Registry.Example.com:443/stacks/run@sha256:" + strings.Repeat("a", 64): "registry.example.com/stacks/run",
+		"registry.example.com:5000/stacks/run:1":                                "registry.example.com:5000/stacks/run",
+	} {
+		if got, ok := Repository(ref); !ok || got != want {
+			t.Errorf("Repository(%s) = %s, %v; want %s", ref, got, ok, want)
+		}
+	}
+	if _, ok := Repository("UPPER/case"); ok {
+		t.Error("Repository of an invalid reference: ok")
+	}
+	// A notification's own spellings.
+	got, err := Read(v1alpha1.ReceiverGeneric, nil, nil, []byte(`{"repository": "REGISTRY.example.com:443/stacks/run"}`))
+	if err != nil || len(got) != 1 || got[0].Repository != "registry.example.com/stacks/run" {
+		t.Errorf("Read of an upper-case host with port 443: %v, %v", got, err)
 	}
 }
 

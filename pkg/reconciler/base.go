@@ -59,6 +59,9 @@ func NewBase[T Object](ctx context.Context, impl *controller.Impl, w Wiring[T]) 
 		IsLeaderFor(types.NamespacedName) bool
 	}).IsLeaderFor
 	policy.states = reportStates(ctx, w.Kind, w.Objects, leads, w.Options)
+	if e := EnqueuersFrom(ctx); e != nil {
+		e.add(w.Kind, impl.EnqueueKey)
+	}
 	impl.Reconciler = turns.New(ctx, w.Kind, policy.StatusWrites(impl.Reconciler), impl.Concurrency, impl.EnqueueKeyAfter)
 	return Base{
 		Registry:    w.Registry,

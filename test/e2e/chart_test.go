@@ -252,9 +252,11 @@ func TestChartInstallAndRBAC(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the NetworkPolicy: %v", err)
 	}
-	if len(policy.Spec.Ingress) != 1 || len(policy.Spec.Ingress[0].Ports) != 1 ||
-		policy.Spec.Ingress[0].Ports[0].Port.String() != "metrics" {
-		t.Errorf("NetworkPolicy ingress %+v, want the metrics port only", policy.Spec.Ingress)
+	// The metrics port from the peers given; the receiver port from
+	// anywhere (every notification carries a secret path and token).
+	if in := policy.Spec.Ingress; len(in) != 2 || len(in[0].Ports) != 1 || in[0].Ports[0].Port.String() != "metrics" || len(in[0].From) != 1 ||
+		len(in[1].Ports) != 1 || in[1].Ports[0].Port.String() != "receiver" || len(in[1].From) != 0 {
+		t.Errorf("NetworkPolicy ingress %+v, want the metrics port from the peers given and the receiver port", policy.Spec.Ingress)
 	}
 
 	// Leader election ran under the chart's Role: the Leases exist.

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -83,24 +84,24 @@ func TestReceiverWakesOnPush(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// Another token: refused, nothing asked to reconcile. (The pushes of
-	// the samples, notified when the controller started, asked for some.)
-	requested := func() string {
-		s, err := client.BuildsmithV1alpha1().ClusterStacks().Get(ctx, "receiver", metav1.GetOptions{})
+	// Another token: refused, nothing recorded. (The pushes of the
+	// samples, notified when the controller started, recorded some.)
+	lastNotification := func() string {
+		rc, err := receivers.Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		return s.Annotations[v1alpha1.ReconcileRequestedAtAnnotation]
+		return fmt.Sprintf("%+v", rc.Status.LastNotification)
 	}
 	time.Sleep(2 * time.Second) // the samples' notifications delivered
-	last := requested()
+	last := lastNotification()
 	forged := fmt.Appendf(nil, `{"events": [{"action": "push", "target": {"mediaType": "application/vnd.oci.image.manifest.v1+json",
  "repository": "stack/build", "tag": "1"}, "request": {"host": %q}}]}`, d.Addr)
 	if status := postNotification(t, hook, forged, "Bearer forged"); status != http.StatusUnauthorized {
 		t.Errorf("a notification with another token: %d, want 401", status)
 	}
-	if now := requested(); now != last {
-		t.Errorf("the forged notification asked for a reconcile of the stack: %s, then %s", last, now)
+	if now := lastNotification(); now != last {
+		t.Errorf("the forged notification was recorded: %s, then %s", last, now)
 	}
 
 	// A patched build image under the stack's tag: the registry notifies.
@@ -121,12 +122,12 @@ func TestReceiverWakesOnPush(t *testing.T) {
 		return b.Status.LatestImage != before.Status.LatestImage && b.Status.IsReady(), b.Status.LatestImage
 	})
 	t.Logf("the build image pushed, the builder rebuilt on it %v later (resyncs 10h apart)", took.Round(100*time.Millisecond))
-	stack, err := client.BuildsmithV1alpha1().ClusterStacks().Get(ctx, "receiver", metav1.GetOptions{})
+	rc, err := receivers.Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if stack.Status.LastHandledReconcileAt == "" || stack.Status.BuildImage.LatestImage == "" {
-		t.Errorf("the stack was not reconciled on request: %+v", stack.Status)
+	if n := rc.Status.LastNotification; n == nil || !slices.Contains(n.Repositories, d.Addr+"/stack/build") {
+		t.Errorf("the Receiver's last notification: %+v, want %s/stack/build", n, d.Addr)
 	}
 
 	body := scrape(p)

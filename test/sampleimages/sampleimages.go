@@ -300,17 +300,28 @@ func BuildpackageOfLayers(platform v1.Platform, buildpacks ...BuildpackLayer) (v
 
 // StackImage makes a linux/amd64 build (uid set) or run image of stack id.
 func StackImage(id string, uid int) (v1.Image, error) {
-	return stackImageFor(amd64, id, uid)
+	return stackImageFor(amd64, id, uid, "")
 }
 
 // StackIndex makes an OCI image index of StackImage's build (uid set) or run
 // image of stack id for each of platforms, in that order.
 func StackIndex(id string, uid int, platforms ...v1.Platform) (v1.ImageIndex, error) {
-	return indexOf(platforms, func(_ int, p v1.Platform) (v1.Image, error) { return stackImageFor(p, id, uid) })
+	return PatchedStackIndex(id, uid, "", platforms...)
 }
 
-func stackImageFor(platform v1.Platform, id string, uid int) (v1.Image, error) {
-	layer, err := Layer(File{Path: "etc/", Mode: 0o755}, File{Path: "etc/buildsmith-stack", Mode: 0o644, Content: []byte(id + "\n")})
+// PatchedStackIndex is StackIndex with a patch applied: the file
+// /etc/buildsmith-patch holding patch (none when it is ""), as a fix of the
+// base image would change its files and its digest.
+func PatchedStackIndex(id string, uid int, patch string, platforms ...v1.Platform) (v1.ImageIndex, error) {
+	return indexOf(platforms, func(_ int, p v1.Platform) (v1.Image, error) { return stackImageFor(p, id, uid, patch) })
+}
+
+func stackImageFor(platform v1.Platform, id string, uid int, patch string) (v1.Image, error) {
+	files := []File{{Path: "etc/", Mode: 0o755}, {Path: "etc/buildsmith-stack", Mode: 0o644, Content: []byte(id + "\n")}}
+	if patch != "" {
+		files = append(files, File{Path: "etc/buildsmith-patch", Mode: 0o644, Content: []byte(patch + "\n")})
+	}
+	layer, err := Layer(files...)
 	if err != nil {
 		return nil, err
 	}

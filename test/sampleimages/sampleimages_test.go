@@ -252,13 +252,13 @@ func TestIndexes(t *testing.T) {
 			name:   "StackIndex build",
 			index:  func() (v1.ImageIndex, error) { return StackIndex("s", 1000, linuxArm64, linuxAmd64) },
 			want:   []v1.Platform{linuxArm64, linuxAmd64},
-			single: func(p v1.Platform) (v1.Image, error) { return stackImageFor(p, "s", 1000) },
+			single: func(p v1.Platform) (v1.Image, error) { return stackImageFor(p, "s", 1000, "") },
 		},
 		{
 			name:   "StackIndex run with a variant",
 			index:  func() (v1.ImageIndex, error) { return StackIndex("s", 0, linuxAmd64, linuxArm64, linuxArmV7) },
 			want:   []v1.Platform{linuxAmd64, linuxArm64, linuxArmV7},
-			single: func(p v1.Platform) (v1.Image, error) { return stackImageFor(p, "s", 0) },
+			single: func(p v1.Platform) (v1.Image, error) { return stackImageFor(p, "s", 0, "") },
 		},
 		{
 			name: "BuildpackageIndex",

@@ -2,13 +2,15 @@ package receiver
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
+	"slices"
 	"time"
 
-	"golang.org/x/time/rate"
+	"golang.org/x/net/netutil"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
@@ -30,72 +32,96 @@ import (
 )
 
 // NewController returns a constructor of the Receiver controller, which
-// also serves the Receivers' webhooks on server.Port (on every replica:
-// a notification may reach any).
-func NewController(client *registry.Client, opts reconciler.Options, server ServerOptions) func(context.Context, configmap.Watcher) *controller.Impl {
+// also serves the Receivers' webhooks on webhooks.Port (on every replica:
+// a notification may reach any) and wakes, on every replica, what their
+// notifications name (see dispatcher).
+func NewController(client *registry.Client, opts reconciler.Options, webhooks ServerOptions) func(context.Context, configmap.Watcher) *controller.Impl {
 	return func(ctx context.Context, _ configmap.Watcher) *controller.Impl {
-		r := &Reconciler{}
+		r := &Reconciler{systemNamespace: system.Namespace()}
 		impl := receiverreconciler.NewImpl(ctx, r)
+		receivers := buildsmithclient.Get(ctx).BuildsmithV1alpha1().Receivers
 		informer := receiverinformer.Get(ctx).Informer()
 		r.Base = reconciler.NewBase(ctx, impl, reconciler.Wiring[*v1alpha1.Receiver]{
 			Kind: "Receiver", Registry: client, Options: opts, Objects: informer.GetStore(),
 			Get: func(ctx context.Context, namespace, name string) (*v1alpha1.Receiver, error) {
-				return buildsmithclient.Get(ctx).BuildsmithV1alpha1().Receivers(namespace).Get(ctx, name, metav1.GetOptions{})
+				return receivers(namespace).Get(ctx, name, metav1.GetOptions{})
 			},
 			CopyStatus: func(dst, src *v1alpha1.Receiver) { dst.Status = src.Status },
 		})
 		reconciler.TrimCaches(ctx, informer)
 		informer.AddEventHandler(reconciler.EnqueueOnChange(impl.Enqueue))
-		if server.Port != 0 {
-			serve(ctx, newServer(ctx, informer, r.Credentials.Keychains.Secrets, server))
+		kinds, synced := wakeables(ctx)
+		d := &dispatcher{kinds: kinds, systemNamespace: r.systemNamespace, dispatched: map[types.UID]metav1.MicroTime{},
+			enqueue: reconciler.EnqueuersFrom(ctx).Enqueue}
+		informer.AddEventHandler(d.handler())
+		if webhooks.Port == 0 {
+			return impl
 		}
+		mustIndex(informer, webhookIndex, webhookPathOf)
+		serve(ctx, &server{
+			receivers: informer.GetIndexer(), secrets: r.Credentials.Keychains.Secrets, kinds: kinds,
+			systemNamespace: r.systemNamespace, opts: webhooks, now: time.Now,
+			synced: func() bool { return informer.HasSynced() && synced() },
+			record: func(ctx context.Context, rc *v1alpha1.Receiver, n v1alpha1.ReceiverNotification) error {
+				patch, err := json.Marshal(map[string]any{"status": map[string]any{"lastNotification": n}})
+				if err == nil {
+					_, err = receivers(rc.Namespace).Patch(ctx, rc.Name, types.MergePatchType, patch, metav1.PatchOptions{}, "status")
+				}
+				return err
+			},
+			slots: newSlots(webhooks.Concurrent, webhooks.NamespaceConcurrent), rates: newNamespaceRates(webhooks.EventsPerSecond, webhooks.Burst),
+			recent: map[types.UID]recorded{},
+		})
 		return impl
 	}
 }
 
-// newServer wires the webhooks' server to the caches of the Receivers and
-// of the kinds they wake, indexing each by what it is looked up by.
-func newServer(ctx context.Context, receivers cache.SharedIndexInformer, secrets registry.SecretReader, opts ServerOptions) *server {
-	mustIndex(receivers, webhookIndex, webhookPathOf)
-	client := buildsmithclient.Get(ctx).BuildsmithV1alpha1()
-	merge, none := types.MergePatchType, metav1.PatchOptions{}
+// wakeables are the kinds Receivers wake, their caches indexed by the
+// repositories their objects read, and whether those have synced.
+func wakeables(ctx context.Context) ([]wakeable, func() bool) {
 	stores, stacks := clusterstoreinformer.Get(ctx).Informer(), clusterstackinformer.Get(ctx).Informer()
 	lifecycles, buildpacks := clusterlifecycleinformer.Get(ctx).Informer(), buildpackinformer.Get(ctx).Informer()
-	kinds := []wakeable{
-		{kind: "ClusterStore", indexer: stores.GetIndexer(), patch: func(ctx context.Context, _, name string, data []byte) error {
-			_, err := client.ClusterStores().Patch(ctx, name, merge, data, none)
-			return err
-		}},
-		{kind: "ClusterStack", indexer: stacks.GetIndexer(), patch: func(ctx context.Context, _, name string, data []byte) error {
-			_, err := client.ClusterStacks().Patch(ctx, name, merge, data, none)
-			return err
-		}},
-		{kind: "ClusterLifecycle", indexer: lifecycles.GetIndexer(), patch: func(ctx context.Context, _, name string, data []byte) error {
-			_, err := client.ClusterLifecycles().Patch(ctx, name, merge, data, none)
-			return err
-		}},
-		{kind: "Buildpack", namespaced: true, indexer: buildpacks.GetIndexer(), patch: func(ctx context.Context, namespace, name string, data []byte) error {
-			_, err := client.Buildpacks(namespace).Patch(ctx, name, merge, data, none)
-			return err
-		}},
-	}
-	byKind := map[string]wakeable{}
-	for _, informer := range []cache.SharedIndexInformer{stores, stacks, lifecycles, buildpacks} {
+	informers := []cache.SharedIndexInformer{stores, stacks, lifecycles, buildpacks}
+	for _, informer := range informers {
 		mustIndex(informer, repositoryIndex, repositoriesOf)
 	}
-	for _, k := range kinds {
-		byKind[k.kind] = k
+	kinds := []wakeable{
+		{kind: "ClusterStore", indexer: stores.GetIndexer()},
+		{kind: "ClusterStack", indexer: stacks.GetIndexer()},
+		{kind: "ClusterLifecycle", indexer: lifecycles.GetIndexer()},
+		{kind: "Buildpack", namespaced: true, indexer: buildpacks.GetIndexer()},
 	}
-	s := &server{
-		receivers: receivers.GetIndexer(), secrets: secrets, kinds: kinds, systemNamespace: system.Namespace(), opts: opts,
-		waker: &waker{kinds: byKind, now: time.Now, woken: map[target]time.Time{}},
-		synced: func() bool {
-			return receivers.HasSynced() && stores.HasSynced() && stacks.HasSynced() && lifecycles.HasSynced() && buildpacks.HasSynced()
+	return kinds, func() bool {
+		return !slices.ContainsFunc(informers, func(i cache.SharedIndexInformer) bool { return !i.HasSynced() })
+	}
+}
+
+// handler is the dispatcher's handler of Receivers' events: those of the
+// informer's initial list are recorded as woken already (a replica that
+// starts does not wake again what another woke before).
+func (d *dispatcher) handler() cache.ResourceEventHandler {
+	return cache.ResourceEventHandlerDetailedFuncs{
+		AddFunc: func(obj any, initial bool) {
+			if rc, ok := obj.(*v1alpha1.Receiver); ok && initial {
+				d.seen(rc)
+			} else if ok {
+				d.dispatch(rc)
+			}
 		},
-		slots:    make(chan struct{}, max(opts.Concurrent, 1)),
-		limiters: map[types.UID]*rate.Limiter{},
+		UpdateFunc: func(_, obj any) {
+			if rc, ok := obj.(*v1alpha1.Receiver); ok {
+				d.dispatch(rc)
+			}
+		},
+		DeleteFunc: func(obj any) {
+			if tombstone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = tombstone.Obj
+			}
+			if rc, ok := obj.(*v1alpha1.Receiver); ok {
+				d.forget(rc.UID)
+			}
+		},
 	}
-	return s
 }
 
 // mustIndex adds an index to informer, which is not started yet; one of
@@ -110,17 +136,25 @@ func mustIndex(informer cache.SharedIndexInformer, name string, f cache.IndexFun
 	}
 }
 
-// serve runs the server until ctx is done.
+// maxConnections bounds the connections the server holds open: each a
+// goroutine and buffers, whoever opens them.
+const maxConnections = 256
+
+// serve runs s until ctx is done.
 func serve(ctx context.Context, s *server) {
 	logger := logging.FromContext(ctx)
+	listener, err := net.Listen("tcp", fmt.Sprintf(":%d", s.opts.Port))
+	if err != nil {
+		logger.Fatalw("receiver server", "error", err)
+	}
 	srv := &http.Server{
-		Addr: fmt.Sprintf(":%d", s.opts.Port), Handler: s,
-		ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second,
-		IdleTimeout: time.Minute, MaxHeaderBytes: 64 << 10,
+		Handler:           s,
+		ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second, WriteTimeout: 30 * time.Second,
+		IdleTimeout: 30 * time.Second, MaxHeaderBytes: 16 << 10,
 		BaseContext: func(net.Listener) context.Context { return ctx },
 	}
 	go func() {
-		if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := srv.Serve(netutil.LimitListener(listener, maxConnections)); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			logger.Fatalw("receiver server", "error", err)
 		}
 	}()

@@ -6,6 +6,7 @@ package receiver
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	pkgreconciler "knative.dev/pkg/reconciler"
@@ -21,12 +22,22 @@ import (
 // TokenKey is the key of a Receiver's Secret that holds its token.
 const TokenKey = "token"
 
-// ReasonInvalidToken: the Receiver's Secret has no token.
+// ReasonInvalidToken: the Receiver's Secret has no token, or one too short
+// to keep its webhook path from being guessed.
 const ReasonInvalidToken = "InvalidToken"
+
+// minTokenLength is the shortest token taken: the webhook path is a hash
+// of it, a short one could be found from the path.
+const minTokenLength = 16
 
 // Reconciler reconciles Receivers: their Secret's token gives their
 // webhook path.
-type Reconciler struct{ reconciler.Base }
+type Reconciler struct {
+	reconciler.Base
+	// systemNamespace is the controller's: its Receivers alone may wake
+	// the cluster kinds.
+	systemNamespace string
+}
 
 // ReconcileKind implements the generated reconciler's Interface.
 func (r *Reconciler) ReconcileKind(ctx context.Context, rc *v1alpha1.Receiver) pkgreconciler.Event {
@@ -39,6 +50,14 @@ func (r *Reconciler) ReconcileKind(ctx context.Context, rc *v1alpha1.Receiver) p
 func (r *Reconciler) reconcile(ctx context.Context, rc *v1alpha1.Receiver) error {
 	if err := reconciler.Validate(ctx, rc); err != nil {
 		return err
+	}
+	if rc.Namespace != r.systemNamespace {
+		for _, res := range rc.Spec.Resources {
+			if slices.Contains(clusterKinds, res.Kind) {
+				return failure.Permanentf(reconciler.ReasonInvalidSpec, "spec.resources names a %s: cluster kinds answer only to Receivers of namespace %s, the controller's",
+					res.Kind, r.systemNamespace)
+			}
+		}
 	}
 	token, err := r.token(ctx, rc)
 	if err != nil {
@@ -68,9 +87,9 @@ func readToken(ctx context.Context, secrets registry.SecretReader, rc *v1alpha1.
 		return nil, err
 	}
 	token := secret.Data[TokenKey]
-	if len(token) == 0 {
-		return nil, failure.Permanentf(ReasonInvalidToken, "secret %s/%s has no %q: it holds the token senders use (any random string, e.g. openssl rand -hex 32)",
-			rc.Namespace, rc.Spec.SecretRef.Name, TokenKey)
+	if len(token) < minTokenLength {
+		return nil, failure.Permanentf(ReasonInvalidToken, "secret %s/%s has no %q of %d characters or more: it holds the token senders use "+
+			"(a random string, e.g. openssl rand -hex 32), from which the webhook path is made", rc.Namespace, rc.Spec.SecretRef.Name, TokenKey, minTokenLength)
 	}
 	return token, nil
 }

@@ -1,13 +1,9 @@
 package receiver
 
 import (
-	"context"
-	"fmt"
 	"slices"
 	"sync"
-	"time"
 
-	"github.com/google/go-containerregistry/pkg/name"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
@@ -17,20 +13,22 @@ import (
 )
 
 // repositoryIndex indexes each kind's cache by the repositories its objects
-// read: an event for a repository nothing reads costs a map lookup.
+// read: a notification for a repository nothing reads costs a map lookup.
 const repositoryIndex = "buildsmith.dev/repository"
 
-// wakeable is a kind a Receiver may wake.
+// wakeable is a kind a Receiver may wake, and its cache.
 type wakeable struct {
 	kind       string
 	namespaced bool
 	indexer    cache.Indexer
-	// patch applies a merge patch to an object of the kind.
-	patch func(ctx context.Context, namespace, name string, patch []byte) error
 }
 
-// repositoriesOf are the repositories an object reads, as pushes name
-// them (receiver.Push.Repository); references that do not parse are left
+// clusterKinds are the kinds only Receivers of the controller's namespace
+// may wake.
+var clusterKinds = []string{"ClusterStore", "ClusterStack", "ClusterLifecycle"}
+
+// repositoriesOf are the repositories an object reads, as notifications
+// name them (receiver.Repository); references that do not parse are left
 // out (their object is invalid anyway).
 func repositoriesOf(obj any) ([]string, error) {
 	var images []string
@@ -53,11 +51,7 @@ func repositoriesOf(obj any) ([]string, error) {
 	}
 	var repos []string
 	for _, image := range images {
-		ref, err := name.ParseReference(image)
-		if err != nil {
-			continue
-		}
-		if repo := ref.Context().Name(); !slices.Contains(repos, repo) {
+		if repo, ok := receiver.Repository(image); ok && !slices.Contains(repos, repo) {
 			repos = append(repos, repo)
 		}
 	}
@@ -70,40 +64,39 @@ type target struct {
 	key  types.NamespacedName
 }
 
-// maxWakes bounds the objects one notification wakes (each a PATCH).
+// maxWakes bounds the objects one notification wakes.
 const maxWakes = 256
 
-// targets are the objects rc may wake for pushes: those that read a
-// pushed repository, of rc's namespace (Buildpacks) and, when rc is in the
+// targets are the objects rc may wake for pushes of repositories: those
+// that read one, of rc's namespace (Buildpacks) and, when rc is in the
 // controller's namespace, the cluster kinds; within spec.resources when
-// set. At most maxWakes.
-func targets(kinds []wakeable, rc *v1alpha1.Receiver, systemNamespace string, pushes []receiver.Push) ([]target, error) {
-	var out []target
+// set. At most maxWakes. matched are the repositories some target reads.
+func targets(kinds []wakeable, rc *v1alpha1.Receiver, systemNamespace string, repositories []string) (found []target, matched []string) {
 	for _, k := range kinds {
 		if !k.namespaced && rc.Namespace != systemNamespace {
 			continue
 		}
-		for _, p := range pushes {
-			objects, err := k.indexer.ByIndex(repositoryIndex, p.Repository)
-			if err != nil {
-				return nil, err
-			}
+		for _, repo := range repositories {
+			objects, _ := k.indexer.ByIndex(repositoryIndex, repo) // the index is there: added before the informers started
 			for _, obj := range objects {
 				o, ok := obj.(metav1.Object)
 				if !ok || k.namespaced && o.GetNamespace() != rc.Namespace || !allowed(rc, k.kind, o.GetName()) {
 					continue
 				}
-				t := target{kind: k.kind, key: types.NamespacedName{Namespace: o.GetNamespace(), Name: o.GetName()}}
-				if !slices.Contains(out, t) {
-					out = append(out, t)
+				if !slices.Contains(matched, repo) {
+					matched = append(matched, repo)
 				}
-				if len(out) == maxWakes {
-					return out, nil
+				t := target{kind: k.kind, key: types.NamespacedName{Namespace: o.GetNamespace(), Name: o.GetName()}}
+				if !slices.Contains(found, t) {
+					found = append(found, t)
+				}
+				if len(found) == maxWakes {
+					return found, matched
 				}
 			}
 		}
 	}
-	return out, nil
+	return found, matched
 }
 
 // allowed reports whether rc's resources let it wake the named object of
@@ -117,54 +110,60 @@ func allowed(rc *v1alpha1.Receiver, kind, name string) bool {
 	})
 }
 
-// coalesceWindow is how long an object woken is not woken again: a
-// registry sends an event per tag and per platform of one push.
-const coalesceWindow = time.Second
+// dispatcher wakes, on every replica, what a Receiver's last notification
+// names: the replica that took it recorded it in the Receiver's status,
+// which every replica's informer sees; each puts the targets on its own
+// queues, and the replica leading each target reconciles it. Why not a
+// write to each target: one status write a notification instead of one a
+// target, and no write access to the objects themselves.
+type dispatcher struct {
+	kinds           []wakeable
+	systemNamespace string
+	enqueue         func(kind string, key types.NamespacedName) bool
 
-// waker wakes objects by asking for a reconcile now (the
-// reconcile-requested-at annotation, as kubectl buildsmith reconcile does):
-// whichever replica leads the object reconciles it, whichever replica took
-// the notification.
-type waker struct {
-	kinds map[string]wakeable
-	now   func() time.Time
-	mu    sync.Mutex
-	woken map[target]time.Time // when each was last woken, within the window
+	mu         sync.Mutex
+	dispatched map[types.UID]metav1.MicroTime // the last notification woken, by Receiver
 }
 
-// wake asks for a reconcile of each target not woken in the last window,
-// and returns how many it asked for.
-func (w *waker) wake(ctx context.Context, targets []target) (int, error) {
-	now := w.now()
-	at := now.UTC().Format(time.RFC3339Nano)
-	patch := fmt.Appendf(nil, `{"metadata":{"annotations":{%q:%q}}}`, v1alpha1.ReconcileRequestedAtAnnotation, at)
+// seen records rc's last notification as woken without waking anything:
+// one taken before this replica started (its informer's initial list).
+func (d *dispatcher) seen(rc *v1alpha1.Receiver) {
+	if n := rc.Status.LastNotification; n != nil {
+		d.mu.Lock()
+		d.dispatched[rc.UID] = n.ReceivedAt
+		d.mu.Unlock()
+	}
+}
+
+// dispatch wakes the targets of rc's last notification, once: a status
+// that goes back to an older notification (a write of a stale copy) wakes
+// nothing. It returns how many objects it woke.
+func (d *dispatcher) dispatch(rc *v1alpha1.Receiver) int {
+	n := rc.Status.LastNotification
+	if n == nil {
+		return 0
+	}
+	d.mu.Lock()
+	last, ok := d.dispatched[rc.UID]
+	if ok && !last.Before(&n.ReceivedAt) {
+		d.mu.Unlock()
+		return 0
+	}
+	d.dispatched[rc.UID] = n.ReceivedAt
+	d.mu.Unlock()
+	found, _ := targets(d.kinds, rc, d.systemNamespace, n.Repositories[:min(len(n.Repositories), receiver.MaxPushes)])
 	woken := 0
-	for _, t := range targets {
-		if !w.claim(t, now) {
-			continue
+	for _, t := range found {
+		if d.enqueue(t.kind, t.key) {
+			woken++
 		}
-		if err := w.kinds[t.kind].patch(ctx, t.key.Namespace, t.key.Name, patch); err != nil {
-			return woken, fmt.Errorf("asking for a reconcile of %s %s: %w", t.kind, t.key, err)
-		}
-		woken++
 	}
-	return woken, nil
+	return woken
 }
 
-// claim reports whether t may be woken now, and records it.
-func (w *waker) claim(t target, now time.Time) bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if last, ok := w.woken[t]; ok && now.Sub(last) < coalesceWindow {
-		return false
-	}
-	if len(w.woken) >= 4*maxWakes {
-		for k, last := range w.woken {
-			if now.Sub(last) >= coalesceWindow {
-				delete(w.woken, k)
-			}
-		}
-	}
-	w.woken[t] = now
-	return true
+// forget drops a deleted Receiver's record.
+func (d *dispatcher) forget(uid types.UID) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	delete(d.dispatched, uid)
 }

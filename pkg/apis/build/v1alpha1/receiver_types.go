@@ -5,13 +5,13 @@ import (
 )
 
 // Receiver takes a registry's push notifications and reconciles at once
-// the objects that read the pushed repository, as `kubectl buildsmith
-// reconcile` would: the Buildpacks of its namespace and, for a Receiver in
-// the controller's own namespace, the ClusterStores, ClusterStacks and
-// ClusterLifecycles (whose builders follow them). A notification is only a
-// hint: what was pushed is read from the registry, never taken from it.
-// The sender posts to status.webhookPath on the controller's receiver port
-// (the chart's receiver Service).
+// the objects that read the pushed repository: the Buildpacks of its
+// namespace and, for a Receiver in the controller's own namespace, the
+// ClusterStores, ClusterStacks and ClusterLifecycles (whose builders follow
+// them). A notification is only a hint: what was pushed is read from the
+// registry, never taken from it. The sender posts to status.webhookPath on
+// the controller's receiver port (the chart's receiver Service); the last
+// notification that woke something is status.lastNotification.
 //
 // +genclient
 // +genreconciler
@@ -105,6 +105,22 @@ type ReceiverStatus struct {
 	// the token does.
 	// +optional
 	WebhookPath string `json:"webhookPath,omitempty"`
+	// LastNotification is the last notification that named a repository
+	// something in the Receiver's reach reads: the replica that took it
+	// records it here, and every replica reconciles what reads those
+	// repositories (only the object's leader does the work).
+	// +optional
+	LastNotification *ReceiverNotification `json:"lastNotification,omitempty"`
+}
+
+// ReceiverNotification is a notification a Receiver took.
+type ReceiverNotification struct {
+	// ReceivedAt is when it was taken.
+	ReceivedAt metav1.MicroTime `json:"receivedAt"`
+	// Repositories are the pushed repositories it named that something in
+	// the Receiver's reach reads.
+	// +kubebuilder:validation:MaxItems=64
+	Repositories []string `json:"repositories"`
 }
 
 // ReceiverList is a list of Receivers.
