@@ -5,13 +5,22 @@ import (
 	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"knative.dev/pkg/apis"
 )
 
 // TestKubectlApplySamples applies config/samples with kubectl, as the README
-// tells users to, and reads them back by short name and category.
+// tells users to once the controller is installed (in namespace buildsmith,
+// where the Receiver sample goes), and reads them back by short name and
+// category.
 func TestKubectlApplySamples(t *testing.T) {
+	if _, err := kubernetes.NewForConfigOrDie(env.Config).CoreV1().Namespaces().Create(context.Background(),
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "buildsmith"}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
 	out, err := env.Kubectl("apply", "-f", "config/samples/").CombinedOutput()
 	if err != nil {
 		t.Fatalf("kubectl apply -f config/samples/: %v\n%s", err, out)
@@ -26,6 +35,7 @@ func TestKubectlApplySamples(t *testing.T) {
 		"builder.buildsmith.dev/demo-signed created",
 		"serviceaccount/signer created",
 		"clusterbuilder.buildsmith.dev/demo created",
+		"receiver.buildsmith.dev/registry created",
 	} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("kubectl apply output lacks %q:\n%s", want, out)
@@ -44,7 +54,7 @@ func TestKubectlApplySamples(t *testing.T) {
 		t.Fatalf("kubectl get buildsmith: %v\n%s", err, out)
 	}
 	for _, want := range []string{"clusterstore.buildsmith.dev/demo", "clusterstack.buildsmith.dev/demo", "clusterlifecycle.buildsmith.dev/lifecycle-0-21",
-		"builder.buildsmith.dev/demo", "clusterbuilder.buildsmith.dev/demo"} {
+		"builder.buildsmith.dev/demo", "clusterbuilder.buildsmith.dev/demo", "receiver.buildsmith.dev/registry"} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("kubectl get buildsmith lacks %s:\n%s", want, out)
 		}
@@ -90,7 +100,12 @@ func TestKubectlApplySamples(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, err := range []*apis.FieldError{store.Validate(ctx), stack.Validate(ctx), lifecycle.Validate(ctx), builder.Validate(ctx), systemBuilder.Validate(ctx), clusterBuilder.Validate(ctx)} {
+	receiver, err := bc.Receivers("buildsmith").Get(ctx, "registry", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, err := range []*apis.FieldError{store.Validate(ctx), stack.Validate(ctx), lifecycle.Validate(ctx), builder.Validate(ctx),
+		systemBuilder.Validate(ctx), clusterBuilder.Validate(ctx), receiver.Validate(ctx)} {
 		if err != nil {
 			t.Errorf("sample does not validate: %v", err)
 		}
