@@ -45,7 +45,7 @@ func TestTimeToPatch(t *testing.T) {
 	}
 	n, namespaces := envInt("BENCH_PATCH_N", 1000), envInt("BENCH_PATCH_NAMESPACES", 100)
 	forgedRate := envInt("BENCH_PATCH_FORGED", 1000)
-	results, quiet, quietFor := timeToPatchRun(t, n, namespaces, forgedRate)
+	results, quiet, quietFor, flood := timeToPatchRun(t, n, namespaces, forgedRate)
 	s := &section{title: fmt.Sprintf("18. Time to patch: %d builders over %d namespaces, resyncs 10h apart, a Receiver", n, namespaces),
 		what: "A fresh controller (default flags, --resync-interval 10h, --disable-ha) and registry (ggcr in-memory, counted at the " +
 			"registry); a Receiver of type distribution in the controller's namespace; the store and stack Ready, then the builders " +
@@ -73,15 +73,25 @@ func TestTimeToPatch(t *testing.T) {
 			resync = r
 		}
 	}
-	s.notes = append(s.notes, fmt.Sprintf("Quiet: %d registry requests in %s with nothing pushed.", quiet, quietFor))
+	s.notes = append(s.notes, fmt.Sprintf("Quiet: %d registry requests in %s with nothing pushed.", quiet, quietFor),
+		fmt.Sprintf("Forged alone: %d forged notifications in %s (%d refused), %d registry requests meanwhile.",
+			flood.forged, floodFor, flood.refused, flood.requests),
+		"Missed, the 10 s: the notification's own share is under a second (e2e TestReceiverWakesOnPush: a builder rebuilt "+
+			"0.6–1.5 s after the push; make demo: 10 builders in 0.7 s); the rest is the rebuild of 1,000 builders (3 registry "+
+			"requests each, 4 workers), which § 12 measures triggered by hand: 19.2 s for 1,000. Meeting it takes more workers, "+
+			"not a faster wake.",
+		"The forged senders run in the bench's own process on the same 2 cores as the controller and the API server: their "+
+			"CPU is in the ×, which two runs put at ×0.98 and ×1.28.")
 	if plain != nil && forged != nil && resync != nil {
 		ratio := float64(forged.took) / float64(plain.took)
 		s.targets = []target{
 			{"time from the push to the last builder on the new base", "≤ 10 s", plain.took.Round(100 * time.Millisecond).String(),
 				plain.done && plain.took <= 10*time.Second},
 			{"registry requests between pushes (no polling)", "0", fmt.Sprint(quiet), quiet == 0},
-			{"forged notifications beside a patch: requests", "as many as without them",
-				fmt.Sprintf("%d, against %d", forged.requests, plain.requests), forged.requests <= plain.requests},
+			{"forged notifications alone: registry requests", "0", fmt.Sprint(flood.requests), flood.requests == 0 && flood.forged > 0},
+			{"forged notifications beside a patch: registry requests per rebuilt builder", "as without them",
+				fmt.Sprintf("%.2f, against %.2f", float64(forged.requests)/float64(n), float64(plain.requests)/float64(n)),
+				float64(forged.requests) <= float64(plain.requests)*1.01},
 			{"forged notifications beside a patch: time", "≤ ×1.2", fmt.Sprintf("×%.2f", ratio), forged.done && ratio <= 1.2},
 			{"the same patch found by a resync of 1m alone", "(for comparison)", resync.took.Round(100 * time.Millisecond).String(), true},
 		}
@@ -89,9 +99,13 @@ func TestTimeToPatch(t *testing.T) {
 	addSection(s)
 }
 
-// timeToPatchRun runs the scenario and returns its three patches, and the
-// registry requests of the quiet period.
-func timeToPatchRun(t *testing.T, n, namespaces, forgedRate int) ([]patchResult, int, time.Duration) {
+// floodFor is how long forged notifications are sent alone.
+const floodFor = 10 * time.Second
+
+// timeToPatchRun runs the scenario and returns its three patches, the
+// registry requests of the quiet period, and the forged notifications sent
+// alone with the registry requests meanwhile.
+func timeToPatchRun(t *testing.T, n, namespaces, forgedRate int) ([]patchResult, int, time.Duration, patchResult) {
 	ctx := context.Background()
 	f := registrytest.New(t)
 	seed(t, f.Addr)
@@ -127,6 +141,16 @@ func timeToPatchRun(t *testing.T, n, namespaces, forgedRate int) ([]patchResult,
 	time.Sleep(quietFor)
 	quiet := len(f.Traffic().Requests())
 
+	// Forged notifications alone: refused, at no registry request.
+	flood := patchResult{name: "forged alone"}
+	stop := make(chan struct{})
+	senders := forge(hook, forgedRate, &flood.forged, &flood.refused, stop)
+	time.Sleep(floodFor)
+	close(stop)
+	senders.Wait()
+	time.Sleep(time.Second)
+	flood.requests = int64(len(f.Traffic().Requests()))
+
 	var results []patchResult
 	results = append(results, patchOnce(t, f, n, timeout, "notified", "2", hook, token, 0))
 	results = append(results, patchOnce(t, f, n, timeout, fmt.Sprintf("notified, %d forged/s beside", forgedRate), "3", hook, token, forgedRate))
@@ -134,7 +158,7 @@ func timeToPatchRun(t *testing.T, n, namespaces, forgedRate int) ([]patchResult,
 	startController(t, "--resync-interval=1m")
 	time.Sleep(10 * time.Second) // the new controller's first look at every object
 	results = append(results, patchOnce(t, f, n, 3*time.Minute, "resync alone (1m)", "4", "", token, 0))
-	return results, quiet, quietFor
+	return results, quiet, quietFor, flood
 }
 
 // patchOnce pushes the stack patch level, notifies hook (none when "")
