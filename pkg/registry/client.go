@@ -117,6 +117,10 @@ type Options struct {
 	// name, and the only ones (NamedHosts then does not apply): an
 	// operator's list, so that no tenant's registry takes a name.
 	MetricHosts []string
+	// MaxTags bounds the tags of a repository listed (ListTags), for a
+	// policy to choose from: each a string held until the choice. Default
+	// 10,000.
+	MaxTags int
 }
 
 func (o Options) withDefaults() Options {
@@ -167,6 +171,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.RememberedBlobs == 0 {
 		o.RememberedBlobs = 1 << 16
+	}
+	if o.MaxTags <= 0 {
+		o.MaxTags = 10000
 	}
 	if o.CachedImageBytes <= 0 {
 		o.CachedImageBytes = 64 << 20

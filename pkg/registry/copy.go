@@ -37,7 +37,7 @@ func (a Access) readArtifact(ctx context.Context, src name.Digest) (Artifact, er
 		src = insecure
 	}
 	var out Artifact
-	err := c.do(ctx, src, c.opts.Timeout, func(_ context.Context, s *session) error {
+	err := c.do(ctx, src.Context(), c.opts.Timeout, func(_ context.Context, s *session) error {
 		desc, err := s.puller.Get(c.lifetime, src)
 		if err != nil {
 			return err

@@ -44,7 +44,7 @@ func (a Access) resolve(ctx context.Context, ref name.Reference, lookup bool) (D
 	c, kc := a.client, a.keychain
 	ref = c.hosts.reference(ref)
 	var out Descriptor
-	err := c.do(ctx, ref, c.opts.Timeout, func(ctx context.Context, s *session) error {
+	err := c.do(ctx, ref.Context(), c.opts.Timeout, func(ctx context.Context, s *session) error {
 		desc, err := s.puller.Head(ctx, ref)
 		if err != nil {
 			if reason := Classify(err).Reason; reason == ReasonRegistryUnavailable || reason == ReasonRateLimited ||
@@ -114,7 +114,7 @@ func (a Access) ReadLayer(ctx context.Context, ref name.Digest, size int64, w io
 		ref = insecure
 	}
 	dst := &recordingWriter{w: w}
-	err := c.do(ctx, ref, c.readLayerTimeout(size), func(ctx context.Context, s *session) error {
+	err := c.do(ctx, ref.Context(), c.readLayerTimeout(size), func(ctx context.Context, s *session) error {
 		layer, err := s.puller.Layer(ctx, ref)
 		if err != nil {
 			return err
@@ -286,7 +286,7 @@ func configPlatform(config *v1.ConfigFile) v1.Platform {
 // readImage reads ref, keeping it in cache when there is one.
 func (c *Client) readImage(ctx context.Context, ref name.Reference, platform *v1.Platform, kc authn.Keychain, cache *imageCache) (*Image, error) {
 	var out *Image
-	err := c.do(ctx, ref, c.opts.Timeout, func(ctx context.Context, s *session) error {
+	err := c.do(ctx, ref.Context(), c.opts.Timeout, func(ctx context.Context, s *session) error {
 		var err error
 		out, err = c.readManifests(ctx, s, ref, platform, cache)
 		return err

@@ -29,8 +29,8 @@ type session struct {
 // do runs op with a deadline (none when timeout is 0) and a call state,
 // classifies its error, and opens the circuit of the place where it met an
 // outage.
-func (c *Client) do(ctx context.Context, ref name.Reference, timeout time.Duration, op func(context.Context, *session) error, kc authn.Keychain) error {
-	target := Place{Host: ref.Context().RegistryStr(), Repository: ref.Context().RepositoryStr()}
+func (c *Client) do(ctx context.Context, repo name.Repository, timeout time.Duration, op func(context.Context, *session) error, kc authn.Keychain) error {
+	target := Place{Host: repo.RegistryStr(), Repository: repo.RepositoryStr()}
 	if refused := c.hosts.refuse(target.Host); refused != nil {
 		return refused // before any state is kept for the host
 	}
@@ -87,6 +87,7 @@ func (c *Client) session(kc authn.Keychain) (*session, error) {
 		remote.WithRetryStatusCodes(c.opts.RetryStatusCodes...),
 		remote.WithRetryPredicate(c.retryInCall),
 		remote.WithUserAgent(c.opts.UserAgent),
+		remote.WithPageSize(tagsPerPage),
 	}
 	puller, err := remote.NewPuller(opts...)
 	if err != nil {

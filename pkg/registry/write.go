@@ -20,7 +20,7 @@ func (a Access) Write(ctx context.Context, tag name.Tag, img Artifact) (name.Dig
 	c := a.client
 	tag = c.hosts.tag(tag)
 	var out name.Digest
-	err := c.do(ctx, tag, c.opts.WriteTimeout, func(ctx context.Context, _ *session) error {
+	err := c.do(ctx, tag.Context(), c.opts.WriteTimeout, func(ctx context.Context, _ *session) error {
 		digest, err := img.Digest()
 		if err != nil {
 			return err

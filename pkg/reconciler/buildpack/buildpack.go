@@ -36,7 +36,13 @@ func (r *Reconciler) reconcile(ctx context.Context, bp *v1alpha1.Buildpack) erro
 	if err != nil {
 		return err
 	}
-	pkg, err := clusterstore.ReadPackage(ctx, r.Registry.As(keychain), bp.Spec.Image)
+	reg := r.Registry.As(keychain)
+	chosen := reconciler.NewChosenTags(bp.Status.ChosenTags)
+	src, err := chosen.Choose(ctx, reg, bp.Spec.Image, bp.Spec.Policy)
+	if err != nil {
+		return err
+	}
+	pkg, err := clusterstore.ReadPackage(ctx, reg, src.Ref)
 	if err != nil {
 		return err
 	}
@@ -53,5 +59,6 @@ func (r *Reconciler) reconcile(ctx context.Context, bp *v1alpha1.Buildpack) erro
 		return err
 	}
 	bp.Status.Buildpacks, bp.Status.Extensions = buildpacks, extensions
+	bp.Status.ChosenTags = chosen.Status()
 	return nil
 }

@@ -38,11 +38,12 @@ func (r *Reconciler) reconcile(ctx context.Context, lc *v1alpha1.ClusterLifecycl
 		return err
 	}
 	reg := r.Registry.As(keychain)
-	ref, err := name.ParseReference(lc.Spec.Image)
-	if err != nil { // Validate parsed it already
-		return failure.Permanentf(cnb.ReasonInvalidLifecycleImage, "lifecycle image %q: %v", lc.Spec.Image, err)
+	chosen := reconciler.NewChosenTags(lc.Status.ChosenTags)
+	src, err := chosen.Choose(ctx, reg, lc.Spec.Image, lc.Spec.Policy)
+	if err != nil {
+		return err
 	}
-	img, err := reg.ReadImage(ctx, ref, nil)
+	img, err := reg.ReadImage(ctx, src.Ref, nil)
 	if err != nil {
 		return err
 	}
@@ -65,9 +66,10 @@ func (r *Reconciler) reconcile(ctx context.Context, lc *v1alpha1.ClusterLifecycl
 	}
 
 	status := &lc.Status
-	status.Image = v1alpha1.ResolvedImage{Image: lc.Spec.Image, LatestImage: img.Ref.String()}
+	status.Image = v1alpha1.ResolvedImage{Image: src.Named, LatestImage: img.Ref.String()}
 	status.Version, status.APIs = first.Version, first.APIs
 	status.Platforms = cnb.APIPlatforms(cnb.PlatformsOfV1(image.Platforms))
+	status.ChosenTags = chosen.Status()
 	return nil
 }
 

@@ -8,7 +8,6 @@ import (
 	"fmt"
 
 	"github.com/google/go-containerregistry/pkg/name"
-	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"k8s.io/utils/ptr"
 	pkgreconciler "knative.dev/pkg/reconciler"
 
@@ -39,10 +38,15 @@ func (r *Reconciler) reconcile(ctx context.Context, stack *v1alpha1.ClusterStack
 		return err
 	}
 	reg := r.Registry.As(keychain)
+	chosen := reconciler.NewChosenTags(stack.Status.ChosenTags)
 
 	// The build image first: when a run image is an index, the image for
 	// the build image's platform is the one that matters.
-	build, err := read(ctx, reg, spec.BuildImage.Image, nil)
+	buildSource, err := chosen.Choose(ctx, reg, spec.BuildImage.Image, spec.BuildImage.Policy)
+	if err != nil {
+		return err
+	}
+	build, err := reg.ReadImage(ctx, buildSource.Ref, nil)
 	if err != nil {
 		return err
 	}
@@ -50,9 +54,14 @@ func (r *Reconciler) reconcile(ctx context.Context, stack *v1alpha1.ClusterStack
 	sources := append([]v1alpha1.RunImageSource{spec.RunImage}, spec.AdditionalRunImages...)
 	runs := make([]*registry.Image, len(sources))
 	for i, source := range sources {
-		if runs[i], err = read(ctx, reg, source.Image, ptr.To(first.V1())); err != nil {
+		found, err := chosen.Choose(ctx, reg, source.Image, source.Policy)
+		if err != nil {
+			return runImageError(i, source, err)
+		}
+		if runs[i], err = reg.ReadImage(ctx, found.Ref, ptr.To(first.V1())); err != nil {
 			return err
 		}
+		sources[i] = resolvedSource(source, found)
 	}
 	// Every run image forms the stack with the build image, under one id:
 	// the spec's, or, for a stack without one, the first its images carry
@@ -94,11 +103,26 @@ func (r *Reconciler) reconcile(ctx context.Context, stack *v1alpha1.ClusterStack
 	}
 
 	record(stack, s, platforms, build, runs, sources)
+	stack.Status.BuildImage.Image = buildSource.Named
+	stack.Status.ChosenTags = chosen.Status()
 	return nil
 }
 
+// resolvedSource is source as builders name it: followed, the repository at
+// the tag found, its mirrors too.
+func resolvedSource(source v1alpha1.RunImageSource, found reconciler.Source) v1alpha1.RunImageSource {
+	if found.Tag == "" {
+		return source
+	}
+	out := v1alpha1.RunImageSource{Image: found.Named}
+	for _, m := range source.Mirrors {
+		out.Mirrors = append(out.Mirrors, m+":"+found.Tag) // repositories: Validate checked
+	}
+	return out
+}
+
 // record writes what the stack resolved to into its status: s read from
-// build and runs (of sources), on platforms.
+// build and runs (of sources, as builders name them), on platforms.
 func record(stack *v1alpha1.ClusterStack, s *cnb.Stack, platforms []cnb.Platform, build *registry.Image,
 	runs []*registry.Image, sources []v1alpha1.RunImageSource) {
 	spec := stack.Spec
@@ -160,12 +184,4 @@ func checkPlatform(ctx context.Context, reg registry.Access, buildIndex, runInde
 			p, s.UserID, s.GroupID, s.DistroName, s.DistroVersion, first.OS, first.Arch, first.UserID, first.GroupID, first.DistroName, first.DistroVersion)
 	}
 	return nil
-}
-
-func read(ctx context.Context, reg registry.Access, image string, platform *v1.Platform) (*registry.Image, error) {
-	ref, err := name.ParseReference(image)
-	if err != nil { // Validate parsed it already; kept for safety
-		return nil, failure.Permanentf(registry.ReasonInvalidReference, "%v", err)
-	}
-	return reg.ReadImage(ctx, ref, platform)
 }

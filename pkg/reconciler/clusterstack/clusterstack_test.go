@@ -39,6 +39,13 @@ func TestReconcile(t *testing.T) {
 	f.PushImage("stack/run-bare:1", nil)
 	f.PushImage("stack/run-bare-jammy:1", map[string]string{cnb.LabelStackID: stackID})
 	buildDigest, _ := build.Digest()
+	followed := map[string]string{} // tag → repository@digest
+	for _, tag := range []string{"follow/build:1.2.0", "follow/build:1.2.3", "follow/build:1.3.0",
+		"follow/run:1.2.0-jammy", "follow/run:1.3.0-jammy", "follow/run:1.4.0-noble", "follow/run:2.0.0-jammy"} {
+		img := f.PushImage(tag, stackLabels, stackEnv...)
+		digest, _ := img.Digest()
+		followed[tag] = f.Addr + "/" + strings.Split(tag, ":")[0] + "@" + digest.String()
+	}
 	amd64 := v1.Platform{OS: "linux", Architecture: "amd64"}
 	arm64 := v1.Platform{OS: "linux", Architecture: "arm64"}
 	ppc := v1.Platform{OS: "linux", Architecture: "ppc64le"}
@@ -117,6 +124,33 @@ func TestReconcile(t *testing.T) {
 		validate: func(t *testing.T, s *v1alpha1.ClusterStack) {
 			if diff := cmp.Diff([]string{"mirror.example.com/stack/run:1", "other.example.com/run:1"}, s.Status.RunImage.Mirrors); diff != "" {
 				t.Errorf("status.runImage.mirrors (-want +got):\n%s", diff)
+			}
+		},
+	}, {
+		name: "followed images: the highest tag in range, builders naming it, mirrors at it too",
+		spec: func(s *v1alpha1.ClusterStackSpec) {
+			s.BuildImage = v1alpha1.ImageSource{Image: f.Addr + "/follow/build", Policy: &v1alpha1.TagPolicy{Semver: v1alpha1.SemverPolicy{Range: "~1.2"}}}
+			s.RunImage = v1alpha1.RunImageSource{Image: f.Addr + "/follow/run", Mirrors: []string{"mirror.example.com/run"},
+				Policy: &v1alpha1.TagPolicy{Semver: v1alpha1.SemverPolicy{Range: "1.x"},
+					FilterTags: &v1alpha1.TagFilter{Pattern: `^(?P<v>.*)-jammy$`, Extract: "$v"}}}
+		},
+		want: reconcilertest.Outcome{Ready: corev1.ConditionTrue, Requeue: reconcilertest.Resync, MinDelay: 8 * time.Minute, MaxDelay: 12 * time.Minute,
+			EventReasons: []string{"Ready"}},
+		validate: func(t *testing.T, s *v1alpha1.ClusterStack) {
+			build, run := s.Status.BuildImage, s.Status.RunImage
+			if build.Image != f.Addr+"/follow/build:1.2.3" || build.LatestImage != followed["follow/build:1.2.3"] {
+				t.Errorf("status.buildImage = %+v, want 1.2.3 at %s", build, followed["follow/build:1.2.3"])
+			}
+			if run.Image != f.Addr+"/follow/run:1.3.0-jammy" || run.LatestImage != followed["follow/run:1.3.0-jammy"] ||
+				!cmp.Equal(run.Mirrors, []string{"mirror.example.com/run:1.3.0-jammy"}) {
+				t.Errorf("status.runImage = %+v, want 1.3.0-jammy at %s", run, followed["follow/run:1.3.0-jammy"])
+			}
+			var tags []string
+			for _, c := range s.Status.ChosenTags {
+				tags = append(tags, c.Image+" "+c.Tag+" "+c.Version)
+			}
+			if want := []string{f.Addr + "/follow/build 1.2.3 1.2.3", f.Addr + "/follow/run 1.3.0-jammy 1.3.0"}; !cmp.Equal(tags, want) {
+				t.Errorf("status.chosenTags = %q, want %q", tags, want)
 			}
 		},
 	}, {

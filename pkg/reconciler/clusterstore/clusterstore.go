@@ -53,13 +53,18 @@ func (r *Reconciler) reconcile(ctx context.Context, store *v1alpha1.ClusterStore
 	// Every source is read to the end (no cancelling the others on the
 	// first failure), and the first failure in source order is reported:
 	// the same failures always give the same condition.
+	reg := r.Registry.As(keychain)
+	chosen := reconciler.NewChosenTags(store.Status.ChosenTags)
 	perSource := make([]cnb.Package, len(store.Spec.Sources))
 	errs := make([]error, len(store.Spec.Sources))
 	var g errgroup.Group
 	g.SetLimit(parallelReads)
 	for i, source := range store.Spec.Sources {
 		g.Go(func() error {
-			perSource[i], errs[i] = ReadPackage(ctx, r.Registry.As(keychain), source.Image)
+			var src reconciler.Source
+			if src, errs[i] = chosen.Choose(ctx, reg, source.Image, source.Policy); errs[i] == nil {
+				perSource[i], errs[i] = ReadPackage(ctx, reg, src.Ref)
+			}
 			return nil
 		})
 	}
@@ -85,6 +90,7 @@ func (r *Reconciler) reconcile(ctx context.Context, store *v1alpha1.ClusterStore
 		return err
 	}
 	store.Status.Buildpacks, store.Status.Extensions = mergedBuildpacks, mergedExtensions
+	store.Status.ChosenTags = chosen.Status()
 	return nil
 }
 
@@ -92,11 +98,7 @@ func (r *Reconciler) reconcile(ctx context.Context, store *v1alpha1.ClusterStore
 // buildpacks and extensions, each with the platforms the package has it
 // for: an index is read platform by platform (each has its own layers).
 // Buildpacks read their image with it too.
-func ReadPackage(ctx context.Context, reg registry.Access, image string) (cnb.Package, error) {
-	ref, err := name.ParseReference(image)
-	if err != nil { // Validate parsed it already
-		return cnb.Package{}, failure.Permanentf(registry.ReasonInvalidReference, "%v", err)
-	}
+func ReadPackage(ctx context.Context, reg registry.Access, ref name.Reference) (cnb.Package, error) {
 	img, err := reg.ReadImage(ctx, ref, nil)
 	if err != nil {
 		return cnb.Package{}, err
@@ -114,7 +116,7 @@ func ReadPackage(ctx context.Context, reg registry.Access, image string) (cnb.Pa
 	platforms := distinctPlatforms(img.Platforms)
 	if len(platforms) > maxPackagePlatforms {
 		return cnb.Package{}, failure.Permanentf(ReasonTooManyPlatforms, "%s is an index of %d platforms, more than the %d a buildpackage may have",
-			image, len(platforms), maxPackagePlatforms)
+			ref, len(platforms), maxPackagePlatforms)
 	}
 	buildpacks := make([]cnb.PlatformBuildpacks, len(platforms))
 	extensions := make([]cnb.PlatformBuildpacks, len(platforms))

@@ -35,6 +35,10 @@ type BuildpackSpec struct {
 	// label.
 	// +kubebuilder:validation:MinLength=1
 	Image string `json:"image"`
+	// Policy makes Image (then a repository) follow versions, as a store
+	// source's does.
+	// +optional
+	Policy *TagPolicy `json:"policy,omitempty"`
 	// ServiceAccountName names the ServiceAccount in the Buildpack's
 	// namespace whose secrets hold the credentials to read the image.
 	// +optional
@@ -54,6 +58,9 @@ type BuildpackStatus struct {
 	// Extensions are the image extensions of the image.
 	// +optional
 	Extensions []StoreBuildpack `json:"extensions,omitempty"`
+	// ChosenTags holds the tag the image's policy chose.
+	// +optional
+	ChosenTags []ChosenTag `json:"chosenTags,omitempty"`
 }
 
 // BuildpackList is a list of Buildpacks.

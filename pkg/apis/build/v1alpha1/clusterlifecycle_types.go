@@ -58,6 +58,9 @@ type ClusterLifecycleStatus struct {
 	// Platforms are the platforms the image has a lifecycle for.
 	// +optional
 	Platforms []Platform `json:"platforms,omitempty"`
+	// ChosenTags holds the tag the image's policy chose.
+	// +optional
+	ChosenTags []ChosenTag `json:"chosenTags,omitempty"`
 }
 
 // ClusterLifecycleList is a list of ClusterLifecycles.

@@ -83,17 +83,24 @@ type ClusterStackStatus struct {
 	RunImage ResolvedRunImage `json:"runImage,omitzero"`
 	// +optional
 	AdditionalRunImages []ResolvedRunImage `json:"additionalRunImages,omitempty"`
+	// ChosenTags are the tags the policies of the images chose.
+	// +optional
+	ChosenTags []ChosenTag `json:"chosenTags,omitempty"`
 }
 
 // RunImageSource is the run image, and mirrors of it: other repositories
 // (in other registries, say) holding the same image, from which a platform
 // may pull it instead, e.g. the one in the registry an app is pushed to.
 type RunImageSource struct {
-	// Image is a tag or digest reference.
+	// Image is a tag or digest reference; with a policy, a repository.
 	// +kubebuilder:validation:MinLength=1
 	Image string `json:"image"`
+	// Policy makes Image follow versions, as an ImageSource's does.
+	// +optional
+	Policy *TagPolicy `json:"policy,omitempty"`
 	// Mirrors are references to the same image elsewhere; they are written
-	// into the builder for platforms to choose from, and not read.
+	// into the builder for platforms to choose from, and not read. With a
+	// policy they name repositories, and the tag chosen is theirs too.
 	// +optional
 	// +kubebuilder:validation:MaxItems=32
 	Mirrors []string `json:"mirrors,omitempty"`
@@ -101,6 +108,7 @@ type RunImageSource struct {
 
 // ResolvedRunImage is the run image as resolved, and its mirrors.
 type ResolvedRunImage struct {
+	// Image is the reference from the spec, or the tag its policy chose.
 	// +optional
 	Image string `json:"image,omitempty"`
 	// LatestImage is Image resolved to repository@digest.
@@ -112,7 +120,7 @@ type ResolvedRunImage struct {
 
 // ResolvedImage is an image reference and the digest it resolved to.
 type ResolvedImage struct {
-	// Image is the reference from the spec.
+	// Image is the reference from the spec, or the tag its policy chose.
 	// +optional
 	Image string `json:"image,omitempty"`
 	// LatestImage is Image resolved to repository@digest.

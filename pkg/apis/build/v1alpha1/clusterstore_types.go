@@ -51,6 +51,9 @@ type ClusterStoreStatus struct {
 	// packages), listed as buildpacks are.
 	// +optional
 	Extensions []StoreBuildpack `json:"extensions,omitempty"`
+	// ChosenTags are the tags the policies of the sources chose.
+	// +optional
+	ChosenTags []ChosenTag `json:"chosenTags,omitempty"`
 }
 
 // StoreBuildpack is one buildpack found in a store's sources.

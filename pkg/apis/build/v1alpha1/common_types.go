@@ -1,10 +1,69 @@
 package v1alpha1
 
-// ImageSource names an image by reference (a tag or a digest).
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// ImageSource names an image by reference (a tag or a digest), or a
+// repository whose tag a policy chooses.
 type ImageSource struct {
-	// Image is an image reference, e.g. registry.example.com/buildpacks/go:1.2.
+	// Image is an image reference, e.g. registry.example.com/buildpacks/go:1.2;
+	// with a policy, a repository (no tag, no digest).
 	// +kubebuilder:validation:MinLength=1
 	Image string `json:"image"`
+	// Policy makes Image follow versions: of the repository's tags, the
+	// one with the highest version the policy allows is read, by digest.
+	// status.chosenTags says which, and since when.
+	// +optional
+	Policy *TagPolicy `json:"policy,omitempty"`
+}
+
+// TagPolicy chooses one of a repository's tags, as Flux's ImagePolicy does:
+// the highest semantic version within Semver.Range, of the tags FilterTags
+// lets through. The repository's tags are listed on every reconcile (a
+// resync, or at once when a Receiver hears of a push to it).
+type TagPolicy struct {
+	Semver SemverPolicy `json:"semver"`
+	// FilterTags keeps the tags that match a pattern, and can take the
+	// version out of each (e.g. 1.2.3 from 1.2.3-jammy).
+	// +optional
+	FilterTags *TagFilter `json:"filterTags,omitempty"`
+}
+
+// SemverPolicy chooses the highest version within a range.
+type SemverPolicy struct {
+	// Range is a semantic version constraint, e.g. ">=10.2.0 <11" or "4.x".
+	// Prereleases match only a range that names one.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=256
+	Range string `json:"range"`
+}
+
+// TagFilter keeps the tags that match Pattern.
+type TagFilter struct {
+	// Pattern is a regular expression (RE2) a tag must match, e.g.
+	// '^(?P<version>[0-9.]+)-jammy$'.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=256
+	Pattern string `json:"pattern"`
+	// Extract is the version within a matching tag, from the pattern's
+	// groups: "$version", "${1}". Empty: what the pattern matched.
+	// +optional
+	// +kubebuilder:validation:MaxLength=256
+	Extract string `json:"extract,omitempty"`
+}
+
+// ChosenTag is the tag a policy chose from a repository.
+type ChosenTag struct {
+	// Image is the repository, as the spec names it.
+	Image string `json:"image"`
+	// Tag is the tag chosen, Version the version read in it.
+	Tag     string `json:"tag"`
+	Version string `json:"version"`
+	// LatestImage is the tag resolved to repository@digest: what was read.
+	LatestImage string `json:"latestImage"`
+	// ChosenAt is when this tag, at this digest, was first chosen.
+	ChosenAt metav1.Time `json:"chosenAt"`
 }
 
 // ServiceAccountRef names a ServiceAccount whose secrets and imagePullSecrets

@@ -10,6 +10,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"knative.dev/pkg/apis"
+
+	"github.com/buildsmith/buildsmith/pkg/tagpolicy"
 )
 
 // The CRD schemas reject what a schema can express (types, required fields,
@@ -38,12 +40,12 @@ func (s *ClusterStoreSpec) validate() *apis.FieldError {
 	list := fieldErrorList{field: "sources"}
 	firstIndex := make(map[string]int, len(s.Sources))
 	for i, source := range s.Sources {
-		ref, err := validateImage(source.Image)
+		ref, err := validateSource(source.Image, source.Policy)
 		if err != nil {
 			list.add(i, err)
 			continue
 		}
-		// Compare parsed names so that "busybox" and
+		// Compare parsed names so that "busybox:latest" and
 		// "index.docker.io/library/busybox:latest" count as one source.
 		if j, dup := firstIndex[ref.Name()]; dup {
 			list.add(i, apis.ErrGeneric(fmt.Sprintf("duplicate source: same image as sources[%d]", j), "image"))
@@ -65,7 +67,7 @@ func (c *ClusterStack) Validate(context.Context) *apis.FieldError {
 
 func (s *ClusterStackSpec) validate() *apis.FieldError {
 	var errs *apis.FieldError
-	if _, err := validateImage(s.BuildImage.Image); err != nil {
+	if _, err := validateSource(s.BuildImage.Image, s.BuildImage.Policy); err != nil {
 		errs = errs.Also(err.ViaField("buildImage"))
 	}
 	errs = errs.Also(s.RunImage.validate().ViaField("runImage"))
@@ -79,9 +81,15 @@ func (s *ClusterStackSpec) validate() *apis.FieldError {
 }
 
 func (r *RunImageSource) validate() *apis.FieldError {
-	_, errs := validateImage(r.Image)
+	_, errs := validateSource(r.Image, r.Policy)
 	for i, mirror := range r.Mirrors {
-		if _, err := name.ParseReference(mirror); err != nil {
+		var err error
+		if r.Policy != nil {
+			_, err = name.NewRepository(mirror) // the chosen tag is the mirror's too
+		} else {
+			_, err = name.ParseReference(mirror)
+		}
+		if err != nil {
 			errs = errs.Also(apis.ErrInvalidArrayValue(mirror, "mirrors", i))
 		}
 	}
@@ -90,7 +98,7 @@ func (r *RunImageSource) validate() *apis.FieldError {
 
 // Validate implements apis.Validatable.
 func (c *ClusterLifecycle) Validate(context.Context) *apis.FieldError {
-	_, errs := validateImage(c.Spec.Image)
+	_, errs := validateSource(c.Spec.Image, c.Spec.Policy)
 	if c.Spec.ServiceAccountRef != nil {
 		errs = errs.Also(c.Spec.ServiceAccountRef.validate().ViaField("serviceAccountRef"))
 	}
@@ -108,7 +116,7 @@ func (b *Builder) Validate(context.Context) *apis.FieldError {
 
 // Validate implements apis.Validatable.
 func (b *Buildpack) Validate(context.Context) *apis.FieldError {
-	_, errs := validateImage(b.Spec.Image)
+	_, errs := validateSource(b.Spec.Image, b.Spec.Policy)
 	if b.Spec.ServiceAccountName != "" {
 		errs = errs.Also(validateObjectName(b.Spec.ServiceAccountName, "serviceAccountName"))
 	}
@@ -280,6 +288,37 @@ func validateTag(tag string) *apis.FieldError {
 			return apis.ErrInvalidValue(tag, "tag", "must be a tag, not a digest")
 		}
 		return apis.ErrInvalidValue(tag, "tag", err.Error())
+	}
+	return nil
+}
+
+// validateSource parses the image of a source: a reference, or with a
+// policy a repository (whose reference, for comparing sources, is its
+// name); errors have the paths "image" and "policy".
+func validateSource(image string, policy *TagPolicy) (interface{ Name() string }, *apis.FieldError) {
+	if policy == nil {
+		return validateImage(image)
+	}
+	errs := policy.validate().ViaField("policy")
+	if image == "" {
+		return nil, errs.Also(apis.ErrMissingField("image"))
+	}
+	repo, err := name.NewRepository(image)
+	if err != nil {
+		return nil, errs.Also(apis.ErrInvalidValue(image, "image", "with a policy, a repository without tag or digest: "+err.Error()))
+	}
+	return repo, errs
+}
+
+// validate compiles the policy as the reconcilers will.
+func (p *TagPolicy) validate() *apis.FieldError {
+	if _, err := tagpolicy.New(p.Semver.Range, "", ""); err != nil {
+		return apis.ErrInvalidValue(p.Semver.Range, "semver.range", err.Error())
+	}
+	if f := p.FilterTags; f != nil {
+		if _, err := tagpolicy.New(p.Semver.Range, f.Pattern, f.Extract); err != nil {
+			return apis.ErrGeneric(err.Error(), "filterTags")
+		}
 	}
 	return nil
 }

@@ -148,6 +148,45 @@ func TestValidate(t *testing.T) {
 		},
 		{name: "valid buildpack", obj: &Buildpack{Spec: BuildpackSpec{Image: "registry.example.com/bp/go:1"}}},
 		{
+			name: "sources that follow versions",
+			obj: &ClusterStore{Spec: ClusterStoreSpec{Sources: []ImageSource{
+				{Image: "registry.example.com/bp/go", Policy: &TagPolicy{Semver: SemverPolicy{Range: ">=4 <5"}}},
+				{Image: "registry.example.com/bp/go:4.0.0"}, // a fixed tag beside is another source
+				{Image: "registry.example.com/bp/node", Policy: &TagPolicy{
+					Semver: SemverPolicy{Range: "*"}, FilterTags: &TagFilter{Pattern: `^(?P<v>.*)-jammy$`, Extract: "$v"}}},
+			}}},
+		},
+		{
+			name: "followed sources with a tag, twice, and bad policies",
+			obj: &ClusterStore{Spec: ClusterStoreSpec{Sources: []ImageSource{
+				{Image: "registry.example.com/bp/go:4", Policy: &TagPolicy{Semver: SemverPolicy{Range: "*"}}},
+				{Image: "registry.example.com/bp/go@" + digest, Policy: &TagPolicy{Semver: SemverPolicy{Range: "*"}}},
+				{Image: "registry.example.com/bp/node", Policy: &TagPolicy{Semver: SemverPolicy{Range: ">=one"}}},
+				{Image: "registry.example.com/bp/ruby", Policy: &TagPolicy{Semver: SemverPolicy{Range: "*"}, FilterTags: &TagFilter{Pattern: "(", Extract: "$1"}}},
+				{Image: "registry.example.com/bp/java", Policy: &TagPolicy{Semver: SemverPolicy{Range: "*"}}},
+				{Image: "registry.example.com/bp/java", Policy: &TagPolicy{Semver: SemverPolicy{Range: "1.x"}}},
+			}}},
+			want: []string{
+				"duplicate source: same image as sources[4]: spec.sources[5].image",
+				`invalid value: >=one: spec.sources[2].policy.semver.range`,
+				"invalid value: registry.example.com/bp/go:4: spec.sources[0].image",
+				"invalid value: registry.example.com/bp/go@" + digest + ": spec.sources[1].image",
+				"pattern \"(\": error parsing regexp: missing closing ): `(`: spec.sources[3].policy.filterTags",
+			},
+		},
+		{
+			name: "a followed run image's mirrors are repositories",
+			obj: stack(func(s *ClusterStackSpec) {
+				s.RunImage = RunImageSource{Image: "registry.example.com/stack/run", Policy: &TagPolicy{Semver: SemverPolicy{Range: "~1"}},
+					Mirrors: []string{"mirror.example.com/stack/run", "mirror.example.com/stack/run:1"}}
+			}),
+			want: []string{"invalid value: mirror.example.com/stack/run:1: spec.runImage.mirrors[1]"},
+		},
+		{
+			name: "a followed Buildpack and lifecycle",
+			obj:  &Buildpack{Spec: BuildpackSpec{Image: "registry.example.com/bp/go", Policy: &TagPolicy{Semver: SemverPolicy{Range: "^4"}}}},
+		},
+		{
 			name: "buildpack without an image, with a bad ServiceAccount",
 			obj:  &Buildpack{Spec: BuildpackSpec{ServiceAccountName: "Not_A_Name"}},
 			want: []string{"invalid value: Not_A_Name: spec.serviceAccountName", "missing field(s): spec.image"},

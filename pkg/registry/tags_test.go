@@ -1,0 +1,140 @@
+package registry
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/google/go-containerregistry/pkg/name"
+
+	"github.com/buildsmith/buildsmith/pkg/failure"
+	"github.com/buildsmith/buildsmith/test/registrytest"
+)
+
+// TestListTags: the real (ggcr) registry's tags in one request.
+func TestListTags(t *testing.T) {
+	f := registrytest.New(t)
+	for _, tag := range []string{"1.0.0", "1.1.0", "latest"} {
+		f.Push("team/app:" + tag)
+	}
+	f.ForgetRequests()
+	c := newTestClient(t, Options{})
+	tags, err := c.As(nil).ListTags(context.Background(), f.Ref("team/app").Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(tags)
+	if want := []string{"1.0.0", "1.1.0", "latest"}; !slices.Equal(tags, want) {
+		t.Errorf("tags %v, want %v", tags, want)
+	}
+	if n := f.Count("GET", "/tags/list"); n != 1 {
+		t.Errorf("%d listing requests, want 1", n)
+	}
+}
+
+// pagesOf serves tags size a page, each page linking to the next with
+// link (given the tag the next page starts after; "" for the last page).
+func pagesOf(tags []string, size int, link func(r *http.Request, last string) string) func(http.ResponseWriter, *http.Request) {
+	return func(w http.ResponseWriter, r *http.Request) {
+		start := 0
+		if last := r.URL.Query().Get("last"); last != "" {
+			start = slices.Index(tags, last) + 1
+		}
+		end := min(start+size, len(tags))
+		if end < len(tags) {
+			w.Header().Set("Link", link(r, tags[end-1]))
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = fmt.Fprintf(w, `{"name":"team/app","tags":["%s"]}`, strings.Join(tags[start:end], `","`))
+	}
+}
+
+func sameHostLink(r *http.Request, last string) string {
+	return fmt.Sprintf(`<%s?n=3&last=%s>; rel="next"`, r.URL.Path, last)
+}
+
+// TestListTagsBounded: pages are followed on the registry's own host
+// only; more tags than MaxTags, more pages than they take, or a page over
+// its size fail the listing at once as permanent errors, after as few
+// requests as that takes.
+func TestListTagsBounded(t *testing.T) {
+	many := make([]string, 12)
+	for i := range many {
+		many[i] = fmt.Sprintf("1.%d.0", i)
+	}
+	tests := []struct {
+		name     string
+		maxTags  int
+		serve    func(http.ResponseWriter, *http.Request)
+		want     []string // nil: an error
+		reason   string
+		says     string
+		requests int
+	}{
+		{name: "pages followed", maxTags: 1000, serve: pagesOf(many, 5, sameHostLink), want: many, requests: 3},
+		{
+			name: "more tags than allowed", maxTags: 107, serve: pagesOf(append(many, make([]string, 100)...), 100, sameHostLink),
+			reason: ReasonTooManyTags, says: "has more than 107 tags (--registry-max-tags)", requests: 2,
+		},
+		{
+			name: "endless empty pages", maxTags: 200,
+			serve: func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Link", fmt.Sprintf(`<%s?n=3&last=x>; rel="next"`, r.URL.Path))
+				_, _ = fmt.Fprint(w, `{"name":"team/app","tags":[]}`)
+			},
+			reason: ReasonTooManyTags, says: "more than 3 pages of tags", requests: 3,
+		},
+		{
+			name: "a page too large", maxTags: 100,
+			serve: func(w http.ResponseWriter, r *http.Request) {
+				_, _ = fmt.Fprintf(w, `{"name":"team/app","tags":["%s"]}`, strings.Repeat(`a","`, maxTagPageSize/2))
+			},
+			reason: ReasonInvalidImage, says: "the tag list at", requests: 1,
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			f := registrytest.New(t)
+			f.Inject("GET", "/tags/list", -1, tc.serve)
+			c := newTestClient(t, Options{MaxTags: tc.maxTags})
+			tags, err := c.As(nil).ListTags(context.Background(), f.Ref("team/app").Context())
+			if tc.want != nil {
+				if err != nil || !slices.Equal(tags, tc.want) {
+					t.Fatalf("ListTags = %v, %v; want %v", tags, err, tc.want)
+				}
+			} else {
+				e, ok := failure.As(err)
+				if !ok || e.Class != failure.Permanent || e.Reason != tc.reason || !strings.Contains(err.Error(), tc.says) {
+					t.Fatalf("error %v, want a permanent %s saying %q", err, tc.reason, tc.says)
+				}
+				t.Log(err)
+			}
+			if n := f.Count("GET", "/tags/list"); n != tc.requests {
+				t.Errorf("%d listing requests, want %d", n, tc.requests)
+			}
+		})
+	}
+}
+
+// TestListTagsStaysOnTheRegistry: a next page on another host is not
+// asked for.
+func TestListTagsStaysOnTheRegistry(t *testing.T) {
+	f, elsewhere := registrytest.New(t), registrytest.New(t)
+	f.Inject("GET", "/tags/list", -1, pagesOf([]string{"1", "2", "3"}, 1, func(r *http.Request, last string) string {
+		return fmt.Sprintf(`<http://%s/v2/team/app/tags/list?last=%s>; rel="next"`, elsewhere.Addr, last)
+	}))
+	c := newTestClient(t, Options{})
+	repo, err := name.NewRepository(f.Addr + "/team/app")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tags, err := c.As(nil).ListTags(context.Background(), repo); err == nil {
+		t.Fatalf("ListTags = %v, want an error", tags)
+	}
+	if n := elsewhere.Count("", ""); n != 0 {
+		t.Errorf("%d requests to the other registry, want none", n)
+	}
+}
