@@ -130,6 +130,8 @@ func TestReceiverWakesOnPush(t *testing.T) {
 		t.Errorf("the Receiver's last notification: %+v, want %s/stack/build", n, d.Addr)
 	}
 
+	followVersions(t, d.Addr, push)
+
 	body := scrape(p)
 	for _, want := range [][]string{
 		{"buildsmith_receiver_events_total", `type="distribution"`, `result="woken"`},
@@ -157,4 +159,61 @@ func postNotification(t *testing.T, url string, body []byte, authorization strin
 	defer resp.Body.Close()
 	_, _ = io.Copy(io.Discard, resp.Body)
 	return resp.StatusCode
+}
+
+// followVersions: the store of TestReceiverWakesOnPush follows the hello
+// buildpackage's versions (^1); a new version pushed reaches the store's
+// status through the registry's notification (resyncs are 10 h apart), and
+// the builder over it is rebuilt with it.
+func followVersions(t *testing.T, addr string, push func(repo string, img v1.Image, err error)) {
+	ctx := context.Background()
+	stores := client.BuildsmithV1alpha1().ClusterStores()
+	store, err := stores.Get(ctx, "receiver", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	store.Spec.Sources = []v1alpha1.ImageSource{{Image: addr + "/buildpacks/hello",
+		Policy: &v1alpha1.TagPolicy{Semver: v1alpha1.SemverPolicy{Range: "^1"}}}}
+	if _, err := stores.Update(ctx, store, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	chosen := func(tag string) func() (bool, string) {
+		return func() (bool, string) {
+			s, err := stores.Get(ctx, "receiver", metav1.GetOptions{})
+			if err != nil {
+				return false, err.Error()
+			}
+			ok := s.Status.IsReady() && s.Status.ObservedGeneration == s.Generation &&
+				len(s.Status.ChosenTags) == 1 && s.Status.ChosenTags[0].Tag == tag
+			return ok, fmt.Sprintf("%+v", s.Status.ChosenTags)
+		}
+	}
+	eventually(t, 30*time.Second, "the store following buildpacks/hello at 1.0.0", chosen("1.0.0"))
+	before, err := client.BuildsmithV1alpha1().Builders("receiver").Get(ctx, "app", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	newer := helloBuildpack
+	newer.Version = "1.1.0"
+	hello, err := sampleimages.Buildpackage(newer)
+	push("buildpacks/hello:1.1.0", hello, err)
+	took := eventually(t, 30*time.Second, "the store at buildpacks/hello:1.1.0", chosen("1.1.0"))
+	t.Logf("buildpacks/hello:1.1.0 pushed, the store chose it %v later", took.Round(100*time.Millisecond))
+	rc, err := client.BuildsmithV1alpha1().Receivers(systemNamespace).Get(ctx, "registry", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := rc.Status.LastNotification; n == nil || !slices.Contains(n.Repositories, addr+"/buildpacks/hello") {
+		t.Errorf("the Receiver's last notification: %+v, want %s/buildpacks/hello", n, addr)
+	}
+	eventually(t, 60*time.Second, "the builder rebuilt with example/hello@1.1.0", func() (bool, string) {
+		b, err := client.BuildsmithV1alpha1().Builders("receiver").Get(ctx, "app", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		return b.Status.IsReady() && b.Status.LatestImage != before.Status.LatestImage &&
+			slices.ContainsFunc(b.Status.BuilderMetadata, func(bp v1alpha1.BuildpackMetadata) bool { return bp.ID == "example/hello" && bp.Version == "1.1.0" }),
+			fmt.Sprintf("%s %+v", b.Status.LatestImage, b.Status.BuilderMetadata)
+	})
 }
