@@ -207,7 +207,7 @@ func followVersions(t *testing.T, addr string, push func(repo string, img v1.Ima
 			return false, err.Error()
 		}
 		return b.Status.IsReady() && b.Status.LatestImage != before.Status.LatestImage &&
-			slices.ContainsFunc(b.Status.BuilderMetadata, func(bp v1alpha1.BuildpackMetadata) bool { return bp.ID == "example/hello" && bp.Version == "1.1.0" }),
+				slices.ContainsFunc(b.Status.BuilderMetadata, func(bp v1alpha1.BuildpackMetadata) bool { return bp.ID == "example/hello" && bp.Version == "1.1.0" }),
 			fmt.Sprintf("%s %+v", b.Status.LatestImage, b.Status.BuilderMetadata)
 	})
 }

@@ -5,11 +5,14 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/buildsmith/buildsmith/pkg/apis/build/v1alpha1"
 
 	"github.com/buildsmith/buildsmith/test/registrytest"
 	"github.com/buildsmith/buildsmith/test/sampleimages"
@@ -25,8 +28,11 @@ func TestSamplesGoReady(t *testing.T) {
 	f := registrytest.New(t)
 	f.PushBuildpackage("buildsmith-demo/buildpacks/hello:1.0.0",
 		registrytest.Buildpack{ID: "buildsmith-demo/hello", Version: "1.0.0", API: "0.10"})
-	f.PushBuildpackage("buildsmith-demo/buildpacks/greeting:1.0.0",
-		registrytest.Buildpack{ID: "buildsmith-demo/greeting", Version: "1.0.0", API: "0.10"})
+	// The sample store follows greeting's 1.x versions: 1.1.0 of these.
+	for _, v := range []string{"0.9.0", "1.0.0", "1.1.0", "2.0.0"} {
+		f.PushBuildpackage("buildsmith-demo/buildpacks/greeting:"+v,
+			registrytest.Buildpack{ID: "buildsmith-demo/greeting", Version: v, API: "0.10"})
+	}
 	labels := map[string]string{"io.buildpacks.stack.id": "dev.buildsmith.stacks.demo"}
 	f.PushImage("buildsmith-demo/stack/build:1.0.0", labels, "CNB_USER_ID=1000", "CNB_GROUP_ID=1000")
 	f.PushImage("buildsmith-demo/stack/run:1.0.0", labels)
@@ -74,6 +80,11 @@ func TestSamplesGoReady(t *testing.T) {
 		if err != nil {
 			return false, err.Error()
 		}
-		return len(s.Status.Buildpacks) == 2 && len(s.Status.Extensions) == 1, fmt.Sprintf("%+v %+v", s.Status.Buildpacks, s.Status.Extensions)
+		chosen := len(s.Status.ChosenTags) == 1 && s.Status.ChosenTags[0].Tag == "1.1.0" &&
+			slices.ContainsFunc(s.Status.Buildpacks, func(bp v1alpha1.StoreBuildpack) bool {
+				return bp.ID == "buildsmith-demo/greeting" && bp.Version == "1.1.0"
+			})
+		return len(s.Status.Buildpacks) == 2 && len(s.Status.Extensions) == 1 && chosen,
+			fmt.Sprintf("%+v %+v %+v", s.Status.Buildpacks, s.Status.Extensions, s.Status.ChosenTags)
 	})
 }
