@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -54,7 +55,9 @@ type Source struct {
 // with one, the repository's tag whose version is the highest the policy
 // allows, at the digest it names now. The repository is listed every time:
 // a new version is found by the reconcile a push (or a resync) brings.
-func (c *ChosenTags) Choose(ctx context.Context, reg registry.Access, image string, policy *v1alpha1.TagPolicy) (Source, error) {
+//
+// field is where the spec names the image (spec.sources[2]), for status.
+func (c *ChosenTags) Choose(ctx context.Context, reg registry.Access, field, image string, policy *v1alpha1.TagPolicy) (Source, error) {
 	if policy == nil {
 		ref, err := name.ParseReference(image)
 		if err != nil { // Validate parsed it already
@@ -81,7 +84,7 @@ func (c *ChosenTags) Choose(ctx context.Context, reg registry.Access, image stri
 	if err != nil {
 		return Source{}, err
 	}
-	c.keep(v1alpha1.ChosenTag{Image: image, Tag: choice.Tag, Version: choice.Version, LatestImage: desc.Ref.String()})
+	c.keep(v1alpha1.ChosenTag{Field: field, Image: image, Tag: choice.Tag, Version: choice.Version, LatestImage: desc.Ref.String()})
 	return Source{Ref: desc.Ref, Named: tag.String(), Tag: choice.Tag}, nil
 }
 
@@ -121,7 +124,7 @@ func newestOf(tags []string) string {
 func (c *ChosenTags) keep(chosen v1alpha1.ChosenTag) {
 	chosen.ChosenAt = metav1.NewTime(c.now().Truncate(time.Second))
 	for _, p := range c.previous {
-		if p.Image == chosen.Image && p.Tag == chosen.Tag && p.LatestImage == chosen.LatestImage {
+		if p.Field == chosen.Field && p.Image == chosen.Image && p.Tag == chosen.Tag && p.LatestImage == chosen.LatestImage {
 			chosen.ChosenAt = p.ChosenAt
 		}
 	}
@@ -130,12 +133,25 @@ func (c *ChosenTags) keep(chosen v1alpha1.ChosenTag) {
 	c.chosen = append(c.chosen, chosen)
 }
 
-// Status is what was chosen, for status.chosenTags: by image, whatever
-// order they were read in, each once; nil when nothing follows.
+// Status is what was chosen, for status.chosenTags: in the spec's order,
+// whatever order the images were read in; nil when nothing follows.
 func (c *ChosenTags) Status() []v1alpha1.ChosenTag {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	out := slices.Clone(c.chosen)
-	slices.SortStableFunc(out, func(a, b v1alpha1.ChosenTag) int { return strings.Compare(a.Image, b.Image) })
-	return slices.CompactFunc(out, func(a, b v1alpha1.ChosenTag) bool { return a.Image == b.Image && a.Tag == b.Tag })
+	slices.SortFunc(out, func(a, b v1alpha1.ChosenTag) int { return compareFields(a.Field, b.Field) })
+	return out
+}
+
+// compareFields orders field paths as the spec lists them: by name, then
+// by index as a number (sources[2] before sources[10]).
+func compareFields(a, b string) int {
+	aName, aIndex, _ := strings.Cut(a, "[")
+	bName, bIndex, _ := strings.Cut(b, "[")
+	if c := strings.Compare(aName, bName); c != 0 {
+		return c
+	}
+	i, _ := strconv.Atoi(strings.TrimSuffix(aIndex, "]"))
+	j, _ := strconv.Atoi(strings.TrimSuffix(bIndex, "]"))
+	return i - j
 }

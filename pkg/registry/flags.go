@@ -57,7 +57,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 			return err
 		})
 	fs.IntVar(&o.MaxTags, "registry-max-tags", o.MaxTags,
-		"most tags of a repository listed for a policy to choose a version from; a repository with more fails the object that follows it (TooManyTags) (default 10000)")
+		"most tags of a repository listed for a policy to choose a version from; an object following a repository with more waits (TooManyTags) (default 10000)")
 	fs.IntVar(&o.NamedHosts, "registry-metric-hosts", cmp.Or(o.NamedHosts, 256),
 		"most registries counted under their own name in the metrics (host label), given as they first answer; the others count as host=\"other\"")
 	fs.Func("registry-metric-host", "a registry (HOST[:PORT]) counted under its own name in the metrics; repeatable. Given, only these are (--registry-metric-hosts no longer applies), so that no tenant's registry takes a name",

@@ -23,11 +23,10 @@ const (
 	maxImageLayers = 1024
 )
 
-// limitTransport fails a manifest answer larger than maxManifestSize (a
-// page of tags larger than maxTagPageSize): at once when its Content-Length
-// says so, else once its body passes the limit. The error is permanent (the
-// same manifest will be as large next time) and names the answer and the
-// size.
+// limitTransport fails a manifest answer larger than maxManifestSize: at
+// once when its Content-Length says so, else once its body passes the
+// limit. The error is permanent (the same manifest will be as large next
+// time) and names the manifest and the size.
 //
 // It also names the flag when net/http refused an answer for headers over
 // --registry-max-header-bytes (Transport.MaxResponseHeaderBytes): that
@@ -46,33 +45,17 @@ func (t *limitTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 			"%s %s: the registry answered with more than %s of headers (--registry-max-header-bytes); not read",
 			req.Method, redactURL(req.URL), byteSize(t.maxHeaderBytes)))
 	}
-	what, limit := bodyLimit(req)
-	if err != nil || limit == 0 {
+	if err != nil || req.Method != http.MethodGet || !strings.Contains(req.URL.Path, "/manifests/") {
 		return resp, err
 	}
-	if resp.ContentLength > limit {
+	if resp.ContentLength > maxManifestSize {
 		_ = resp.Body.Close()
-		return nil, tooLarge(req, what, resp.ContentLength, limit)
+		return nil, tooLarge(req, "manifest", resp.ContentLength, maxManifestSize)
 	}
-	resp.Body = &limitedBody{ReadCloser: resp.Body, limit: limit, tooLarge: func() error {
-		return tooLarge(req, what, -1, limit)
+	resp.Body = &limitedBody{ReadCloser: resp.Body, limit: maxManifestSize, tooLarge: func() error {
+		return tooLarge(req, "manifest", -1, maxManifestSize)
 	}}
 	return resp, nil
-}
-
-// bodyLimit is what the answer to req is and how large it may be; 0 when
-// limitTransport leaves it alone: blobs, whose size the manifest gives
-// (ReadLayer bounds them), and answers ggcr reads no body of.
-func bodyLimit(req *http.Request) (what string, limit int64) {
-	switch {
-	case req.Method != http.MethodGet:
-		return "", 0
-	case strings.Contains(req.URL.Path, "/manifests/"):
-		return "manifest", maxManifestSize
-	case strings.HasSuffix(req.URL.Path, "/tags/list"):
-		return "tag list", maxTagPageSize
-	}
-	return "", 0
 }
 
 // headersTooLarge reports whether err is net/http's refusal of an answer

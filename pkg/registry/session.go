@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"net/http"
 	"net/url"
 	"slices"
 	"syscall"
@@ -14,6 +15,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
+	"k8s.io/utils/lru"
 
 	"github.com/buildsmith/buildsmith/pkg/failure"
 )
@@ -24,6 +26,14 @@ import (
 type session struct {
 	puller  *remote.Puller
 	options []remote.Option
+
+	// For what ggcr's puller does not do to our bounds (tag listings):
+	// the credentials, the transport every puller request goes through
+	// (in-call retries, user agent), and the authenticated transports
+	// made of them, by repository.
+	keychain authn.Keychain
+	base     http.RoundTripper
+	readers  *lru.Cache
 }
 
 // do runs op with a deadline (none when timeout is 0) and a call state,
@@ -87,17 +97,44 @@ func (c *Client) session(kc authn.Keychain) (*session, error) {
 		remote.WithRetryStatusCodes(c.opts.RetryStatusCodes...),
 		remote.WithRetryPredicate(c.retryInCall),
 		remote.WithUserAgent(c.opts.UserAgent),
-		remote.WithPageSize(tagsPerPage),
 	}
 	puller, err := remote.NewPuller(opts...)
 	if err != nil {
 		return nil, err
 	}
-	s := &session{puller: puller, options: opts}
+	// As remote wraps WithTransport's.
+	base := transport.NewUserAgent(transport.NewRetry(c.transport, transport.WithRetryBackoff(c.opts.Retry),
+		transport.WithRetryPredicate(c.retryInCall), transport.WithRetryStatusCodes(c.opts.RetryStatusCodes...)), c.opts.UserAgent)
+	s := &session{puller: puller, options: opts, keychain: kc, base: base, readers: lru.New(sessionReaders)}
 	if cacheable {
 		c.sessions.Add(keyer.CacheKey(), s)
 	}
 	return s, nil
+}
+
+// sessionReaders bounds the authenticated transports a session keeps: each
+// holds a bearer token, which it renews when the registry refuses it.
+const sessionReaders = 64
+
+// reader is an authenticated transport that may pull from repo, as ggcr's
+// puller makes for each repository: the /v2/ ping (pingCache answers it
+// mostly) and, for a registry of tokens, one token exchange, once.
+// Made without a lock held: the anonymous session is everyone's, and one
+// registry's hang must not hold another's listing.
+func (s *session) reader(ctx context.Context, repo name.Repository) (http.RoundTripper, error) {
+	if kept, ok := s.readers.Get(repo.String()); ok { // lru.Cache locks
+		return kept.(http.RoundTripper), nil
+	}
+	auth, err := authn.Resolve(ctx, s.keychain, repo)
+	if err != nil {
+		return nil, err
+	}
+	rt, err := transport.NewWithContext(ctx, repo.Registry, auth, s.base, []string{repo.Scope(transport.PullScope)})
+	if err != nil {
+		return nil, err
+	}
+	s.readers.Add(repo.String(), rt)
+	return rt, nil
 }
 
 func orAnonymous(kc authn.Keychain) authn.Keychain {

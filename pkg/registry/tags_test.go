@@ -8,8 +8,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/google/go-containerregistry/pkg/name"
-
 	"github.com/buildsmith/buildsmith/pkg/failure"
 	"github.com/buildsmith/buildsmith/test/registrytest"
 )
@@ -56,15 +54,17 @@ func sameHostLink(r *http.Request, last string) string {
 	return fmt.Sprintf(`<%s?n=3&last=%s>; rel="next"`, r.URL.Path, last)
 }
 
-// TestListTagsBounded: pages are followed on the registry's own host
-// only; more tags than MaxTags, more pages than they take, or a page over
-// its size fail the listing at once as permanent errors, after as few
-// requests as that takes.
+// TestListTagsBounded: pages are followed on the registry's own listing
+// path only; more tags than MaxTags, more pages than they take, a page
+// over its size, an answer that is no tag list, a next page elsewhere and
+// a redirect fail the listing at once, Waiting (the registry must change),
+// after as few requests as that takes.
 func TestListTagsBounded(t *testing.T) {
 	many := make([]string, 12)
 	for i := range many {
 		many[i] = fmt.Sprintf("1.%d.0", i)
 	}
+	elsewhere := registrytest.New(t)
 	tests := []struct {
 		name     string
 		maxTags  int
@@ -76,8 +76,18 @@ func TestListTagsBounded(t *testing.T) {
 	}{
 		{name: "pages followed", maxTags: 1000, serve: pagesOf(many, 5, sameHostLink), want: many, requests: 3},
 		{
+			name: "an absolute link on the same registry", maxTags: 1000, want: many, requests: 3,
+			serve: pagesOf(many, 5, func(r *http.Request, last string) string {
+				return fmt.Sprintf(`<http://%s%s?n=5&last=%s>; rel="next"`, r.Host, r.URL.Path, last)
+			}),
+		},
+		{
+			name: "the body's next is not read", maxTags: 1000, want: []string{"1"}, requests: 1,
+			serve: registrytest.Answer(200, nil, fmt.Sprintf(`{"name":"team/app","tags":["1"],"next":"http://%s/v2/team/app/tags/list"}`, elsewhere.Addr)),
+		},
+		{
 			name: "more tags than allowed", maxTags: 107, serve: pagesOf(append(many, make([]string, 100)...), 100, sameHostLink),
-			reason: ReasonTooManyTags, says: "has more than 107 tags (--registry-max-tags)", requests: 2,
+			reason: ReasonTooManyTags, says: "more than 107 tags (--registry-max-tags)", requests: 2,
 		},
 		{
 			name: "endless empty pages", maxTags: 200,
@@ -85,18 +95,45 @@ func TestListTagsBounded(t *testing.T) {
 				w.Header().Set("Link", fmt.Sprintf(`<%s?n=3&last=x>; rel="next"`, r.URL.Path))
 				_, _ = fmt.Fprint(w, `{"name":"team/app","tags":[]}`)
 			},
-			reason: ReasonTooManyTags, says: "more than 3 pages of tags", requests: 3,
+			reason: ReasonTooManyTags, says: "more than 3 pages", requests: 3,
 		},
 		{
 			name: "a page too large", maxTags: 100,
 			serve: func(w http.ResponseWriter, r *http.Request) {
 				_, _ = fmt.Fprintf(w, `{"name":"team/app","tags":["%s"]}`, strings.Repeat(`a","`, maxTagPageSize/2))
 			},
-			reason: ReasonInvalidImage, says: "the tag list at", requests: 1,
+			reason: ReasonTooManyTags, says: "a page of its tags is larger than the 1.0 MiB allowed", requests: 1,
+		},
+		{
+			name: "a page declared too large", maxTags: 100,
+			serve: registrytest.Answer(200, map[string]string{"Content-Length": fmt.Sprint(2 << 20)}, ""),
+			reason: ReasonTooManyTags, says: "a page of its tags is 2.0 MiB", requests: 1,
+		},
+		{
+			name: "not a tag list", maxTags: 100, serve: registrytest.Answer(200, nil, "<html>maintenance</html>"),
+			reason: ReasonInvalidTagList, says: "does not read", requests: 1,
+		},
+		{
+			name: "a next page on another path", maxTags: 100,
+			serve: pagesOf(many, 5, func(*http.Request, string) string { return `</v2/other/tags/list?n=5>; rel="next"` }),
+			reason: ReasonInvalidTagList, says: "is not /v2/team/app/tags/list on the same registry", requests: 1,
+		},
+		{
+			name: "a next page on another registry", maxTags: 100,
+			serve: pagesOf(many, 5, func(*http.Request, string) string {
+				return fmt.Sprintf(`<http://%s/v2/team/app/tags/list?n=5>; rel="next"`, elsewhere.Addr)
+			}),
+			reason: ReasonInvalidTagList, says: "not followed", requests: 1,
+		},
+		{
+			name: "a redirect", maxTags: 100,
+			serve: registrytest.Answer(http.StatusFound, map[string]string{"Location": "/v2/team/other/tags/list"}, ""),
+			reason: ReasonInvalidTagList, says: "redirected a tag listing", requests: 1,
 		},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			elsewhere.ForgetRequests()
 			f := registrytest.New(t)
 			f.Inject("GET", "/tags/list", -1, tc.serve)
 			c := newTestClient(t, Options{MaxTags: tc.maxTags})
@@ -107,34 +144,20 @@ func TestListTagsBounded(t *testing.T) {
 				}
 			} else {
 				e, ok := failure.As(err)
-				if !ok || e.Class != failure.Permanent || e.Reason != tc.reason || !strings.Contains(err.Error(), tc.says) {
-					t.Fatalf("error %v, want a permanent %s saying %q", err, tc.reason, tc.says)
+				if !ok || e.Class != failure.Waiting || e.Reason != tc.reason || !strings.Contains(err.Error(), tc.says) {
+					t.Fatalf("error %v, want a Waiting %s saying %q", err, tc.reason, tc.says)
 				}
 				t.Log(err)
 			}
 			if n := f.Count("GET", "/tags/list"); n != tc.requests {
 				t.Errorf("%d listing requests, want %d", n, tc.requests)
 			}
+			if n := f.Count("GET", "/team/other/"); n != 0 {
+				t.Errorf("%d requests to the redirect's target, want none", n)
+			}
+			if n := elsewhere.Count("", ""); n != 0 {
+				t.Errorf("%d requests to another registry, want none", n)
+			}
 		})
-	}
-}
-
-// TestListTagsStaysOnTheRegistry: a next page on another host is not
-// asked for.
-func TestListTagsStaysOnTheRegistry(t *testing.T) {
-	f, elsewhere := registrytest.New(t), registrytest.New(t)
-	f.Inject("GET", "/tags/list", -1, pagesOf([]string{"1", "2", "3"}, 1, func(r *http.Request, last string) string {
-		return fmt.Sprintf(`<http://%s/v2/team/app/tags/list?last=%s>; rel="next"`, elsewhere.Addr, last)
-	}))
-	c := newTestClient(t, Options{})
-	repo, err := name.NewRepository(f.Addr + "/team/app")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if tags, err := c.As(nil).ListTags(context.Background(), repo); err == nil {
-		t.Fatalf("ListTags = %v, want an error", tags)
-	}
-	if n := elsewhere.Count("", ""); n != 0 {
-		t.Errorf("%d requests to the other registry, want none", n)
 	}
 }

@@ -11,16 +11,26 @@ package tagpolicy
 import (
 	"fmt"
 	"regexp"
+	"regexp/syntax"
 	"strings"
 
 	"github.com/Masterminds/semver/v3"
 )
 
-// Bounds on what an object's spec may ask of a policy: a pattern is compiled
-// once per reconcile, and both appear in status messages.
+// Bounds on what an object's spec may ask of a policy: both appear in
+// status messages, and a pattern runs over every tag of a repository (up
+// to --registry-max-tags of up to 128 characters) on every reconcile. RE2's
+// matching is linear in the tag, but its constant is the program's size:
+// 256 characters of `.{0,1000}` compile to tens of thousands of
+// instructions, which the instruction bound refuses (real patterns take
+// tens).
 const (
-	MaxRangeLength   = 256
-	MaxPatternLength = 256
+	MaxRangeLength         = 256
+	MaxPatternLength       = 256
+	MaxPatternInstructions = 512
+	// MaxVersionLength bounds the version an extract makes of a tag
+	// ("$v$v$v…" would make kilobytes of one).
+	MaxVersionLength = 128
 )
 
 // tagGrammar is the OCI distribution spec's tag: 128 characters at most.
@@ -56,6 +66,9 @@ func New(semverRange, pattern, extract string) (*Policy, error) {
 	if len(pattern) > MaxPatternLength {
 		return nil, fmt.Errorf("pattern is %d characters, more than %d", len(pattern), MaxPatternLength)
 	}
+	if err := checkSize(pattern); err != nil {
+		return nil, err
+	}
 	if p.pattern, err = regexp.Compile(pattern); err != nil {
 		return nil, fmt.Errorf("pattern %q: %v", pattern, err)
 	}
@@ -65,6 +78,22 @@ func New(semverRange, pattern, extract string) (*Policy, error) {
 	p.extract = extract
 	p.text += fmt.Sprintf(" of tags matching %q", pattern)
 	return p, nil
+}
+
+// checkSize fails a pattern whose program is over MaxPatternInstructions.
+func checkSize(pattern string) error {
+	re, err := syntax.Parse(pattern, syntax.Perl)
+	if err != nil {
+		return fmt.Errorf("pattern %q: %v", pattern, err)
+	}
+	prog, err := syntax.Compile(re.Simplify())
+	if err != nil {
+		return fmt.Errorf("pattern %q: %v", pattern, err)
+	}
+	if n := len(prog.Inst); n > MaxPatternInstructions {
+		return fmt.Errorf("pattern %q compiles to %d instructions, more than %d: match less", pattern, n, MaxPatternInstructions)
+	}
+	return nil
 }
 
 // checkGroups fails when extract names a group pattern does not have: a
@@ -101,9 +130,12 @@ type Choice struct {
 
 // Choose returns the tag whose version is the highest within the range, of
 // the tags that are tags and match the pattern; ok is false when none is.
-// Tags of equal versions ("4.0", "4.0.0", "v4.0.0") are told apart by
-// their text, so that the same list always gives the same tag: the longer,
-// then the lexically greater.
+// A version is MAJOR.MINOR.PATCH, with a prerelease and build metadata if
+// any, after an optional "v" (strict semver): "4.3" (a tag that moves), a
+// date (20240115) or a build number would otherwise read as N.0.0 and win
+// an open range. Tags of one version ("4.0.0", "v4.0.0", "4.0.0+1") are
+// told apart by their text, so that the same list always gives the same
+// tag: the longer, then the lexically greater.
 func (p *Policy) Choose(tags []string) (choice Choice, ok bool) {
 	var best *semver.Version
 	for _, tag := range tags {
@@ -111,10 +143,10 @@ func (p *Policy) Choose(tags []string) (choice Choice, ok bool) {
 			continue
 		}
 		text, matched := p.versionText(tag)
-		if !matched {
+		if !matched || len(text) > MaxVersionLength {
 			continue
 		}
-		v, err := semver.NewVersion(text)
+		v, err := semver.StrictNewVersion(strings.TrimPrefix(text, "v"))
 		if err != nil || !p.constraint.Check(v) {
 			continue
 		}

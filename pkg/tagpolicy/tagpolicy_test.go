@@ -6,7 +6,7 @@ import (
 )
 
 func TestChoose(t *testing.T) {
-	paketo := []string{"latest", "4", "4.2", "4.2.9", "4.3.0", "4.3.1", "4.10.0-rc.1", "5.0.0", "sha256-abc.sig"}
+	paketo := []string{"latest", "4", "4.2", "4.2.9", "4.3.0", "4.3.1", "4.10.0-rc.1", "5.0.0", "sha256-abc.sig", "20240115", "4567"}
 	for _, tc := range []struct {
 		name                     string
 		semver, pattern, extract string
@@ -19,8 +19,19 @@ func TestChoose(t *testing.T) {
 		{name: "prereleases only when the range names one", semver: ">=4.10.0-rc.0 <5", tags: paketo, want: "4.10.0-rc.1", version: "4.10.0-rc.1"},
 		{name: "range above every tag", semver: ">=6", tags: paketo, want: ""},
 		{name: "no tags", semver: "*", tags: nil, want: ""},
-		{name: "equal versions: the longer tag", semver: "~4.2.0", tags: []string{"4.2", "4.2.0"}, want: "4.2.0", version: "4.2.0"},
-		{name: "equal versions, either order", semver: "~4.2.0", tags: []string{"4.2.0", "4.2"}, want: "4.2.0", version: "4.2.0"},
+		{name: "dates, build numbers and shas are not versions", semver: "*", tags: paketo, want: "5.0.0", version: "5.0.0"},
+		{name: "partial versions are not versions", semver: "~4.2.0", tags: []string{"4.2", "4"}, want: ""},
+		{name: "leading zeros are not versions", semver: "*", tags: []string{"01.2.3", "1.2.0"}, want: "1.2.0", version: "1.2.0"},
+		{name: "equal versions: the longer tag", semver: "~4.2.0", tags: []string{"4.2.0", "v4.2.0"}, want: "v4.2.0", version: "4.2.0"},
+		{name: "equal versions, either order", semver: "~4.2.0", tags: []string{"v4.2.0", "4.2.0"}, want: "v4.2.0", version: "4.2.0"},
+		{
+			name: "a prerelease out of an extract", semver: ">=2.0.0-rc.0", pattern: `^(?P<v>.*)-jammy$`, extract: "$v",
+			tags: []string{"1.9.0-jammy", "2.0.0-rc.1-jammy", "2.0.0-rc.2-noble"}, want: "2.0.0-rc.1-jammy", version: "2.0.0-rc.1",
+		},
+		{
+			name: "an extract making too long a version", semver: "*", pattern: `^(?P<v>.*)$`, extract: strings.Repeat("$v", 30),
+			tags: []string{"1.0.0"}, want: "",
+		},
 		{name: "a v prefix reads", semver: "^1.2", tags: []string{"v1.2.3", "v1.3.0", "v2.0.0"}, want: "v1.3.0", version: "1.3.0"},
 		{
 			name: "pattern with a named group", semver: ">=0.20", pattern: `^(?P<version>[0-9.]+)-jammy$`, extract: "$version",
@@ -59,6 +70,7 @@ func TestNewRefuses(t *testing.T) {
 		{name: "long range", semver: strings.Repeat(" ", MaxRangeLength+1), says: "more than 256"},
 		{name: "bad pattern", semver: "*", pattern: "(", says: `pattern "("`},
 		{name: "long pattern", semver: "*", pattern: strings.Repeat("a", MaxPatternLength+1), says: "more than 256"},
+		{name: "costly pattern", semver: "*", pattern: strings.Repeat(".{0,1000}", 28), says: "instructions, more than 512"},
 		{name: "extract without pattern", semver: "*", extract: "$v", says: "needs a pattern"},
 		{name: "extract names no group", semver: "*", pattern: `^(?P<version>.*)$`, extract: "$verison", says: "$verison"},
 		{name: "extract numbers no group", semver: "*", pattern: `^(.*)$`, extract: "$2", says: "$2"},

@@ -38,7 +38,7 @@ func (r *Reconciler) reconcile(ctx context.Context, bp *v1alpha1.Buildpack) erro
 	}
 	reg := r.Registry.As(keychain)
 	chosen := reconciler.NewChosenTags(bp.Status.ChosenTags)
-	src, err := chosen.Choose(ctx, reg, bp.Spec.Image, bp.Spec.Policy)
+	src, err := chosen.Choose(ctx, reg, "spec.image", bp.Spec.Image, bp.Spec.Policy)
 	if err != nil {
 		return err
 	}

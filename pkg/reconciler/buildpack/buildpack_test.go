@@ -30,6 +30,8 @@ func TestReconcile(t *testing.T) {
 	f := registrytest.New(t)
 	f.PushBuildpackage("team/go:1", registrytest.Buildpack{ID: "example/go", Version: "1.0.0", API: "0.10"},
 		registrytest.Buildpack{ID: "example/go", Version: "1.1.0", API: "0.11"})
+	f.PushBuildpackage("team/go:1.1.0", registrytest.Buildpack{ID: "example/go", Version: "1.0.0", API: "0.10"},
+		registrytest.Buildpack{ID: "example/go", Version: "1.1.0", API: "0.11"})
 	f.PushImage("stack/build:1", nil)
 	curl, err := sampleimages.ExtensionPackage(sampleimages.Extension{ID: "example/curl", Version: "1.0.0", Detect: "exit 0\n", Generate: "true\n"})
 	if err != nil {
@@ -63,6 +65,7 @@ func TestReconcile(t *testing.T) {
 	tests := []struct {
 		name     string
 		image    string
+		policy   string // a semver range the image (a repository) follows
 		account  string // the ServiceAccount named; "" is default
 		previous bool
 		fault    func()
@@ -73,6 +76,16 @@ func TestReconcile(t *testing.T) {
 	}{
 		{name: "a buildpackage", image: "team/go:1", want: ready,
 			wantBuildpacks: []string{"example/go@1.0.0", "example/go@1.1.0"}},
+		{name: "following versions: the highest in range", image: "team/go", policy: "<2", want: ready,
+			wantBuildpacks: []string{"example/go@1.0.0", "example/go@1.1.0"}},
+		{name: "following versions, none in range: waits, the previous lists kept", image: "team/go", policy: ">=2", previous: true,
+			want: rt.Outcome{Ready: corev1.ConditionFalse, Reason: reconciler.ReasonNoMatchingTag, Reconciling: true,
+				Requeue: rt.Poll, MinDelay: 48 * time.Second, MaxDelay: 72 * time.Second, EventReasons: []string{reconciler.ReasonNoMatchingTag},
+				MessageContains: `has no tag of a version in semver ">=2", of its 2 tags`}},
+		{name: "following versions, the tag list unreadable: waits, the previous lists kept", image: "team/go", policy: "*", previous: true,
+			fault: func() { f.Inject("GET", "/team/go/tags/list", -1, registrytest.Answer(200, nil, "<html>")) },
+			want: rt.Outcome{Ready: corev1.ConditionFalse, Reason: registry.ReasonInvalidTagList, Reconciling: true,
+				Requeue: rt.Poll, MinDelay: 48 * time.Second, MaxDelay: 72 * time.Second, EventReasons: []string{registry.ReasonInvalidTagList}}},
 		{name: "an extension package", image: "team/curl:1", want: ready,
 			wantBuildpacks: []string{}, wantExtensions: []string{"example/curl@1.0.0"}},
 		{name: "unavailable: the previous lists kept", image: "team/go:1", previous: true,
@@ -101,6 +114,9 @@ func TestReconcile(t *testing.T) {
 			defer f.ClearFaults()
 			bp := &v1alpha1.Buildpack{ObjectMeta: metav1.ObjectMeta{Name: "go", Namespace: "team", Generation: 1},
 				Spec: v1alpha1.BuildpackSpec{Image: f.Addr + "/" + tc.image, ServiceAccountName: tc.account}}
+			if tc.policy != "" {
+				bp.Spec.Policy = &v1alpha1.TagPolicy{Semver: v1alpha1.SemverPolicy{Range: tc.policy}}
+			}
 			if tc.previous {
 				bp.Status.Buildpacks = previous
 				bp.Status.ObservedGeneration = 1

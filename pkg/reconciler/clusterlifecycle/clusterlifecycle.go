@@ -39,7 +39,7 @@ func (r *Reconciler) reconcile(ctx context.Context, lc *v1alpha1.ClusterLifecycl
 	}
 	reg := r.Registry.As(keychain)
 	chosen := reconciler.NewChosenTags(lc.Status.ChosenTags)
-	src, err := chosen.Choose(ctx, reg, lc.Spec.Image, lc.Spec.Policy)
+	src, err := chosen.Choose(ctx, reg, "spec.image", lc.Spec.Image, lc.Spec.Policy)
 	if err != nil {
 		return err
 	}

@@ -42,7 +42,7 @@ func (r *Reconciler) reconcile(ctx context.Context, stack *v1alpha1.ClusterStack
 
 	// The build image first: when a run image is an index, the image for
 	// the build image's platform is the one that matters.
-	buildSource, err := chosen.Choose(ctx, reg, spec.BuildImage.Image, spec.BuildImage.Policy)
+	buildSource, err := chosen.Choose(ctx, reg, "spec.buildImage", spec.BuildImage.Image, spec.BuildImage.Policy)
 	if err != nil {
 		return err
 	}
@@ -54,7 +54,7 @@ func (r *Reconciler) reconcile(ctx context.Context, stack *v1alpha1.ClusterStack
 	sources := append([]v1alpha1.RunImageSource{spec.RunImage}, spec.AdditionalRunImages...)
 	runs := make([]*registry.Image, len(sources))
 	for i, source := range sources {
-		found, err := chosen.Choose(ctx, reg, source.Image, source.Policy)
+		found, err := chosen.Choose(ctx, reg, runImageField(i), source.Image, source.Policy)
 		if err != nil {
 			return runImageError(i, source, err)
 		}
@@ -144,6 +144,15 @@ func record(stack *v1alpha1.ClusterStack, s *cnb.Stack, platforms []cnb.Platform
 	if len(status.AdditionalRunImages) == 0 {
 		status.AdditionalRunImages = nil
 	}
+}
+
+// runImageField is where the spec names the i-th run image (0:
+// spec.runImage).
+func runImageField(i int) string {
+	if i == 0 {
+		return "spec.runImage"
+	}
+	return fmt.Sprintf("spec.additionalRunImages[%d]", i-1)
 }
 
 // runImageName names the i-th run image of a stack (0: spec.runImage) in

@@ -147,9 +147,9 @@ func TestReconcile(t *testing.T) {
 			}
 			var tags []string
 			for _, c := range s.Status.ChosenTags {
-				tags = append(tags, c.Image+" "+c.Tag+" "+c.Version)
+				tags = append(tags, c.Field+" "+c.Image+" "+c.Tag+" "+c.Version)
 			}
-			if want := []string{f.Addr + "/follow/build 1.2.3 1.2.3", f.Addr + "/follow/run 1.3.0-jammy 1.3.0"}; !cmp.Equal(tags, want) {
+			if want := []string{"spec.buildImage " + f.Addr + "/follow/build 1.2.3 1.2.3", "spec.runImage " + f.Addr + "/follow/run 1.3.0-jammy 1.3.0"}; !cmp.Equal(tags, want) {
 				t.Errorf("status.chosenTags = %q, want %q", tags, want)
 			}
 		},

@@ -62,7 +62,7 @@ func (r *Reconciler) reconcile(ctx context.Context, store *v1alpha1.ClusterStore
 	for i, source := range store.Spec.Sources {
 		g.Go(func() error {
 			var src reconciler.Source
-			if src, errs[i] = chosen.Choose(ctx, reg, source.Image, source.Policy); errs[i] == nil {
+			if src, errs[i] = chosen.Choose(ctx, reg, fmt.Sprintf("spec.sources[%d]", i), source.Image, source.Policy); errs[i] == nil {
 				perSource[i], errs[i] = ReadPackage(ctx, reg, src.Ref)
 			}
 			return nil

@@ -42,7 +42,7 @@ func TestFollowsVersions(t *testing.T) {
 			t.Errorf("buildpacks %+v, want example/go@%s from %s", got.Status.Buildpacks, version, digest)
 		}
 		chosen := got.Status.ChosenTags
-		if len(chosen) != 1 || chosen[0].Image != repo || chosen[0].Tag != version || chosen[0].Version != version ||
+		if len(chosen) != 1 || chosen[0].Field != "spec.sources[0]" || chosen[0].Image != repo || chosen[0].Tag != version || chosen[0].Version != version ||
 			chosen[0].LatestImage != digest || chosen[0].ChosenAt.IsZero() {
 			t.Errorf("chosenTags %+v, want %s at %s", chosen, version, digest)
 		}

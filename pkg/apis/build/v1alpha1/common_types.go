@@ -55,6 +55,9 @@ type TagFilter struct {
 
 // ChosenTag is the tag a policy chose from a repository.
 type ChosenTag struct {
+	// Field is where the spec names the image, e.g. spec.sources[2] or
+	// spec.runImage.
+	Field string `json:"field"`
 	// Image is the repository, as the spec names it.
 	Image string `json:"image"`
 	// Tag is the tag chosen, Version the version read in it.
