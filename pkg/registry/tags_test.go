@@ -106,7 +106,7 @@ func TestListTagsBounded(t *testing.T) {
 		},
 		{
 			name: "a page declared too large", maxTags: 100,
-			serve: registrytest.Answer(200, map[string]string{"Content-Length": fmt.Sprint(2 << 20)}, ""),
+			serve:  registrytest.Answer(200, map[string]string{"Content-Length": fmt.Sprint(2 << 20)}, ""),
 			reason: ReasonTooManyTags, says: "a page of its tags is 2.0 MiB", requests: 1,
 		},
 		{
@@ -115,7 +115,7 @@ func TestListTagsBounded(t *testing.T) {
 		},
 		{
 			name: "a next page on another path", maxTags: 100,
-			serve: pagesOf(many, 5, func(*http.Request, string) string { return `</v2/other/tags/list?n=5>; rel="next"` }),
+			serve:  pagesOf(many, 5, func(*http.Request, string) string { return `</v2/other/tags/list?n=5>; rel="next"` }),
 			reason: ReasonInvalidTagList, says: "is not /v2/team/app/tags/list on the same registry", requests: 1,
 		},
 		{
@@ -127,7 +127,7 @@ func TestListTagsBounded(t *testing.T) {
 		},
 		{
 			name: "a redirect", maxTags: 100,
-			serve: registrytest.Answer(http.StatusFound, map[string]string{"Location": "/v2/team/other/tags/list"}, ""),
+			serve:  registrytest.Answer(http.StatusFound, map[string]string{"Location": "/v2/team/other/tags/list"}, ""),
 			reason: ReasonInvalidTagList, says: "redirected a tag listing", requests: 1,
 		},
 	}
