@@ -2,11 +2,18 @@ package registry
 
 import (
 	"context"
+	"encoding/pem"
 	"fmt"
+	"io"
+	"log"
 	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	ggcrregistry "github.com/google/go-containerregistry/pkg/registry"
 
 	"github.com/buildsmith/buildsmith/pkg/failure"
 	"github.com/buildsmith/buildsmith/test/registrytest"
@@ -159,5 +166,38 @@ func TestListTagsBounded(t *testing.T) {
 				t.Errorf("%d requests to another registry, want none", n)
 			}
 		})
+	}
+}
+
+// TestListTagsOverTLS: a registry on an address ggcr guesses speaks plain
+// HTTP (loopback, private networks) and that answers over HTTPS lists its
+// pages over HTTPS: the Link's next page is the same listing, whatever
+// scheme the registry wrote into it.
+func TestListTagsOverTLS(t *testing.T) {
+	tags := []string{"1.0.0", "1.1.0", "1.2.0", "2.0.0"}
+	paged := pagesOf(tags, 3, func(r *http.Request, last string) string {
+		return fmt.Sprintf(`<https://%s%s?n=3&last=%s>; rel="next"`, r.Host, r.URL.Path, last)
+	})
+	inner := ggcrregistry.New(ggcrregistry.Logger(log.New(io.Discard, "", 0)))
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasSuffix(r.URL.Path, "/tags/list") {
+			paged(w, r)
+			return
+		}
+		inner.ServeHTTP(w, r)
+	}))
+	defer srv.Close()
+	srv.Config.ErrorLog = log.New(io.Discard, "", 0)
+	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
+	repo, err := name.NewRepository(strings.TrimPrefix(srv.URL, "https://") + "/team/app")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if repo.Scheme() != "http" {
+		t.Fatalf("ggcr guesses %s for %s; the test needs a host it guesses http for", repo.Scheme(), repo.RegistryStr())
+	}
+	got, err := newTestClient(t, Options{CACertificates: ca}).As(nil).ListTags(context.Background(), repo)
+	if err != nil || !slices.Equal(got, tags) {
+		t.Errorf("ListTags = %v, %v; want %v", got, err, tags)
 	}
 }
