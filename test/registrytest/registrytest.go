@@ -65,6 +65,13 @@ func New(t testing.TB) *Registry {
 	return start(t, likeDistribution{next: ggcrregistry.New(ggcrregistry.Logger(log.New(io.Discard, "", 0)))}, authn.Anonymous)
 }
 
+// NewWithReferrers is New with the OCI 1.1 referrers API (which the
+// distribution registry, like New, lacks).
+func NewWithReferrers(t testing.TB) *Registry {
+	t.Helper()
+	return start(t, likeDistribution{next: ggcrregistry.New(ggcrregistry.Logger(log.New(io.Discard, "", 0)), ggcrregistry.WithReferrersSupport(true))}, authn.Anonymous)
+}
+
 // NewTakingBlobsInPost is New, but the registry takes a blob sent whole in
 // the POST that opens its upload (the distribution spec's single-request
 // upload, which the distribution registry ignores).
