@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"log"
 	"os"
+	"slices"
 	"strconv"
 	"time"
 
@@ -95,7 +96,7 @@ func main() {
 		log.Fatalf("registering metrics: %v", err)
 	}
 	builders := builder.Config{Registry: client, Options: opts, Version: version,
-		Lifecycle: builder.NewLifecycleSource(opts.ResyncInterval), Signing: own.signing, MaxLayers: own.maxLayers,
+		Lifecycle: builder.NewLifecycleSource(opts.ResyncInterval), Signing: own.signing, MaxLayers: own.maxLayers, Attestations: own.attestations,
 		Flattening: own.flatteningSetUp()}
 	// One set of Secret watches for the controllers, and their queues for
 	// the Receivers' notifications.
@@ -145,9 +146,10 @@ func withLeaderElection(ctx context.Context, cfg *rest.Config) (context.Context,
 // (reconciler.Options) and of the registry client (registry.Options) are
 // theirs.
 type flags struct {
-	signing    builder.SigningLimits
-	maxLayers  int
-	flattening builder.Flattening
+	signing      builder.SigningLimits
+	maxLayers    int
+	attestations string
+	flattening   builder.Flattening
 	// rememberedFlattened is how many flattened layers are remembered.
 	rememberedFlattened int
 	concurrentFlattens  int
@@ -167,6 +169,15 @@ func (f *flags) add(fs *flag.FlagSet) {
 		"how long a decrypted signing key nobody uses is kept; keep it above --resync-interval")
 	fs.IntVar(&f.signing.MaxSignatureLayers, "max-signature-layers", builder.DefaultMaxSignatureLayers,
 		"most layers (one per signature) of a signature image (.sig tag) checked and extended; a bigger one holds the builder back with SignatureImageTooLarge")
+	f.attestations = builder.AttestNone
+	fs.Func("builder-attestations", "which builders carry their SBOM (SPDX) and SLSA provenance as OCI referrers: none; signed (builders with signing keys, each signed by each key, as cosign v3 attest --key does); all (signed, and the SBOM alone, unsigned, of builders without keys) (default none)",
+		func(v string) error {
+			if !slices.Contains([]string{builder.AttestNone, builder.AttestSigned, builder.AttestAll}, v) {
+				return errors.New("must be none, signed or all")
+			}
+			f.attestations = v
+			return nil
+		})
 	fs.IntVar(&f.maxLayers, "max-builder-layers", cnb.DefaultMaxLayers,
 		"most layers a builder image may have, its build image's included; more stalls the builder with TooManyLayers (container runtimes refuse much deeper images)")
 	fs.StringVar(&f.flattening.ScratchDir, "scratch-dir", os.TempDir(),

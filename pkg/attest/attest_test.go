@@ -245,3 +245,27 @@ func TestProvenanceReadsWithInToto(t *testing.T) {
 		t.Errorf("%d resolved dependencies, want 7", n)
 	}
 }
+
+// TestSBOMStatement: the SBOM as the predicate of an in-toto statement
+// about the builder and its platforms, which in-toto's bindings accept.
+func TestSBOMStatement(t *testing.T) {
+	raw, err := SBOMStatement(sample())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var statement intoto.Statement
+	if err := protojson.Unmarshal(raw, &statement); err != nil {
+		t.Fatal(err)
+	}
+	if err := statement.Validate(); err != nil {
+		t.Error(err)
+	}
+	sbom, _ := SPDX(sample())
+	predicate, _ := protojson.Marshal(statement.GetPredicate())
+	var want, got any
+	_ = json.Unmarshal(sbom, &want)
+	_ = json.Unmarshal(predicate, &got)
+	if statement.GetPredicateType() != SPDXPredicateType || len(statement.GetSubject()) != 3 || fmt.Sprint(want) != fmt.Sprint(got) {
+		t.Errorf("statement %s", raw)
+	}
+}

@@ -77,12 +77,7 @@ func Provenance(b Builder) ([]byte, error) {
 	if err := b.check(); err != nil {
 		return nil, err
 	}
-	subjects := []subject{digestSubject(b.Image)}
-	for _, p := range b.Platforms {
-		if p.Image != b.Image {
-			subjects = append(subjects, digestSubject(p.Image))
-		}
-	}
+	subjects := b.subjects()
 	deps := []resourceDescriptor{imageDependency("build image", b.BuildImage, nil)}
 	for _, run := range b.RunImages {
 		deps = append(deps, imageDependency("run image", run, nil))
@@ -108,6 +103,29 @@ func Provenance(b Builder) ([]byte, error) {
 			RunDetails: runDetails{Builder: runBuilder{ID: b.Controller.ID, Version: map[string]string{"buildsmith": b.Controller.Version}}},
 		},
 	})
+}
+
+// SBOMStatement is an in-toto statement whose predicate is the builder's
+// SBOM (SPDX), about the builder image and each platform's: what cosign
+// attest --type spdxjson makes of an SBOM.
+func SBOMStatement(b Builder) ([]byte, error) {
+	sbom, err := SPDX(b)
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(statement{Type: StatementType, Subject: b.subjects(), PredicateType: SPDXPredicateType, Predicate: json.RawMessage(sbom)})
+}
+
+// subjects are the builder image and each platform's, as a statement's
+// subject.
+func (b Builder) subjects() []subject {
+	out := []subject{digestSubject(b.Image)}
+	for _, p := range b.Platforms {
+		if p.Image != b.Image {
+			out = append(out, digestSubject(p.Image))
+		}
+	}
+	return out
 }
 
 // digestSubject is an image as a statement's subject: its repository,

@@ -39,6 +39,9 @@ type Core struct {
 	MaxLayers int
 	// Flattening is where and how big flattened layers are made.
 	Flattening Flattening
+	// Attestations says which builders carry attestations: AttestNone
+	// (also when empty), AttestSigned or AttestAll.
+	Attestations string
 
 	// pushes remembers, by builder, what was last pushed until its status
 	// records it: when the status write after a push fails (the API server
@@ -122,7 +125,7 @@ func (r *Core) reconcile(ctx context.Context, obj object, spec *v1alpha1.Builder
 		}
 		if found && desc.Ref.String() == last.latestImage {
 			next.LatestImage, next.Platforms = last.latestImage, last.platforms
-			return r.finish(ctx, in, status, next)
+			return r.finish(ctx, obj, in, status, next)
 		}
 		// The tag moved or is gone: push again.
 	}
@@ -130,15 +133,19 @@ func (r *Core) reconcile(ctx context.Context, obj object, spec *v1alpha1.Builder
 		return reconciler.Updating(err)
 	}
 	r.pushes.Store(key, pushRecord{fingerprint: next.Fingerprint, latestImage: next.LatestImage, platforms: next.Platforms})
-	return reconciler.Updating(r.finish(ctx, in, status, next))
+	return reconciler.Updating(r.finish(ctx, obj, in, status, next))
 }
 
-// finish signs the builder's images when it has signing keys, and records
-// next as its status. A failed signature leaves the status as it was: the
-// next reconcile finds the pushed image (one HEAD) and signs it then.
-func (r *Core) finish(ctx context.Context, in *inputs, status *v1alpha1.BuilderStatus, next v1alpha1.BuilderStatus) error {
+// finish signs the builder's images when it has signing keys, attaches
+// its attestations, and records next as its status. A failed signature or
+// attestation leaves the status as it was: the next reconcile finds the
+// pushed image (one HEAD) and signs or attests it then.
+func (r *Core) finish(ctx context.Context, obj object, in *inputs, status *v1alpha1.BuilderStatus, next v1alpha1.BuilderStatus) error {
 	var err error
 	if next.Signatures, err = sign(ctx, in.registry, in.keys, &next, status.Signatures); err != nil {
+		return err
+	}
+	if next.Attestations, err = r.attestations(ctx, obj, in, &next, status.Attestations); err != nil {
 		return err
 	}
 	*status = next

@@ -42,6 +42,9 @@ type Config struct {
 	MaxLayers int
 	// Flattening is where and how big flattened layers are made.
 	Flattening Flattening
+	// Attestations says which builders carry attestations (AttestNone,
+	// AttestSigned, AttestAll; empty: none).
+	Attestations string
 }
 
 // NewBuilderController returns a constructor of the Builder controller.
@@ -94,16 +97,17 @@ func newCore[T reconciler.Object](ctx context.Context, cmw configmap.Watcher, cf
 	// the controller reads.
 	reconciler.TrimCaches(ctx, informer, stacks.Informer(), stores.Informer(), buildpacks.Informer(), lifecycles.Informer())
 	core := &Core{
-		Base:       reconciler.NewBase(ctx, impl, w),
-		Stacks:     stacks.Lister(),
-		Stores:     stores.Lister(),
-		Buildpacks: buildpacks.Lister(),
-		Lifecycles: lifecycles.Lister(),
-		Tracker:    tracker.New(impl.EnqueueKey, controller.GetTrackerLease(ctx)),
-		Lifecycle:  cfg.Lifecycle,
-		Version:    cfg.Version,
-		MaxLayers:  cfg.MaxLayers,
-		Flattening: cfg.Flattening,
+		Base:         reconciler.NewBase(ctx, impl, w),
+		Stacks:       stacks.Lister(),
+		Stores:       stores.Lister(),
+		Buildpacks:   buildpacks.Lister(),
+		Lifecycles:   lifecycles.Lister(),
+		Tracker:      tracker.New(impl.EnqueueKey, controller.GetTrackerLease(ctx)),
+		Lifecycle:    cfg.Lifecycle,
+		Version:      cfg.Version,
+		MaxLayers:    cfg.MaxLayers,
+		Flattening:   cfg.Flattening,
+		Attestations: cfg.Attestations,
 	}
 	core.keys.configure(cfg.Signing, core.Credentials.Keychains.Secrets)
 	// Stacks, stores, Buildpacks and lifecycles: the builders that use them are

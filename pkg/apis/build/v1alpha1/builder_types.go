@@ -245,6 +245,28 @@ type ImageSignature struct {
 	Signature string `json:"signature"`
 }
 
+// ImageAttestation is an attestation attached to a builder image as an OCI
+// 1.1 referrer.
+type ImageAttestation struct {
+	// Image is the builder image it is about, as repository@digest.
+	Image string `json:"image"`
+	// PredicateType is what it says: https://spdx.dev/Document (the
+	// SBOM) or https://slsa.dev/provenance/v1.
+	PredicateType string `json:"predicateType"`
+	// Referrer is the artifact attached, as repository@digest.
+	Referrer string `json:"referrer"`
+	// ListedBy is how readers find it: "api", the registry's referrers
+	// API; "tag", the fallback tag sha256-<hex> (a registry without it).
+	ListedBy string `json:"listedBy"`
+	// SigningSecret and KeyID name the key that signed it (a Sigstore
+	// bundle of a DSSE envelope, as cosign v3 attests); empty: an
+	// unsigned SBOM.
+	// +optional
+	SigningSecret string `json:"signingSecret,omitempty"`
+	// +optional
+	KeyID string `json:"keyId,omitempty"`
+}
+
 // BuildEnv is a build-time environment variable. Where the app's own
 // environment or a buildpack sets it too, Suffix says which wins.
 type BuildEnv struct {
@@ -307,6 +329,12 @@ type BuilderStatus struct {
 	// key of the builder's ServiceAccount.
 	// +optional
 	Signatures []ImageSignature `json:"signatures,omitempty"`
+	// Attestations are the SBOM and the provenance attached to LatestImage
+	// as OCI referrers (when the controller's --builder-attestations says
+	// so): each signed by each signing key, or without keys the SBOM
+	// alone, unsigned.
+	// +optional
+	Attestations []ImageAttestation `json:"attestations,omitempty"`
 	// SkippedPlatforms says which platforms of the stack were left out of
 	// a default (no targets) build, and for lack of what.
 	// +optional

@@ -1,0 +1,197 @@
+package builder
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/types"
+
+	"github.com/buildsmith/buildsmith/pkg/apis/build/v1alpha1"
+	"github.com/buildsmith/buildsmith/pkg/attest"
+	"github.com/buildsmith/buildsmith/pkg/cnb"
+	"github.com/buildsmith/buildsmith/pkg/cosign"
+	"github.com/buildsmith/buildsmith/pkg/registry"
+)
+
+// Which builders carry attestations (--builder-attestations).
+const (
+	// AttestNone: none.
+	AttestNone = "none"
+	// AttestSigned: builders with signing keys carry their SBOM and
+	// provenance, signed by each key.
+	AttestSigned = "signed"
+	// AttestAll: AttestSigned, and builders without keys their SBOM,
+	// unsigned.
+	AttestAll = "all"
+)
+
+// ControllerID is what provenance names as the builder of builder images
+// (SLSA's runDetails.builder.id).
+const ControllerID = "https://github.com/buildsmith/buildsmith"
+
+// wantedAttestation is one attestation a builder should carry: of a
+// predicate, signed by a key (nil: unsigned).
+type wantedAttestation struct {
+	predicateType string
+	key           *signingKey
+}
+
+// wantedAttestations are those a builder with keys carries under the
+// setting: for each key, its SBOM then its provenance.
+func wantedAttestations(setting string, keys []signingKey) []wantedAttestation {
+	var out []wantedAttestation
+	for i := range keys {
+		if setting == AttestSigned || setting == AttestAll {
+			out = append(out, wantedAttestation{attest.SPDXPredicateType, &keys[i]}, wantedAttestation{attest.ProvenancePredicateType, &keys[i]})
+		}
+	}
+	if len(keys) == 0 && setting == AttestAll {
+		out = append(out, wantedAttestation{predicateType: attest.SPDXPredicateType})
+	}
+	return out
+}
+
+// attestations attaches to next.LatestImage the attestations it should
+// carry and returns them as status records them. One recorded for the
+// same image, predicate and key is trusted without a request; the others
+// cost a HEAD of the image and a referrer each (registry.WriteReferrer).
+func (r *Core) attestations(ctx context.Context, obj object, in *inputs, next *v1alpha1.BuilderStatus,
+	recorded []v1alpha1.ImageAttestation) ([]v1alpha1.ImageAttestation, error) {
+	wanted := wantedAttestations(r.Attestations, in.keys)
+	out := make([]v1alpha1.ImageAttestation, len(wanted))
+	var missing []int
+	for i, w := range wanted {
+		j := slices.IndexFunc(recorded, func(a v1alpha1.ImageAttestation) bool { return w.matches(a, next.LatestImage) })
+		if j < 0 {
+			missing = append(missing, i)
+			continue
+		}
+		out[i] = recorded[j]
+	}
+	if len(missing) == 0 {
+		return out[:len(wanted):len(wanted)], nil
+	}
+	image, err := name.NewDigest(next.LatestImage)
+	if err != nil {
+		return nil, fmt.Errorf("attesting %q: %w", next.LatestImage, err)
+	}
+	b := r.attested(obj, in, next)
+	subject, err := in.registry.Resolve(ctx, image)
+	if err != nil {
+		return nil, err
+	}
+	desc := v1.Descriptor{MediaType: types.MediaType(subject.MediaType), Size: subject.Size, Digest: v1.Hash{}}
+	if desc.Digest, err = v1.NewHash(image.DigestStr()); err != nil {
+		return nil, err
+	}
+	for _, i := range missing {
+		referrer, err := referrerOf(b, desc, wanted[i])
+		if err != nil {
+			return nil, err
+		}
+		ref, listed, err := in.registry.WriteReferrer(ctx, image, referrer)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = v1alpha1.ImageAttestation{Image: next.LatestImage, PredicateType: wanted[i].predicateType, Referrer: ref.String(), ListedBy: listed}
+		if k := wanted[i].key; k != nil {
+			out[i].SigningSecret, out[i].KeyID = k.secret, k.key.ID
+		}
+	}
+	return out, nil
+}
+
+// matches reports whether a recorded attestation is w's of image.
+func (w wantedAttestation) matches(a v1alpha1.ImageAttestation, image string) bool {
+	if a.Image != image || a.PredicateType != w.predicateType {
+		return false
+	}
+	if w.key == nil {
+		return a.SigningSecret == "" && a.KeyID == ""
+	}
+	return a.SigningSecret == w.key.secret && a.KeyID == w.key.key.ID
+}
+
+// referrerOf is w's artifact about subject: a Sigstore bundle of the
+// signed statement, as cosign v3 attests; unsigned, the SBOM itself.
+func referrerOf(b attest.Builder, subject v1.Descriptor, w wantedAttestation) (v1.Image, error) {
+	if w.key == nil {
+		sbom, err := attest.SPDX(b)
+		if err != nil {
+			return nil, err
+		}
+		return registry.NewReferrer(subject, attest.SPDXMediaType, nil, registry.ReferrerLayer{MediaType: attest.SPDXMediaType, Data: sbom})
+	}
+	statement, err := attest.Provenance(b)
+	if w.predicateType == attest.SPDXPredicateType {
+		statement, err = attest.SBOMStatement(b)
+	}
+	if err != nil {
+		return nil, err
+	}
+	bundle, err := w.key.key.Bundle(statement)
+	if err != nil {
+		return nil, err
+	}
+	annotations := map[string]string{cosign.AnnotationBundleContent: "dsse-envelope", cosign.AnnotationBundlePredicateType: w.predicateType}
+	return registry.NewReferrer(subject, cosign.BundleMediaType, annotations, registry.ReferrerLayer{MediaType: cosign.BundleMediaType, Data: bundle})
+}
+
+// attested is what the attestations of the builder next describes say:
+// the images it was pushed as, and its inputs by digest.
+func (r *Core) attested(obj object, in *inputs, next *v1alpha1.BuilderStatus) attest.Builder {
+	b := attest.Builder{
+		Object:     attest.Object{Kind: kindOf(obj), Namespace: obj.GetNamespace(), Name: obj.GetName(), UID: string(obj.GetUID()), Generation: obj.GetGeneration()},
+		Image:      next.LatestImage,
+		BuildImage: in.stack.Status.BuildImage.LatestImage,
+		Lifecycle:  attest.Lifecycle{Image: in.lifecycle.Ref.String()},
+		Controller: attest.Controller{ID: ControllerID, Version: r.Version},
+	}
+	if len(in.builds) > 0 {
+		b.Lifecycle.Version = in.builds[0].lifecycle.Version
+	}
+	for _, p := range next.Platforms {
+		b.Platforms = append(b.Platforms, attest.PlatformImage{Platform: cnb.PlatformsOf([]v1alpha1.Platform{p.Platform})[0].String(), Image: p.Image})
+	}
+	for _, run := range append([]v1alpha1.ResolvedRunImage{in.stack.Status.RunImage}, in.stack.Status.AdditionalRunImages...) {
+		b.RunImages = append(b.RunImages, run.LatestImage)
+	}
+	system := systemIDs(in.resolved.System)
+	for _, bp := range in.resolved.Buildpacks {
+		b.Buildpacks = append(b.Buildpacks, moduleOf(bp, system[bp.ID+"@"+bp.Version]))
+	}
+	if in.extensions != nil {
+		for _, ext := range in.extensions.Buildpacks {
+			b.Extensions = append(b.Extensions, moduleOf(ext, false))
+		}
+	}
+	return b
+}
+
+func moduleOf(bp v1alpha1.StoreBuildpack, system bool) attest.Module {
+	return attest.Module{ID: bp.ID, Version: bp.Version, Homepage: bp.Homepage, Layer: bp.Digest, DiffID: bp.DiffID,
+		Source: bp.StoreImage.Image, System: system}
+}
+
+// systemIDs are the id@version of system buildpacks.
+func systemIDs(system *v1alpha1.SystemBuildpacks) map[string]bool {
+	out := map[string]bool{}
+	if system == nil {
+		return out
+	}
+	for _, bp := range append(slices.Clone(system.Pre), system.Post...) {
+		out[bp.ID+"@"+bp.Version] = true
+	}
+	return out
+}
+
+// kindOf is obj's kind.
+func kindOf(obj object) string {
+	if _, ok := obj.(*v1alpha1.ClusterBuilder); ok {
+		return "ClusterBuilder"
+	}
+	return "Builder"
+}

@@ -1,0 +1,129 @@
+package builder
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/buildsmith/buildsmith/pkg/apis/build/v1alpha1"
+	"github.com/buildsmith/buildsmith/pkg/attest"
+	"github.com/buildsmith/buildsmith/pkg/cosign"
+	rt "github.com/buildsmith/buildsmith/pkg/reconciler/reconcilertest"
+	"github.com/buildsmith/buildsmith/pkg/registry"
+	"github.com/buildsmith/buildsmith/test/cosigntest"
+)
+
+// TestBuilderAttested: with --builder-attestations=all, a builder with a
+// signing key carries its SBOM and provenance as cosign v3 bundles
+// referring to its image, each a statement about it signed by the key; one
+// without keys its SBOM alone; a resync attaches nothing again.
+func TestBuilderAttested(t *testing.T) {
+	x := newFixture(t)
+	lifecycle := x.f.Addr + "/lifecycle:0.21.0"
+	run := x.f.PushImage("stack/run:1", nil)
+	runDigest, _ := run.Digest()
+	x.stack.Status.RunImage.LatestImage = x.f.Addr + "/stack/run@" + runDigest.String()
+	private, _ := cosigntest.KeyPair(t, "pass")
+	key, err := cosign.ParseKey(context.Background(), "k", private, []byte("pass"), cosign.Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := x.config()
+	cfg.Attestations = AttestAll
+	signer := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: "signer"}, Secrets: []corev1.ObjectReference{{Name: "key"}}}
+	ready := rt.Outcome{Ready: corev1.ConditionTrue, Requeue: rt.Resync, MinDelay: 8 * time.Minute, MaxDelay: 12 * time.Minute, EventReasons: []string{"Ready"}}
+
+	signed := x.builder(func(b *v1alpha1.Builder) { b.Spec.ServiceAccountName = "signer" })
+	got, events, err, _, _ := x.runWith(t, cfg, signed, lifecycle, signer, cosigntest.Secret("apps", "key", private, "pass"))
+	rt.Check(t, got, err, events, ready)
+	image, _ := name.NewDigest(got.Status.LatestImage)
+	atts := got.Status.Attestations
+	if len(atts) != 2 || atts[0].PredicateType != attest.SPDXPredicateType || atts[1].PredicateType != attest.ProvenancePredicateType {
+		t.Fatalf("status.attestations %+v, want the SBOM and the provenance", atts)
+	}
+	for _, a := range atts {
+		if a.Image != got.Status.LatestImage || a.ListedBy != registry.ListedByTag || a.SigningSecret != "apps/key" || a.KeyID != key.ID {
+			t.Errorf("attestation %+v", a)
+		}
+		statement := bundledStatement(t, a.Referrer)
+		if statement.PredicateType != a.PredicateType || len(statement.Subject) != 1 || statement.Subject[0].Digest["sha256"] != image.DigestStr()[7:] {
+			t.Errorf("statement of %s: %+v", a.Referrer, statement)
+		}
+	}
+	index, err := remote.Referrers(image)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, _ := index.IndexManifest()
+	if len(m.Manifests) != 2 || !slices.ContainsFunc(m.Manifests, func(d v1.Descriptor) bool { return d.ArtifactType == cosign.BundleMediaType }) {
+		t.Errorf("referrers %+v", m.Manifests)
+	}
+
+	// A resync: the same image, the attestations recorded: none again.
+	x.f.ForgetRequests()
+	again, events, err, _, _ := x.runWith(t, cfg, got, lifecycle, signer, cosigntest.Secret("apps", "key", private, "pass"))
+	rt.Check(t, again, err, events, rt.Outcome{Ready: corev1.ConditionTrue, Requeue: rt.Resync, MinDelay: 8 * time.Minute, MaxDelay: 12 * time.Minute})
+	if n := x.f.Count("", "/manifests/sha256"); n != 0 {
+		t.Errorf("a resync wrote or read %d referrer manifests: %v", n, x.f.Requests())
+	}
+	if !slices.Equal(again.Status.Attestations, atts) {
+		t.Errorf("attestations after a resync %+v, want %+v", again.Status.Attestations, atts)
+	}
+
+	// No keys: the SBOM alone, unsigned.
+	unsigned := x.builder(func(b *v1alpha1.Builder) { b.Name, b.Spec.Tag = "plain", x.f.Addr+"/builders/plain:latest" })
+	plain, events, err, _, _ := x.runWith(t, cfg, unsigned, lifecycle)
+	rt.Check(t, plain, err, events, ready)
+	if a := plain.Status.Attestations; len(a) != 1 || a[0].PredicateType != attest.SPDXPredicateType || a[0].SigningSecret != "" {
+		t.Errorf("status.attestations of a builder without keys: %+v", a)
+	}
+}
+
+type inTotoStatement struct {
+	PredicateType string `json:"predicateType"`
+	Subject       []struct {
+		Digest map[string]string `json:"digest"`
+	} `json:"subject"`
+}
+
+// bundledStatement is the statement in the bundle of referrer.
+func bundledStatement(t *testing.T, referrer string) inTotoStatement {
+	t.Helper()
+	ref, err := name.NewDigest(referrer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := remote.Image(ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	layers, _ := img.Layers()
+	if len(layers) != 1 {
+		t.Fatalf("%s: %d layers", referrer, len(layers))
+	}
+	rc, _ := layers[0].Compressed()
+	defer rc.Close()
+	var b struct {
+		DSSEEnvelope struct {
+			Payload string `json:"payload"`
+		} `json:"dsseEnvelope"`
+	}
+	if err := json.NewDecoder(rc).Decode(&b); err != nil {
+		t.Fatal(err)
+	}
+	payload, _ := base64.StdEncoding.DecodeString(b.DSSEEnvelope.Payload)
+	var s inTotoStatement
+	if err := json.Unmarshal(payload, &s); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
