@@ -1,0 +1,206 @@
+package e2e
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/authn"
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/buildsmith/buildsmith/pkg/apis/build/v1alpha1"
+	"github.com/buildsmith/buildsmith/pkg/attest"
+	"github.com/buildsmith/buildsmith/pkg/registry"
+	"github.com/buildsmith/buildsmith/test/cosigntest"
+)
+
+// TestAttestedBuilder: with --builder-attestations=all, a builder whose
+// ServiceAccount has a key made by the real cosign carries its SBOM and its
+// provenance on the distribution registry (no referrers API: the fallback
+// tag), and the real `cosign verify-attestation --key` accepts both
+// predicates, and refuses them with another key; every image and blob the
+// SBOM names is in the registry.
+func TestAttestedBuilder(t *testing.T) {
+	ctx := context.Background()
+	cosignBin := filepath.Join(env.Root, "bin", "cosign")
+	keys := t.TempDir()
+	for _, dir := range []string{"signer", "other"} {
+		if err := os.MkdirAll(filepath.Join(keys, dir), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(cosignBin, "generate-key-pair")
+		cmd.Dir, cmd.Env = filepath.Join(keys, dir), append(os.Environ(), "COSIGN_PASSWORD=pw")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("cosign generate-key-pair: %v\n%s", err, out)
+		}
+	}
+	private, err := os.ReadFile(filepath.Join(keys, "signer", "cosign.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	d := startDistribution(t)
+	const ns = "attested"
+	objects := storeStack{Addr: d.Addr, Name: "attested", Buildpackages: []string{"buildpacks/hello:1.0.0"}, StackID: "io.buildpacks.stacks.attested",
+		Account: &v1alpha1.ServiceAccountRef{Name: "builder", Namespace: ns}}
+	objects.pushSamples(t, func(repo string, img v1.Image, err error) { pushAuthenticated(t, d.Addr, repo, img, err) })
+	config := dockerConfig(d.Addr, registryUser, registryPassword)
+	pullSecretNamespace(t, ns, config)
+	secret := cosigntest.Secret(ns, "cosign", private, "pw")
+	secret.ResourceVersion = ""
+	if _, err := kube.CoreV1().Secrets(ns).Create(ctx, secret, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	sa, err := kube.CoreV1().ServiceAccounts(ns).Get(ctx, "builder", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sa.Secrets = append(sa.Secrets, corev1.ObjectReference{Name: "cosign"})
+	if _, err := kube.CoreV1().ServiceAccounts(ns).Update(ctx, sa, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	useLifecycleImage(t, d.Addr+"/buildsmith/lifecycle:0.21.0")
+	startController(t, "--builder-attestations=all")
+	objects.create(t)
+	objects.createBuilder(t, ns, "app", v1alpha1.NamespacedBuilderSpec{ServiceAccountName: "builder",
+		BuilderSpec: v1alpha1.BuilderSpec{Order: helloOrder()}})
+
+	var b *v1alpha1.Builder
+	took := eventually(t, 90*time.Second, "the builder Ready with its attestations", func() (bool, string) {
+		b, err = client.BuildsmithV1alpha1().Builders(ns).Get(ctx, "app", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		return b.Status.IsReady() && len(b.Status.Attestations) == 2, fmt.Sprintf("%+v %+v", b.Status.Conditions, b.Status.Attestations)
+	})
+	t.Logf("Ready and attested in %v: %+v", took.Round(100*time.Millisecond), b.Status.Attestations)
+	for _, a := range b.Status.Attestations {
+		if a.ListedBy != registry.ListedByTag || a.SigningSecret != ns+"/cosign" {
+			t.Errorf("attestation %+v: want listed by the fallback tag, signed by %s/cosign", a, ns)
+		}
+	}
+
+	// cosign reads the registry's credentials from a Docker config.
+	docker := t.TempDir()
+	if err := os.WriteFile(filepath.Join(docker, "config.json"), config, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	verify := func(key, predicate string) (string, error) {
+		cmd := exec.Command(cosignBin, "verify-attestation", "--key", key, "--type", predicate,
+			"--insecure-ignore-tlog=true", "--allow-http-registry", b.Status.LatestImage)
+		cmd.Env = append(os.Environ(), "DOCKER_CONFIG="+docker, "HOME="+keys)
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	for _, predicate := range []string{"slsaprovenance1", "spdxjson"} {
+		if out, err := verify(filepath.Join(keys, "signer", "cosign.pub"), predicate); err != nil {
+			t.Errorf("cosign verify-attestation --type %s: %v\n%s", predicate, err, out)
+		} else {
+			t.Logf("cosign verify-attestation --type %s: accepted", predicate)
+		}
+		if out, err := verify(filepath.Join(keys, "other", "cosign.pub"), predicate); err == nil {
+			t.Errorf("cosign verify-attestation --type %s with another key accepted it:\n%s", predicate, out)
+		}
+	}
+	checkSBOMDigests(t, b, authn.FromConfig(authn.AuthConfig{Username: registryUser, Password: registryPassword}))
+}
+
+// checkSBOMDigests reads the SBOM out of the builder's signed SBOM
+// attestation and checks, with ggcr (no buildsmith code), that every image
+// it names by digest is in the registry, and every layer it names is in the
+// repository of the buildpackage it names.
+func checkSBOMDigests(t *testing.T, b *v1alpha1.Builder, auth authn.Authenticator) {
+	t.Helper()
+	var referrer string
+	for _, a := range b.Status.Attestations {
+		if a.PredicateType == attest.SPDXPredicateType {
+			referrer = a.Referrer
+		}
+	}
+	ref, err := name.NewDigest(referrer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := remote.Image(ref, remote.WithAuth(auth))
+	if err != nil {
+		t.Fatal(err)
+	}
+	layers, _ := img.Layers()
+	rc, err := layers[0].Compressed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	var bundle struct {
+		DSSEEnvelope struct{ Payload string } `json:"dsseEnvelope"`
+	}
+	if err := json.NewDecoder(rc).Decode(&bundle); err != nil {
+		t.Fatal(err)
+	}
+	payload, _ := base64.StdEncoding.DecodeString(bundle.DSSEEnvelope.Payload)
+	var statement struct {
+		Predicate struct {
+			Packages []struct {
+				Name, VersionInfo, SourceInfo string
+				Checksums                     []struct{ ChecksumValue string }
+			}
+		}
+	}
+	if err := json.Unmarshal(payload, &statement); err != nil {
+		t.Fatal(err)
+	}
+	checked := 0
+	for _, p := range statement.Predicate.Packages {
+		var ref string
+		switch {
+		case strings.HasPrefix(p.VersionInfo, "sha256:"): // an image
+			ref = p.Name + "@" + p.VersionInfo
+			if _, err := remote.Head(mustDigest(t, ref), remote.WithAuth(auth)); err != nil {
+				t.Errorf("the SBOM names %s, which the registry has not: %v", ref, err)
+			}
+		case strings.HasPrefix(p.SourceInfo, "from ") && len(p.Checksums) == 1: // a layer (a buildpack's) or an image (the lifecycle's)
+			source := mustDigest(t, strings.TrimPrefix(p.SourceInfo, "from "))
+			ref = source.Context().Digest("sha256:" + p.Checksums[0].ChecksumValue).String()
+			if ref == source.String() {
+				if _, err := remote.Head(source, remote.WithAuth(auth)); err != nil {
+					t.Errorf("the SBOM names %s, which the registry has not: %v", ref, err)
+				}
+				break
+			}
+			layer, err := remote.Layer(mustDigest(t, ref), remote.WithAuth(auth))
+			if err == nil {
+				_, err = layer.Size()
+			}
+			if err != nil {
+				t.Errorf("the SBOM names the layer %s of %s, which the registry has not: %v", ref, p.Name, err)
+			}
+		default:
+			continue
+		}
+		checked++
+	}
+	if checked < 5 { // the builder, the build and run images, the lifecycle image, the buildpack's layer
+		t.Errorf("checked %d of the SBOM's packages: %+v", checked, statement.Predicate.Packages)
+	}
+	t.Logf("every one of the %d digests the SBOM names is in the registry", checked)
+}
+
+func mustDigest(t *testing.T, ref string) name.Digest {
+	t.Helper()
+	d, err := name.NewDigest(ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
