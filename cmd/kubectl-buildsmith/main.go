@@ -9,6 +9,8 @@
 //	reconcile KIND/NAME [--wait]  reconcile an object now, and wait until it is Ready
 //	status [-A] [-o FORMAT]       every buildsmith object, one line each
 //	receivers [-A]                each Receiver's webhook path and what it wakes
+//	sbom KIND/NAME                a builder's SBOM, as attached to its image
+//	provenance KIND/NAME          a builder's SLSA provenance, as attached to its image
 //	completion SHELL              a shell completion script
 //	version                       the version of this binary
 //
@@ -27,6 +29,8 @@ import (
 
 	"github.com/spf13/cobra"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
+
+	"github.com/buildsmith/buildsmith/pkg/attest"
 )
 
 // version is set by release builds (hack/release.sh: -ldflags -X
@@ -106,7 +110,9 @@ Builders and ClusterBuilders.`,
 	root.SetErr(streams.ErrOut)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError("%v", err) })
 	root.AddCommand(newConvertCommand(streams), newReconcileCommand(streams), newStatusCommand(streams),
-		newReceiversCommand(streams), newVersionCommand(streams))
+		newReceiversCommand(streams), newVersionCommand(streams),
+		newAttestationCommand(streams, "sbom", "SBOM (SPDX)", attest.SPDXPredicateType),
+		newAttestationCommand(streams, "provenance", "SLSA provenance", attest.ProvenancePredicateType))
 	return root
 }
 

@@ -114,6 +114,23 @@ func TestAttestedBuilder(t *testing.T) {
 		}
 	}
 	checkSBOMDigests(t, b, authn.FromConfig(authn.AuthConfig{Username: registryUser, Password: registryPassword}))
+
+	// The plugin prints both, read with the Docker credentials.
+	plugin := filepath.Join(t.TempDir(), "kubectl-buildsmith")
+	build := exec.Command("go", "build", "-o", plugin, "./cmd/kubectl-buildsmith")
+	build.Dir = env.Root
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build ./cmd/kubectl-buildsmith: %v\n%s", err, out)
+	}
+	for command, predicateType := range map[string]string{"sbom": attest.SPDXPredicateType, "provenance": attest.ProvenancePredicateType} {
+		cmd := exec.Command(plugin, command, "--kubeconfig", env.Kubeconfig, "-n", ns, "builder/app")
+		cmd.Env = append(os.Environ(), "DOCKER_CONFIG="+docker)
+		out, err := cmd.Output()
+		var statement struct{ PredicateType string }
+		if err != nil || json.Unmarshal(out, &statement) != nil || statement.PredicateType != predicateType {
+			t.Errorf("kubectl buildsmith %s: %v, %.300s; want a statement of %s", command, err, out, predicateType)
+		}
+	}
 }
 
 // checkSBOMDigests reads the SBOM out of the builder's signed SBOM

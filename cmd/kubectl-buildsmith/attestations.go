@@ -1,0 +1,123 @@
+package main
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+
+	"github.com/google/go-containerregistry/pkg/authn"
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/spf13/cobra"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
+
+	"github.com/buildsmith/buildsmith/pkg/apis/build/v1alpha1"
+	"github.com/buildsmith/buildsmith/pkg/attest"
+)
+
+// maxAttestationBytes bounds what is read of an attestation's layer: the
+// registry's answer.
+const maxAttestationBytes = 16 << 20
+
+// newAttestationCommand prints the attestation of predicateType of a
+// builder (the sbom and provenance commands).
+func newAttestationCommand(streams genericiooptions.IOStreams, use, what, predicateType string) *cobra.Command {
+	connection := newConnectionFlags()
+	cmd := &cobra.Command{
+		Use:   use + " (builder|clusterbuilder)/NAME",
+		Short: "Print a builder's " + what + ", as attached to its image",
+		Long: `Prints the ` + what + ` the controller attached to the builder's image
+(status.attestations; the controller's --builder-attestations must be signed
+or all): read from the registry with your Docker credentials, as JSON. It is
+not verified here: verify it with cosign verify-attestation --key.`,
+		Example:           "  kubectl buildsmith " + use + " -n apps builder/go | jq .",
+		ValidArgsFunction: completeObjects(connection),
+		RunE: func(_ *cobra.Command, args []string) error {
+			k, name, ok := objectArg(args)
+			if !ok || (k.name != "builder" && k.name != "clusterbuilder") {
+				return usageError("give one builder/NAME or clusterbuilder/NAME")
+			}
+			c, namespace, err := connection.client()
+			if err != nil {
+				return err
+			}
+			u, err := k.client(c, namespace).Get(context.Background(), name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			var b struct {
+				Status v1alpha1.BuilderStatus `json:"status"`
+			}
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &b); err != nil {
+				return err
+			}
+			for _, a := range b.Status.Attestations {
+				if a.PredicateType == predicateType && a.Image == b.Status.LatestImage {
+					return printAttestation(streams.Out, a)
+				}
+			}
+			return fmt.Errorf("%s/%s has no %s attached to %s (status.attestations)", k.name, name, what, orDash(b.Status.LatestImage))
+		},
+	}
+	connection.AddFlags(cmd.Flags())
+	registerNamespaceCompletion(cmd, connection)
+	return cmd
+}
+
+// printAttestation writes the document of a's referrer: the statement a
+// bundle signs, or an unsigned SBOM as it is.
+func printAttestation(w io.Writer, a v1alpha1.ImageAttestation) error {
+	ref, err := name.NewDigest(a.Referrer)
+	if err != nil {
+		return fmt.Errorf("referrer %q: %w", a.Referrer, err)
+	}
+	img, err := remote.Image(ref, remote.WithAuthFromKeychain(authn.DefaultKeychain))
+	if err != nil {
+		return err
+	}
+	layers, err := img.Layers()
+	if err != nil {
+		return err
+	}
+	if len(layers) != 1 {
+		return fmt.Errorf("%s has %d layers, not one", a.Referrer, len(layers))
+	}
+	rc, err := layers[0].Compressed()
+	if err != nil {
+		return err
+	}
+	defer rc.Close()
+	raw, err := io.ReadAll(io.LimitReader(rc, maxAttestationBytes+1))
+	if err != nil {
+		return err
+	}
+	if len(raw) > maxAttestationBytes {
+		return fmt.Errorf("%s is larger than %d bytes", a.Referrer, maxAttestationBytes)
+	}
+	mediaType, err := layers[0].MediaType()
+	if err != nil {
+		return err
+	}
+	if string(mediaType) == attest.SPDXMediaType {
+		_, err = fmt.Fprintf(w, "%s\n", raw)
+		return err
+	}
+	var bundle struct {
+		DSSEEnvelope struct {
+			Payload string `json:"payload"`
+		} `json:"dsseEnvelope"`
+	}
+	if err := json.Unmarshal(raw, &bundle); err != nil {
+		return fmt.Errorf("%s: not a Sigstore bundle: %w", a.Referrer, err)
+	}
+	statement, err := base64.StdEncoding.DecodeString(bundle.DSSEEnvelope.Payload)
+	if err != nil {
+		return fmt.Errorf("%s: %w", a.Referrer, err)
+	}
+	_, err = fmt.Fprintf(w, "%s\n", statement)
+	return err
+}
