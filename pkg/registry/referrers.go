@@ -102,44 +102,58 @@ func (r *referrerCore) LayerByDigest(h v1.Hash) (partial.CompressedLayer, error)
 	return nil, fmt.Errorf("referrer: no blob %s", h)
 }
 
-// WriteReferrer pushes referrer (made by NewReferrer) by digest into the
-// repository of its subject, and makes it findable as the subject's
-// referrer: listed by the registry's referrers API where there is one
-// (one GET asks), else added to the index at the fallback tag (one GET of
-// it and one PUT, none when it lists the referrer already). It returns
-// the referrer's digest and how it was listed (ListedByAPI, ListedByTag).
-func (a Access) WriteReferrer(ctx context.Context, subject name.Digest, referrer v1.Image) (name.Digest, string, error) {
+// WriteReferrers pushes referrers (made by NewReferrer) by digest into the
+// repository of their subject, and makes them findable as the subject's
+// referrers: listed by the registry's referrers API where there is one,
+// else added to the index at the fallback tag, all at once (one GET of it
+// and one PUT, none when it lists them already). Whether the registry has
+// the API is asked once an hour (registryTraits). It returns the
+// referrers' digests and how they were listed (ListedByAPI, ListedByTag).
+func (a Access) WriteReferrers(ctx context.Context, subject name.Digest, referrers ...v1.Image) ([]name.Digest, string, error) {
 	c := a.client
 	if insecure, ok := c.hosts.reference(subject).(name.Digest); ok {
 		subject = insecure
 	}
 	repo := subject.Context()
-	digest, err := referrer.Digest()
-	if err != nil {
-		return name.Digest{}, "", err
+	refs := make([]name.Digest, len(referrers))
+	for i, r := range referrers {
+		digest, err := r.Digest()
+		if err != nil {
+			return nil, "", err
+		}
+		refs[i] = repo.Digest(digest.String())
 	}
-	ref := repo.Digest(digest.String())
 	var listed string
-	err = c.do(ctx, repo, c.opts.WriteTimeout, func(ctx context.Context, _ *session) error {
-		p, err := c.newPush(ctx, a.keychain, repo, referrer)
+	err := c.do(ctx, repo, c.opts.WriteTimeout, func(ctx context.Context, _ *session) error {
+		// One session of the repository for all (a referrer's blobs are
+		// its own: nothing to mount).
+		p, err := c.newPush(ctx, a.keychain, repo, nil)
 		if err != nil {
 			return err
 		}
-		if err := p.write(ctx, ref, referrer); err != nil {
-			return err
+		for i, r := range referrers {
+			if err := p.write(ctx, refs[i], r); err != nil {
+				return err
+			}
 		}
-		api, err := p.hasReferrersAPI(ctx, subject)
-		if err != nil || api {
+		api, known := c.traits.referrersAPI(repo.RegistryStr())
+		if !known {
+			if api, err = p.hasReferrersAPI(ctx, subject); err != nil {
+				return err
+			}
+			c.traits.noteReferrersAPI(repo.RegistryStr(), api)
+		}
+		if api {
 			listed = ListedByAPI
-			return err
+			return nil
 		}
 		listed = ListedByTag
-		return p.addToReferrersTag(ctx, subject, referrer)
+		return p.addToReferrersTag(ctx, subject, referrers)
 	}, a.keychain)
 	if err != nil {
-		return name.Digest{}, "", err
+		return nil, "", err
 	}
-	return ref, listed, nil
+	return refs, listed, nil
 }
 
 // hasReferrersAPI asks the registry for subject's referrers: an OCI index
@@ -160,12 +174,12 @@ func (p *push) hasReferrersAPI(ctx context.Context, subject name.Digest) (bool, 
 	return api, err
 }
 
-// addToReferrersTag adds referrer to the index at subject's fallback tag
+// addToReferrersTag adds referrers to the index at subject's fallback tag
 // (made when there is none). The index is read whole (a manifest: 4 MiB
 // at most), and not rewritten when it lists the referrer already. Two
 // writers at once may lose one's entry, as with every client of the
 // fallback: the registry offers no conditional PUT.
-func (p *push) addToReferrersTag(ctx context.Context, subject name.Digest, referrer v1.Image) error {
+func (p *push) addToReferrersTag(ctx context.Context, subject name.Digest, referrers []v1.Image) error {
 	tag := p.repo.Tag(strings.Replace(subject.DigestStr(), ":", "-", 1))
 	var index v1.IndexManifest
 	err := p.retry(ctx, func() error {
@@ -185,17 +199,23 @@ func (p *push) addToReferrersTag(ctx context.Context, subject name.Digest, refer
 	if err != nil {
 		return err
 	}
-	desc, err := referrerDescriptor(referrer)
-	if err != nil {
-		return err
+	listed := len(index.Manifests)
+	for _, r := range referrers {
+		desc, err := referrerDescriptor(r)
+		if err != nil {
+			return err
+		}
+		if slices.ContainsFunc(index.Manifests, func(d v1.Descriptor) bool { return d.Digest == desc.Digest }) {
+			continue
+		}
+		if len(index.Manifests) >= maxReferrers {
+			return p.referrersTagError(tag, "lists %d referrers, as many as buildsmith adds to", len(index.Manifests))
+		}
+		index.Manifests = append(index.Manifests, desc)
 	}
-	if slices.ContainsFunc(index.Manifests, func(d v1.Descriptor) bool { return d.Digest == desc.Digest }) {
+	if len(index.Manifests) == listed {
 		return nil
 	}
-	if len(index.Manifests) >= maxReferrers {
-		return p.referrersTagError(tag, "lists %d referrers, as many as buildsmith adds to", len(index.Manifests))
-	}
-	index.Manifests = append(index.Manifests, desc)
 	raw, err := json.Marshal(index)
 	if err != nil {
 		return err

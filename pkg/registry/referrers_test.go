@@ -38,14 +38,19 @@ func sbomReferrer(t *testing.T, subject v1.Image, sbom string) v1.Image {
 // the referrers API and on one without; without, it is added to the
 // fallback index beside what is there, once however often it is written,
 // in as few requests as that takes.
-func TestWriteReferrer(t *testing.T) {
+func TestWriteReferrers(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		registry func(testing.TB) *registrytest.Registry
 		listed   string
+		// requests is what a second referrer costs: its blob (POST and
+		// PUT: the empty config is held), its manifest, and without the
+		// API the fallback index (GET, PUT). The first pays the
+		// registry's probes once (the referrers API, the manifest check).
+		requests int
 	}{
-		{"with the referrers API", registrytest.NewWithReferrers, ListedByAPI},
-		{"without", registrytest.New, ListedByTag},
+		{"with the referrers API", registrytest.NewWithReferrers, ListedByAPI, 3},
+		{"without", registrytest.New, ListedByTag, 5},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := tc.registry(t)
@@ -57,15 +62,18 @@ func TestWriteReferrer(t *testing.T) {
 			var written []string
 			for _, sbom := range []string{`{"spdxVersion":"SPDX-2.3"}`, `{"spdxVersion":"SPDX-2.3","name":"other"}`} {
 				f.ForgetRequests()
-				got, listed, err := c.As(nil).WriteReferrer(context.Background(), ref, sbomReferrer(t, subject, sbom))
-				if err != nil || listed != tc.listed {
-					t.Fatalf("WriteReferrer = %v, %q, %v; want listed %q", got, listed, err, tc.listed)
+				got, listed, err := c.As(nil).WriteReferrers(context.Background(), ref, sbomReferrer(t, subject, sbom))
+				if err != nil || listed != tc.listed || len(got) != 1 {
+					t.Fatalf("WriteReferrers = %v, %q, %v; want one listed %q", got, listed, err, tc.listed)
 				}
-				written = append(written, got.DigestStr())
+				written = append(written, got[0].DigestStr())
 				t.Logf("%s: %d requests: %v", tc.name, len(f.Requests()), f.Requests())
 			}
+			if n := len(f.Requests()); n != tc.requests {
+				t.Errorf("a second referrer cost %d requests, want %d", n, tc.requests)
+			}
 			f.ForgetRequests()
-			if _, _, err := c.As(nil).WriteReferrer(context.Background(), ref, sbomReferrer(t, subject, `{"spdxVersion":"SPDX-2.3"}`)); err != nil {
+			if _, _, err := c.As(nil).WriteReferrers(context.Background(), ref, sbomReferrer(t, subject, `{"spdxVersion":"SPDX-2.3"}`)); err != nil {
 				t.Fatal(err)
 			}
 			if n := f.Count(http.MethodPut, "/manifests/sha256-"); n != 0 {
@@ -124,7 +132,7 @@ func TestReferrersTagBounded(t *testing.T) {
 			subject := f.Push("team/builder:1")
 			subjectDigest, _ := subject.Digest()
 			f.Inject(http.MethodGet, "/manifests/sha256-", -1, registrytest.Answer(200, map[string]string{"Content-Type": tc.contentType}, tc.body))
-			_, _, err := newTestClient(t, Options{}).As(nil).WriteReferrer(context.Background(),
+			_, _, err := newTestClient(t, Options{}).As(nil).WriteReferrers(context.Background(),
 				f.Ref("team/builder@"+subjectDigest.String()).(name.Digest), sbomReferrer(t, subject, "{}"))
 			e, ok := failure.As(err)
 			if !ok || e.Class != failure.Waiting || e.Reason != ReasonInvalidReferrersTag || !strings.Contains(err.Error(), tc.says) {

@@ -57,7 +57,8 @@ func wantedAttestations(setting string, keys []signingKey) []wantedAttestation {
 // attestations attaches to next.LatestImage the attestations it should
 // carry and returns them as status records them. One recorded for the
 // same image, predicate and key is trusted without a request; the others
-// cost a HEAD of the image and a referrer each (registry.WriteReferrer).
+// cost a HEAD of the image, a referrer each, and their listing
+// (registry.WriteReferrers).
 func (r *Core) attestations(ctx context.Context, obj object, in *inputs, next *v1alpha1.BuilderStatus,
 	recorded []v1alpha1.ImageAttestation) ([]v1alpha1.ImageAttestation, error) {
 	wanted := wantedAttestations(r.Attestations, in.keys)
@@ -87,16 +88,18 @@ func (r *Core) attestations(ctx context.Context, obj object, in *inputs, next *v
 	if desc.Digest, err = v1.NewHash(image.DigestStr()); err != nil {
 		return nil, err
 	}
-	for _, i := range missing {
-		referrer, err := referrerOf(b, desc, wanted[i])
-		if err != nil {
+	referrers := make([]v1.Image, len(missing))
+	for n, i := range missing {
+		if referrers[n], err = referrerOf(b, desc, wanted[i]); err != nil {
 			return nil, err
 		}
-		ref, listed, err := in.registry.WriteReferrer(ctx, image, referrer)
-		if err != nil {
-			return nil, err
-		}
-		out[i] = v1alpha1.ImageAttestation{Image: next.LatestImage, PredicateType: wanted[i].predicateType, Referrer: ref.String(), ListedBy: listed}
+	}
+	refs, listed, err := in.registry.WriteReferrers(ctx, image, referrers...)
+	if err != nil {
+		return nil, err
+	}
+	for n, i := range missing {
+		out[i] = v1alpha1.ImageAttestation{Image: next.LatestImage, PredicateType: wanted[i].predicateType, Referrer: refs[n].String(), ListedBy: listed}
 		if k := wanted[i].key; k != nil {
 			out[i].SigningSecret, out[i].KeyID = k.secret, k.key.ID
 		}
