@@ -23,6 +23,7 @@ import (
 	"github.com/buildsmith/buildsmith/pkg/attest"
 	"github.com/buildsmith/buildsmith/pkg/registry"
 	"github.com/buildsmith/buildsmith/test/cosigntest"
+	"github.com/buildsmith/buildsmith/test/registrytest"
 )
 
 // TestAttestedBuilder: with --builder-attestations=all, a builder whose
@@ -33,22 +34,7 @@ import (
 // SBOM names is in the registry.
 func TestAttestedBuilder(t *testing.T) {
 	ctx := context.Background()
-	cosignBin := filepath.Join(env.Root, "bin", "cosign")
-	keys := t.TempDir()
-	for _, dir := range []string{"signer", "other"} {
-		if err := os.MkdirAll(filepath.Join(keys, dir), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		cmd := exec.Command(cosignBin, "generate-key-pair")
-		cmd.Dir, cmd.Env = filepath.Join(keys, dir), append(os.Environ(), "COSIGN_PASSWORD=pw")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("cosign generate-key-pair: %v\n%s", err, out)
-		}
-	}
-	private, err := os.ReadFile(filepath.Join(keys, "signer", "cosign.key"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	keys, private := cosignKeyPairs(t)
 
 	d := startDistribution(t)
 	const ns = "attested"
@@ -96,23 +82,7 @@ func TestAttestedBuilder(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(docker, "config.json"), config, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	verify := func(key, predicate string) (string, error) {
-		cmd := exec.Command(cosignBin, "verify-attestation", "--key", key, "--type", predicate,
-			"--insecure-ignore-tlog=true", "--allow-http-registry", b.Status.LatestImage)
-		cmd.Env = append(os.Environ(), "DOCKER_CONFIG="+docker, "HOME="+keys)
-		out, err := cmd.CombinedOutput()
-		return string(out), err
-	}
-	for _, predicate := range []string{"slsaprovenance1", "spdxjson"} {
-		if out, err := verify(filepath.Join(keys, "signer", "cosign.pub"), predicate); err != nil {
-			t.Errorf("cosign verify-attestation --type %s: %v\n%s", predicate, err, out)
-		} else {
-			t.Logf("cosign verify-attestation --type %s: accepted", predicate)
-		}
-		if out, err := verify(filepath.Join(keys, "other", "cosign.pub"), predicate); err == nil {
-			t.Errorf("cosign verify-attestation --type %s with another key accepted it:\n%s", predicate, out)
-		}
-	}
+	verifyAttestations(t, keys, b.Status.LatestImage, "DOCKER_CONFIG="+docker)
 	checkSBOMDigests(t, b, authn.FromConfig(authn.AuthConfig{Username: registryUser, Password: registryPassword}))
 
 	// The plugin prints both, read with the Docker credentials.
@@ -129,6 +99,88 @@ func TestAttestedBuilder(t *testing.T) {
 		var statement struct{ PredicateType string }
 		if err != nil || json.Unmarshal(out, &statement) != nil || statement.PredicateType != predicateType {
 			t.Errorf("kubectl buildsmith %s: %v, %.300s; want a statement of %s", command, err, out, predicateType)
+		}
+	}
+}
+
+// TestAttestedMultiPlatformBuilder: with --builder-attestations=signed, a
+// two-platform builder's attestations refer to its index and name both
+// platforms' images; the real cosign verify-attestation --key accepts both
+// predicates of the index.
+func TestAttestedMultiPlatformBuilder(t *testing.T) {
+	ctx := context.Background()
+	keys, private := cosignKeyPairs(t)
+	f := registrytest.New(t)
+	pushMultiPlatformSamples(t, f, "io.buildpacks.stacks.attestedmulti")
+	const ns = "attested-multi"
+	tenantNamespace(t, ns, "cosign")
+	secret := cosigntest.Secret("", "cosign", private, "pw")
+	secret.ResourceVersion = ""
+	if _, err := kube.CoreV1().Secrets(ns).Create(ctx, secret, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	useLifecycleImage(t, f.Addr+"/buildsmith/lifecycle:0.21.0")
+	startController(t, "--builder-attestations=signed")
+	objects := storeStack{Addr: f.Addr, Name: "attested-multi", Buildpackages: []string{"buildpacks/hello:1"}, StackID: "io.buildpacks.stacks.attestedmulti"}
+	objects.create(t)
+	objects.createBuilder(t, ns, "multi", v1alpha1.NamespacedBuilderSpec{BuilderSpec: v1alpha1.BuilderSpec{Order: helloOrder()}})
+	var b *v1alpha1.Builder
+	eventually(t, 90*time.Second, "the two-platform builder Ready with its attestations", func() (bool, string) {
+		var err error
+		if b, err = client.BuildsmithV1alpha1().Builders(ns).Get(ctx, "multi", metav1.GetOptions{}); err != nil {
+			return false, err.Error()
+		}
+		return b.Status.IsReady() && len(b.Status.Attestations) == 2, fmt.Sprintf("%+v %+v", b.Status.Conditions, b.Status.Attestations)
+	})
+	if len(b.Status.Platforms) != 2 {
+		t.Fatalf("platforms %+v, want two", b.Status.Platforms)
+	}
+	verifyAttestations(t, keys, b.Status.LatestImage)
+}
+
+// cosignKeyPairs makes two key pairs with the real cosign (password "pw"),
+// in the directories signer and other of the directory returned, and
+// returns signer's private key.
+func cosignKeyPairs(t *testing.T) (dir string, private []byte) {
+	t.Helper()
+	dir = t.TempDir()
+	for _, name := range []string{"signer", "other"} {
+		if err := os.MkdirAll(filepath.Join(dir, name), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(filepath.Join(env.Root, "bin", "cosign"), "generate-key-pair")
+		cmd.Dir, cmd.Env = filepath.Join(dir, name), append(os.Environ(), "COSIGN_PASSWORD=pw")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("cosign generate-key-pair: %v\n%s", err, out)
+		}
+	}
+	private, err := os.ReadFile(filepath.Join(dir, "signer", "cosign.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dir, private
+}
+
+// verifyAttestations runs the real cosign verify-attestation on image for
+// both predicates: accepted with signer's public key, refused with
+// other's.
+func verifyAttestations(t *testing.T, keys, image string, environ ...string) {
+	t.Helper()
+	verify := func(key, predicate string) (string, error) {
+		cmd := exec.Command(filepath.Join(env.Root, "bin", "cosign"), "verify-attestation", "--key", key, "--type", predicate,
+			"--insecure-ignore-tlog=true", "--allow-http-registry", image)
+		cmd.Env = append(append(os.Environ(), "HOME="+keys), environ...)
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	for _, predicate := range []string{"slsaprovenance1", "spdxjson"} {
+		if out, err := verify(filepath.Join(keys, "signer", "cosign.pub"), predicate); err != nil {
+			t.Errorf("cosign verify-attestation --type %s %s: %v\n%s", predicate, image, err, out)
+		} else {
+			t.Logf("cosign verify-attestation --type %s %s: accepted", predicate, image)
+		}
+		if out, err := verify(filepath.Join(keys, "other", "cosign.pub"), predicate); err == nil {
+			t.Errorf("cosign verify-attestation --type %s with another key accepted %s:\n%s", predicate, image, out)
 		}
 	}
 }
