@@ -1,0 +1,126 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/buildsmith/buildsmith/test/cosigntest"
+	"github.com/buildsmith/buildsmith/test/localhost"
+	"github.com/buildsmith/buildsmith/test/registrytest"
+)
+
+// TestAttestationCost is scenario 19: what attaching a builder's signed SBOM
+// and provenance costs. BENCH_ATTEST_N (default 200) builders with a cosign
+// key pushed cold by a controller with the default --builder-attestations
+// (none); then as many by one with --builder-attestations=signed, on a
+// registry without the referrers API (the distribution registry's case:
+// the fallback tag); then the attested builders are resynced.
+func TestAttestationCost(t *testing.T) {
+	if !full {
+		t.Skip("BENCH=1")
+	}
+	n := envInt("BENCH_ATTEST_N", 200)
+	f := registrytest.New(t)
+	seed(t, f.Addr)
+	w := newWorld(t, f.Addr)
+	private, _ := cosigntest.KeyPair(t, "bench")
+	type phase struct {
+		name string
+		took time.Duration
+		ok   bool
+		cost cost
+	}
+	var phases []phase
+	measure := func(name string, run func() (time.Duration, bool)) {
+		t.Helper()
+		f.Traffic().Reset()
+		took, ok := run()
+		time.Sleep(time.Second) // late requeues and status writes
+		phases = append(phases, phase{name, took, ok, w.cost(f.Traffic().Requests())})
+	}
+	pushSigned := func(ns string, from int, attestations int) (time.Duration, bool) {
+		keyed := w.inNamespace(t, ns, f.Addr)
+		addSigningKey(t, keyed.ns, private)
+		keyed.createBuilders(t, from, from+n, w.order())
+		return waitAttested(t, keyed.ns, n, attestations)
+	}
+
+	p, _ := startController(t)
+	w.waitStoreStackReady(t, 60*time.Second)
+	measure("push and sign, no attestations", func() (time.Duration, bool) { return pushSigned(w.name+"-signed", 0, 0) })
+	p.Kill()
+	p, _ = startController(t, "--builder-attestations=signed")
+	defer p.Kill()
+	attested := w.name + "-attested"
+	measure("push, sign and attest (SBOM, provenance)", func() (time.Duration, bool) { return pushSigned(attested, n, 2) })
+	measure("resync of attested builders", func() (time.Duration, bool) {
+		begin := time.Now()
+		if out, err := env.Kubectl("annotate", "builders", "--all", "-n", attested, "--overwrite",
+			"bench.buildsmith.dev/resync="+begin.Format(time.RFC3339Nano)).CombinedOutput(); err != nil {
+			t.Fatalf("kubectl annotate: %v\n%s", err, out)
+		}
+		return waitAsked(f, begin, 2*time.Minute, 500*time.Millisecond, n, builderRepoAsked)
+	})
+
+	s := &section{title: fmt.Sprintf("19. The cost of attestations: %d signed builders, with and without their SBOM and provenance", n),
+		what: fmt.Sprintf("One registry (ggcr in-memory behind registrytest.New: no referrers API, so each builder's referrers "+
+			"are listed in the fallback tag's index, as on the distribution registry). %d single-platform builders with a cosign "+
+			"key pushed cold by a controller with the default --builder-attestations (none); the controller restarted with "+
+			"--builder-attestations=signed and %d more builders pushed cold in a namespace of their own, until each is Ready with "+
+			"its 2 attestations; then those asked to reconcile (as at a resync). Requests are every request the registry saw in "+
+			"the phase, divided by %d.", n, n, n),
+		header: []string{"phase", "took", "requests/builder", "manifest PUTs/builder", "bytes up/builder", "requests by kind"}}
+	per := func(v int) string { return fmt.Sprintf("%.1f", float64(v)/float64(n)) }
+	for _, ph := range phases {
+		took := ph.took.Round(100 * time.Millisecond).String()
+		if !ph.ok {
+			took = "not all in " + took
+		}
+		s.rows = append(s.rows, []string{ph.name, took, per(ph.cost.requests), per(ph.cost.manifestPuts),
+			fmt.Sprintf("%d B", ph.cost.bytesIn/int64(n)), kinds(ph.cost.byKind)})
+	}
+	if len(phases) == 3 {
+		perAttestation := float64(phases[1].cost.requests-phases[0].cost.requests) / float64(2*n)
+		added := float64(phases[1].took) / float64(phases[0].took)
+		s.targets = []target{
+			{"registry requests per attestation", "≤ 5", fmt.Sprintf("%.2f", perAttestation), perAttestation <= 5},
+			{"time added to a cold run", "(reported)", fmt.Sprintf("×%.2f (%v against %v)", added,
+				phases[1].took.Round(100*time.Millisecond), phases[0].took.Round(100*time.Millisecond)), true},
+			{"resync of attested builders", "1 request per builder (nothing attached again)", per(phases[2].cost.requests),
+				phases[2].ok && phases[2].cost.requests <= n},
+			{"every phase done", "all builders Ready, signed and attested", fmt.Sprint(phases[0].ok && phases[1].ok), phases[0].ok && phases[1].ok},
+		}
+		s.notes = append(s.notes, fmt.Sprintf("Attesting adds %.1f requests per builder to a signed push (%s − %s), for two attestations.",
+			float64(phases[1].cost.requests-phases[0].cost.requests)/float64(n), per(phases[1].cost.requests), per(phases[0].cost.requests)))
+	}
+	addSection(s)
+}
+
+// waitAttested waits until the n builders of ns are Ready, signed once
+// and with want attestations each.
+func waitAttested(t testing.TB, ns string, n, want int) (time.Duration, bool) {
+	t.Helper()
+	ctx := context.Background()
+	took, err := localhost.Poll(ctx, 5*time.Minute, 200*time.Millisecond, "builders attested", func() (bool, string) {
+		list, err := client.BuildsmithV1alpha1().Builders(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		done := 0
+		for _, b := range list.Items {
+			if b.Status.IsReady() && b.Status.ObservedGeneration == b.Generation && len(b.Status.Signatures) == 1 &&
+				len(b.Status.Attestations) == want {
+				done++
+			}
+		}
+		return done == n, fmt.Sprintf("%d/%d", done, n)
+	})
+	if err != nil {
+		t.Log(err)
+	}
+	return took, err == nil
+}
