@@ -39,29 +39,14 @@ func (r *Reconciler) reconcile(ctx context.Context, stack *v1alpha1.ClusterStack
 	}
 	reg := r.Registry.As(keychain)
 	chosen := reconciler.NewChosenTags(stack.Status.ChosenTags)
-
-	// The build image first: when a run image is an index, the image for
-	// the build image's platform is the one that matters.
-	buildSource, err := chosen.Choose(ctx, reg, "spec.buildImage", spec.BuildImage.Image, spec.BuildImage.Policy)
-	if err != nil {
-		return err
-	}
-	build, err := reg.ReadImage(ctx, buildSource.Ref, nil)
+	build, buildSource, err := readBuildImage(ctx, reg, chosen, spec.BuildImage)
 	if err != nil {
 		return err
 	}
 	first := cnb.Platform{OS: build.Config.OS, Arch: build.Config.Architecture, Variant: build.Config.Variant}
-	sources := append([]v1alpha1.RunImageSource{spec.RunImage}, spec.AdditionalRunImages...)
-	runs := make([]*registry.Image, len(sources))
-	for i, source := range sources {
-		found, err := chosen.Choose(ctx, reg, runImageField(i), source.Image, source.Policy)
-		if err != nil {
-			return runImageError(i, source, err)
-		}
-		if runs[i], err = reg.ReadImage(ctx, found.Ref, ptr.To(first.V1())); err != nil {
-			return err
-		}
-		sources[i] = resolvedSource(source, found)
+	runs, sources, err := readRunImages(ctx, reg, chosen, spec, first)
+	if err != nil {
+		return err
 	}
 	// Every run image forms the stack with the build image, under one id:
 	// the spec's, or, for a stack without one, the first its images carry
@@ -106,6 +91,38 @@ func (r *Reconciler) reconcile(ctx context.Context, stack *v1alpha1.ClusterStack
 	stack.Status.BuildImage.Image = buildSource.Named
 	stack.Status.ChosenTags = chosen.Status()
 	return nil
+}
+
+// readBuildImage reads the build image first: when a run image is an
+// index, the image for the build image's platform is the one that matters.
+func readBuildImage(ctx context.Context, reg registry.Access, chosen *reconciler.ChosenTags, source v1alpha1.ImageSource) (
+	*registry.Image, reconciler.Source, error) {
+	found, err := chosen.Choose(ctx, reg, "spec.buildImage", source.Image, source.Policy)
+	if err != nil {
+		return nil, reconciler.Source{}, err
+	}
+	build, err := reg.ReadImage(ctx, found.Ref, nil)
+	return build, found, err
+}
+
+// readRunImages reads the run image and the additional ones for the build
+// image's platform, first; it returns them and their sources as builders
+// name them (resolvedSource).
+func readRunImages(ctx context.Context, reg registry.Access, chosen *reconciler.ChosenTags, spec v1alpha1.ClusterStackSpec,
+	first cnb.Platform) ([]*registry.Image, []v1alpha1.RunImageSource, error) {
+	sources := append([]v1alpha1.RunImageSource{spec.RunImage}, spec.AdditionalRunImages...)
+	runs := make([]*registry.Image, len(sources))
+	for i, source := range sources {
+		found, err := chosen.Choose(ctx, reg, runImageField(i), source.Image, source.Policy)
+		if err != nil {
+			return nil, nil, runImageError(i, source, err)
+		}
+		if runs[i], err = reg.ReadImage(ctx, found.Ref, ptr.To(first.V1())); err != nil {
+			return nil, nil, err
+		}
+		sources[i] = resolvedSource(source, found)
+	}
+	return runs, sources, nil
 }
 
 // resolvedSource is source as builders name it: followed, the repository at
