@@ -80,12 +80,8 @@ func (r *Core) attestations(ctx context.Context, obj object, in *inputs, next *v
 		return nil, fmt.Errorf("attesting %q: %w", next.LatestImage, err)
 	}
 	b := r.attested(obj, in, next)
-	subject, err := in.registry.Resolve(ctx, image)
+	desc, err := subjectOf(ctx, in, image)
 	if err != nil {
-		return nil, err
-	}
-	desc := v1.Descriptor{MediaType: types.MediaType(subject.MediaType), Size: subject.Size, Digest: v1.Hash{}}
-	if desc.Digest, err = v1.NewHash(image.DigestStr()); err != nil {
 		return nil, err
 	}
 	referrers := make([]v1.Image, len(missing))
@@ -105,6 +101,20 @@ func (r *Core) attestations(ctx context.Context, obj object, in *inputs, next *v
 		}
 	}
 	return out, nil
+}
+
+// subjectOf describes image: as this reconcile pushed it, else as the
+// registry answers a HEAD.
+func subjectOf(ctx context.Context, in *inputs, image name.Digest) (v1.Descriptor, error) {
+	if in.pushed != nil && in.pushed.Digest.String() == image.DigestStr() {
+		return v1.Descriptor{MediaType: in.pushed.MediaType, Size: in.pushed.Size, Digest: in.pushed.Digest}, nil
+	}
+	resolved, err := in.registry.Resolve(ctx, image)
+	if err != nil {
+		return v1.Descriptor{}, err
+	}
+	digest, err := v1.NewHash(image.DigestStr())
+	return v1.Descriptor{MediaType: types.MediaType(resolved.MediaType), Size: resolved.Size, Digest: digest}, err
 }
 
 // matches reports whether a recorded attestation is w's of image.

@@ -7,8 +7,10 @@ package builder
 
 import (
 	"context"
+	"slices"
 	"sync"
 
+	"github.com/google/go-containerregistry/pkg/v1/partial"
 	"k8s.io/apimachinery/pkg/types"
 	"knative.dev/pkg/apis"
 	pkgreconciler "knative.dev/pkg/reconciler"
@@ -49,6 +51,10 @@ type Core struct {
 	// status again, and must find the pushed image (one HEAD) rather than
 	// push it again.
 	pushes sync.Map // types.NamespacedName → pushRecord
+	// attachments remembers, by builder, the attestations last attached until
+	// its status records them, for the same reason: attached again, they
+	// would be new referrers (a signature is never the same twice).
+	attachments sync.Map // types.NamespacedName → []v1alpha1.ImageAttestation
 
 	keys signingKeys // parsed once per Secret version, within Config.Signing
 }
@@ -88,6 +94,7 @@ func (r *ClusterBuilderReconciler) ReconcileKind(ctx context.Context, b *v1alpha
 // push record.
 func (r *Core) ObserveDeletion(ctx context.Context, key types.NamespacedName) error {
 	r.pushes.Delete(key)
+	r.attachments.Delete(key)
 	return r.Base.ObserveDeletion(ctx, key)
 }
 
@@ -145,11 +152,30 @@ func (r *Core) finish(ctx context.Context, obj object, in *inputs, status *v1alp
 	if next.Signatures, err = sign(ctx, in.registry, in.keys, &next, status.Signatures); err != nil {
 		return err
 	}
-	if next.Attestations, err = r.attestations(ctx, obj, in, &next, status.Attestations); err != nil {
+	key := types.NamespacedName{Namespace: obj.GetNamespace(), Name: obj.GetName()}
+	if next.Attestations, err = r.attestations(ctx, obj, in, &next, r.recordedAttestations(key, status)); err != nil {
 		return err
+	}
+	if !slices.Equal(next.Attestations, status.Attestations) {
+		r.attachments.Store(key, next.Attestations)
 	}
 	*status = next
 	return nil
+}
+
+// recordedAttestations are those status records and, until it does, those
+// last attached.
+func (r *Core) recordedAttestations(key types.NamespacedName, status *v1alpha1.BuilderStatus) []v1alpha1.ImageAttestation {
+	remembered, ok := r.attachments.Load(key)
+	if !ok {
+		return status.Attestations
+	}
+	attached := remembered.([]v1alpha1.ImageAttestation)
+	if slices.Equal(attached, status.Attestations) {
+		r.attachments.Delete(key) // the status has them now
+		return status.Attestations
+	}
+	return append(slices.Clone(status.Attestations), attached...)
 }
 
 // buildAndPush assembles the builder for each platform and pushes it (an
@@ -186,6 +212,12 @@ func (r *Core) buildAndPush(ctx context.Context, namespace string, in *inputs, s
 	pushed, err := in.registry.Write(ctx, in.tag, artifact)
 	if err != nil {
 		return "", nil, err
+	}
+	// What the attestations' subject is: no need to ask the registry.
+	if described, ok := artifact.(partial.Describable); ok {
+		if in.pushed, err = partial.Descriptor(described); err != nil {
+			return "", nil, err
+		}
 	}
 	for _, img := range images {
 		digest, err := img.Image.Digest()

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/buildsmith/buildsmith/pkg/apis/build/v1alpha1"
@@ -37,6 +38,9 @@ type inputs struct {
 	// fingerprint identifies all of the above and the spec: a builder
 	// pushed from the same fingerprint is the same builder.
 	fingerprint string
+	// pushed describes the image (or index) this reconcile pushed; nil
+	// when it pushed none.
+	pushed *v1.Descriptor
 }
 
 // resolveInputs validates the spec and resolves the stack, the sources, the
