@@ -98,7 +98,8 @@ func (b Builder) check() error {
 }
 
 // modules are the buildpacks then the extensions, each once, sorted by
-// kind, id and version.
+// kind, id and version (and by every other field, so that one listed twice
+// with different contents gives the same document whatever the order).
 func (b Builder) modules() []module {
 	var out []module
 	for _, m := range b.Buildpacks {
@@ -108,9 +109,19 @@ func (b Builder) modules() []module {
 		out = append(out, module{Module: m, kind: "extension"})
 	}
 	slices.SortFunc(out, func(a, b module) int {
-		return cmp.Or(strings.Compare(a.kind, b.kind), strings.Compare(a.ID, b.ID), strings.Compare(a.Version, b.Version))
+		return cmp.Or(strings.Compare(a.kind, b.kind), strings.Compare(a.ID, b.ID), strings.Compare(a.Version, b.Version),
+			strings.Compare(a.Layer, b.Layer), strings.Compare(a.DiffID, b.DiffID), strings.Compare(a.Source, b.Source),
+			strings.Compare(a.Homepage, b.Homepage), strings.Compare(strings.Join(a.Licenses, "\n"), strings.Join(b.Licenses, "\n")),
+			cmp.Compare(btoi(a.System), btoi(b.System)))
 	})
 	return slices.CompactFunc(out, func(a, b module) bool { return a.kind == b.kind && a.ID == b.ID && a.Version == b.Version })
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 type module struct {

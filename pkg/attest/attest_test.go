@@ -269,3 +269,34 @@ func TestSBOMStatement(t *testing.T) {
 		t.Errorf("statement %s", raw)
 	}
 }
+
+// TestModulesEdgeCases: one id@version listed twice with other contents
+// gives one document whatever the order; license expressions keep their
+// meaning side by side; a homepage that is no URL is left out.
+func TestModulesEdgeCases(t *testing.T) {
+	b := sample()
+	twin := b.Buildpacks[0]
+	twin.Layer, twin.DiffID = digestOf(98), digestOf(99)
+	b.Buildpacks = append(b.Buildpacks, twin)
+	b.Buildpacks[0].Licenses = []string{"MIT OR Apache-2.0", "BSD-3-Clause"}
+	b.Buildpacks[1].Homepage = "not a url"
+	first, err := SPDX(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Reverse(b.Buildpacks)
+	second, _ := SPDX(b)
+	if !bytes.Equal(first, second) {
+		t.Error("the order of the buildpacks changes the document")
+	}
+	if !bytes.Contains(first, []byte(`"licenseDeclared":"(MIT OR Apache-2.0) AND BSD-3-Clause"`)) || bytes.Contains(first, []byte("not a url")) {
+		t.Errorf("licenses or homepage: %s", first)
+	}
+	doc, err := spdxjson.Read(bytes.NewReader(first))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := spdxlib.ValidateDocument(doc); err != nil {
+		t.Error(err)
+	}
+}

@@ -3,6 +3,7 @@ package attest
 import (
 	"encoding/json"
 	"fmt"
+	"net/url"
 	"strings"
 	"time"
 )
@@ -146,10 +147,17 @@ func imagePackage(id, ref, purpose string) spdxPackage {
 func modulePackage(id string, m module) spdxPackage {
 	license := noAssertion
 	if len(m.Licenses) > 0 {
-		license = strings.Join(m.Licenses, " AND ")
+		parts := make([]string, len(m.Licenses))
+		for i, l := range m.Licenses {
+			parts[i] = l
+			if len(m.Licenses) > 1 && strings.ContainsAny(l, " ") {
+				parts[i] = "(" + l + ")" // "A OR B" keeps its meaning beside another
+			}
+		}
+		license = strings.Join(parts, " AND ")
 	}
 	pkg := spdxPackage{
-		SPDXID: id, Name: m.ID, VersionInfo: m.Version, DownloadLocation: noAssertion, Homepage: m.Homepage,
+		SPDXID: id, Name: m.ID, VersionInfo: m.Version, DownloadLocation: noAssertion, Homepage: homepage(m.Homepage),
 		SourceInfo:       "from " + m.Source,
 		LicenseConcluded: noAssertion, LicenseDeclared: license, CopyrightText: noAssertion,
 		PrimaryPackagePurpose: "APPLICATION",
@@ -162,6 +170,16 @@ func modulePackage(id string, m module) spdxPackage {
 		pkg.Checksums = []spdxChecksum{{Algorithm: "SHA256", ChecksumValue: hex}}
 	}
 	return pkg
+}
+
+// homepage is a buildpack's homepage as SPDX takes one, a URL; "" (left
+// out) for what a buildpackage's label says that is none.
+func homepage(s string) string {
+	u, err := url.Parse(s)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return ""
+	}
+	return s
 }
 
 // ociPURL is the package URL of an image (the purl spec's oci type): its

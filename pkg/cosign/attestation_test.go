@@ -54,3 +54,19 @@ func TestBundle(t *testing.T) {
 		t.Errorf("hint %q", b.VerificationMaterial.PublicKey.Hint)
 	}
 }
+
+// TestBundleDeterministic: the same statement signed twice by one key is
+// the same bundle (RFC 6979), so an attestation attached again is the same
+// referrer.
+func TestBundleDeterministic(t *testing.T) {
+	key, err := ParseKey(context.Background(), "k", newKey(t, "pw", nil), []byte("pw"), Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, _ := key.Bundle([]byte(`{"a":1}`))
+	second, _ := key.Bundle([]byte(`{"a":1}`))
+	other, _ := key.Bundle([]byte(`{"a":2}`))
+	if string(first) != string(second) || string(first) == string(other) {
+		t.Errorf("bundles of one statement differ, or of two statements are equal:\n%s\n%s\n%s", first, second, other)
+	}
+}

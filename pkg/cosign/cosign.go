@@ -11,7 +11,6 @@ import (
 	"crypto"
 	"crypto/ecdsa"
 	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/sha256"
 	"crypto/x509"
 	"encoding/base64"
@@ -294,9 +293,11 @@ func digest(payload []byte) []byte {
 	return sum[:]
 }
 
-// Sign returns the base64 signature of payload.
+// Sign returns the base64 signature of payload: deterministic (RFC 6979),
+// so that what is signed again (an attestation whose status write was
+// lost, say) is the same bytes, the same digest, and no second artifact.
 func (k *Key) Sign(payload []byte) (string, error) {
-	sig, err := ecdsa.SignASN1(rand.Reader, k.private, digest(payload))
+	sig, err := k.private.Sign(nil, digest(payload), crypto.SHA256)
 	if err != nil {
 		return "", err
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"sync"
 	"sync/atomic"
 
 	"github.com/google/go-containerregistry/pkg/authn"
@@ -37,6 +38,10 @@ type push struct {
 	skipped atomic.Bool        // a blob was taken as held on the memory's word
 	blobs   singleflight.Group // one transfer per digest, however many images name it
 	turns   pushTurns
+	// subjects are the OCI-Subject headers of the manifest PUTs, by
+	// reference: a registry with the referrers API answers one for a
+	// manifest with a subject, which it then lists.
+	subjects sync.Map // identifier → subject digest
 }
 
 // smallBlob is the size up to which a blob of unknown whereabouts is

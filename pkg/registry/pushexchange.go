@@ -135,8 +135,13 @@ func (p *push) putManifest(ctx context.Context, ref name.Reference, m remote.Tag
 	}
 	header := http.Header{"Content-Type": {string(mediaType)}}
 	return p.retry(ctx, func() error {
-		_, err := p.send(ctx, http.MethodPut, p.url("manifests/"+ref.Identifier()), bytes.NewReader(raw), int64(len(raw)), header,
+		resp, err := p.send(ctx, http.MethodPut, p.url("manifests/"+ref.Identifier()), bytes.NewReader(raw), int64(len(raw)), header,
 			http.StatusOK, http.StatusCreated, http.StatusAccepted)
+		if err == nil {
+			if subject := resp.Header.Get("OCI-Subject"); subject != "" {
+				p.subjects.Store(ref.Identifier(), subject)
+			}
+		}
 		return err
 	})
 }

@@ -38,10 +38,15 @@ const (
 // maxReferrers).
 const ReasonInvalidReferrersTag = "InvalidReferrersTag"
 
-// maxReferrers bounds the referrers a fallback index may list for a
-// referrer to be added: each a descriptor held while the index is
-// rewritten, and the tag is the registry's to fill.
-const maxReferrers = 1024
+// Bounds on a fallback index, the registry's to fill: the referrers it may
+// list for one to be added (each a descriptor held while the index is
+// rewritten), and its size (1,024 descriptors with annotations are about
+// 400 KiB), read before limitTransport's manifest bound would refuse it as
+// an image.
+const (
+	maxReferrers          = 1024
+	maxReferrersIndexSize = 1 << 20
+)
 
 // emptyConfig is the OCI empty descriptor's content, the config of an
 // artifact that has none.
@@ -104,11 +109,14 @@ func (r *referrerCore) LayerByDigest(h v1.Hash) (partial.CompressedLayer, error)
 
 // WriteReferrers pushes referrers (made by NewReferrer) by digest into the
 // repository of their subject, and makes them findable as the subject's
-// referrers: listed by the registry's referrers API where there is one,
-// else added to the index at the fallback tag, all at once (one GET of it
-// and one PUT, none when it lists them already). Whether the registry has
-// the API is asked once an hour (registryTraits). It returns the
-// referrers' digests and how they were listed (ListedByAPI, ListedByTag).
+// referrers. A registry with the referrers API lists a manifest with a
+// subject itself, and says so in the PUT's answer (OCI-Subject): nothing
+// more to do. Else they are added to the index at the fallback tag, all
+// at once (one GET of it and one PUT, none when it lists them already).
+// It is decided by the push's own answers, for the repository pushed to:
+// no verdict learned from one tenant's repository stands for another's.
+// It returns the referrers' digests and how they were listed (ListedByAPI,
+// ListedByTag).
 func (a Access) WriteReferrers(ctx context.Context, subject name.Digest, referrers ...v1.Image) ([]name.Digest, string, error) {
 	c := a.client
 	if insecure, ok := c.hosts.reference(subject).(name.Digest); ok {
@@ -123,7 +131,7 @@ func (a Access) WriteReferrers(ctx context.Context, subject name.Digest, referre
 		}
 		refs[i] = repo.Digest(digest.String())
 	}
-	var listed string
+	listed := ListedByAPI
 	err := c.do(ctx, repo, c.opts.WriteTimeout, func(ctx context.Context, _ *session) error {
 		// One session of the repository for all (a referrer's blobs are
 		// its own: nothing to mount).
@@ -135,43 +143,19 @@ func (a Access) WriteReferrers(ctx context.Context, subject name.Digest, referre
 			if err := p.write(ctx, refs[i], r); err != nil {
 				return err
 			}
-		}
-		api, known := c.traits.referrersAPI(repo.RegistryStr())
-		if !known {
-			if api, err = p.hasReferrersAPI(ctx, subject); err != nil {
-				return err
+			if answered, _ := p.subjects.Load(refs[i].Identifier()); answered != subject.DigestStr() {
+				listed = ListedByTag
 			}
-			c.traits.noteReferrersAPI(repo.RegistryStr(), api)
 		}
-		if api {
-			listed = ListedByAPI
+		if listed == ListedByAPI {
 			return nil
 		}
-		listed = ListedByTag
 		return p.addToReferrersTag(ctx, subject, referrers)
 	}, a.keychain)
 	if err != nil {
 		return nil, "", err
 	}
 	return refs, listed, nil
-}
-
-// hasReferrersAPI asks the registry for subject's referrers: an OCI index
-// answer says it has the API; 404 (distribution answers its unknown route
-// so), 400 and 405 say it has not. The answer's body is not read.
-func (p *push) hasReferrersAPI(ctx context.Context, subject name.Digest) (bool, error) {
-	var api bool
-	err := p.retry(ctx, func() error {
-		header := http.Header{"Accept": {string(types.OCIImageIndex)}}
-		resp, err := p.ask(ctx, http.MethodGet, p.url("referrers/"+subject.DigestStr()).String(), header, 0,
-			http.StatusOK, http.StatusNotFound, http.StatusBadRequest, http.StatusMethodNotAllowed)
-		if err != nil {
-			return err
-		}
-		api = resp.status == http.StatusOK && strings.HasPrefix(resp.contentType, string(types.OCIImageIndex))
-		return nil
-	})
-	return api, err
 }
 
 // addToReferrersTag adds referrers to the index at subject's fallback tag
@@ -184,16 +168,23 @@ func (p *push) addToReferrersTag(ctx context.Context, subject name.Digest, refer
 	var index v1.IndexManifest
 	err := p.retry(ctx, func() error {
 		header := http.Header{"Accept": {string(types.OCIImageIndex)}}
-		resp, err := p.ask(ctx, http.MethodGet, p.url("manifests/"+tag.TagStr()).String(), header, maxManifestSize,
+		resp, err := p.ask(ctx, http.MethodGet, p.url("manifests/"+tag.TagStr()).String(), header, maxReferrersIndexSize,
 			http.StatusOK, http.StatusNotFound)
 		if err != nil || resp.status == http.StatusNotFound {
 			index = v1.IndexManifest{SchemaVersion: 2, MediaType: types.OCIImageIndex}
 			return err
 		}
+		if resp.body == nil {
+			return p.referrersTagError(tag, "is larger than the %s a referrers index may be", byteSize(maxReferrersIndexSize))
+		}
+		// An index may leave its mediaType out (image-spec before 1.1):
+		// its Content-Type says then.
 		index = v1.IndexManifest{}
-		if err := json.Unmarshal(resp.body, &index); err != nil || index.MediaType != types.OCIImageIndex {
+		contentType := types.MediaType(strings.TrimSpace(strings.Split(resp.contentType, ";")[0]))
+		if err := json.Unmarshal(resp.body, &index); err != nil || cmp.Or(index.MediaType, contentType) != types.OCIImageIndex {
 			return p.referrersTagError(tag, "holds no OCI image index (%s)", resp.contentType)
 		}
+		index.MediaType = types.OCIImageIndex
 		return nil
 	})
 	if err != nil {
@@ -256,8 +247,8 @@ type readAnswer struct {
 	body        []byte
 }
 
-// ask makes one request of the push's session and reads up to limit bytes
-// of the answer's body (a larger body fails); the rest is not read.
+// ask makes one request of the push's session and reads the answer's body
+// when it is limit bytes or fewer; the rest is not read.
 func (p *push) ask(ctx context.Context, method, u string, header http.Header, limit int64, want ...int) (readAnswer, error) {
 	req, err := http.NewRequestWithContext(ctx, method, u, nil)
 	if err != nil {
@@ -273,15 +264,15 @@ func (p *push) ask(ctx context.Context, method, u string, header http.Header, li
 		return readAnswer{}, err
 	}
 	out := readAnswer{status: resp.StatusCode, contentType: resp.Header.Get("Content-Type")}
-	if limit > 0 && resp.StatusCode == http.StatusOK {
+	// Over limit: no body (the caller says what that means).
+	if limit > 0 && resp.StatusCode == http.StatusOK && resp.ContentLength <= limit {
 		body, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
 		if err != nil {
 			return readAnswer{}, err
 		}
-		if int64(len(body)) > limit {
-			return readAnswer{}, tooLarge(req, "answer", -1, limit)
+		if int64(len(body)) <= limit {
+			out.body = body
 		}
-		out.body = body
 	}
 	return out, nil
 }

@@ -111,6 +111,33 @@ func TestWriteReferrers(t *testing.T) {
 	}
 }
 
+// TestReferrersTagWithoutMediaType: an index that leaves its mediaType out
+// (image-spec before 1.1), served as an OCI index, is added to.
+func TestReferrersTagWithoutMediaType(t *testing.T) {
+	f := registrytest.New(t)
+	subject := f.Push("team/builder:1")
+	subjectDigest, _ := subject.Digest()
+	tag := "sha256-" + subjectDigest.Hex
+	listed, err := partial.Descriptor(f.Push("team/builder:listed"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := fmt.Sprintf(`{"schemaVersion":2,"manifests":[{"mediaType":%q,"size":%d,"digest":%q}]}`, listed.MediaType, listed.Size, listed.Digest)
+	f.Inject(http.MethodGet, "/manifests/"+tag, 1, registrytest.Answer(200, map[string]string{"Content-Type": string(types.OCIImageIndex)}, other))
+	ref := f.Ref("team/builder@" + subjectDigest.String()).(name.Digest)
+	if _, _, err := newTestClient(t, Options{}).As(nil).WriteReferrers(context.Background(), ref, sbomReferrer(t, subject, "{}")); err != nil {
+		t.Fatal(err)
+	}
+	index, err := remote.Index(f.Ref("team/builder:" + tag))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, _ := index.IndexManifest()
+	if m.MediaType != types.OCIImageIndex || len(m.Manifests) != 2 {
+		t.Errorf("the fallback index: %+v", m)
+	}
+}
+
 // TestReferrersTagBounded: a fallback tag holding no index, or an index of
 // too many referrers, is not rewritten: the write waits (the registry's
 // tag must change), saying why.
@@ -126,6 +153,8 @@ func TestReferrersTagBounded(t *testing.T) {
 	}{
 		{"not an index", `{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json"}`, string(types.OCIManifestSchema1), "holds no OCI image index"},
 		{"too many referrers", string(full), string(types.OCIImageIndex), "lists 1024 referrers"},
+		{"too large", `{"schemaVersion":2,"manifests":[],"annotations":{"x":"` + strings.Repeat("x", maxReferrersIndexSize) + `"}}`,
+			string(types.OCIImageIndex), "is larger than the 1.0 MiB a referrers index may be"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := registrytest.New(t)

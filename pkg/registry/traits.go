@@ -30,38 +30,7 @@ type registryTraits struct {
 	mu          sync.Mutex
 	checks      *lru.Cache // checkKey → checkVerdict
 	postIgnored *lru.Cache // host → true: ignores a blob sent in the POST
-	referrers   *lru.Cache // host → referrersVerdict
 	probing     singleflight.Group
-}
-
-// referrersVerdict is whether a registry has the referrers API, until when
-// that is taken for granted (a registry may be upgraded).
-type referrersVerdict struct {
-	api   bool
-	until time.Time
-}
-
-// referrersVerdictFor is how long a registry's answer about the referrers
-// API stands: the GET that asks is one request of every referrer's push
-// otherwise.
-const referrersVerdictFor = time.Hour
-
-// referrersAPI says whether host has the referrers API, if known.
-func (m *registryTraits) referrersAPI(host string) (api, known bool) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	v, ok := m.referrers.Get(host)
-	if !ok || m.clock.Now().After(v.(referrersVerdict).until) {
-		return false, false
-	}
-	return v.(referrersVerdict).api, true
-}
-
-// noteReferrersAPI records whether host has the referrers API.
-func (m *registryTraits) noteReferrersAPI(host string, api bool) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.referrers.Add(host, referrersVerdict{api: api, until: m.clock.Now().Add(referrersVerdictFor)})
 }
 
 // checkKey is a registry and a manifest family.
@@ -86,7 +55,7 @@ const (
 const traitHosts = 1024
 
 func newRegistryTraits(clk clock.PassiveClock) *registryTraits {
-	return &registryTraits{clock: clk, checks: lru.New(traitHosts), postIgnored: lru.New(traitHosts), referrers: lru.New(traitHosts)}
+	return &registryTraits{clock: clk, checks: lru.New(traitHosts), postIgnored: lru.New(traitHosts)}
 }
 
 // sendsInPost says whether to send a small blob whole in the POST to host.

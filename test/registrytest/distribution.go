@@ -24,6 +24,10 @@ import (
 type likeDistribution struct {
 	next          http.Handler
 	postTakesBlob bool
+	// referrers: the registry has the referrers API, and answers the PUT
+	// of a manifest with a subject with OCI-Subject, as the distribution
+	// spec asks (ggcr's registry lists referrers but sends no header).
+	referrers bool
 }
 
 func (d likeDistribution) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -50,6 +54,9 @@ func (d likeDistribution) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		r.Body = io.NopCloser(bytes.NewReader(body))
+		if m, err := v1.ParseManifest(bytes.NewReader(body)); err == nil && d.referrers && m.Subject != nil {
+			w.Header().Set("OCI-Subject", m.Subject.Digest.String())
+		}
 		if m, err := v1.ParseManifest(bytes.NewReader(body)); err == nil {
 			for _, desc := range append([]v1.Descriptor{m.Config}, m.Layers...) {
 				if desc.MediaType.IsDistributable() && !d.holds(repo, desc.Digest.String()) {

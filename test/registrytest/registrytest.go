@@ -69,7 +69,8 @@ func New(t testing.TB) *Registry {
 // distribution registry, like New, lacks).
 func NewWithReferrers(t testing.TB) *Registry {
 	t.Helper()
-	return start(t, likeDistribution{next: ggcrregistry.New(ggcrregistry.Logger(log.New(io.Discard, "", 0)), ggcrregistry.WithReferrersSupport(true))}, authn.Anonymous)
+	return start(t, likeDistribution{next: ggcrregistry.New(ggcrregistry.Logger(log.New(io.Discard, "", 0)), ggcrregistry.WithReferrersSupport(true)),
+		referrers: true}, authn.Anonymous)
 }
 
 // NewTakingBlobsInPost is New, but the registry takes a blob sent whole in
@@ -251,7 +252,7 @@ func Answer(code int, headers map[string]string, body string) func(http.Response
 		for k, v := range headers {
 			w.Header().Set(k, v)
 		}
-		if body != "" {
+		if body != "" && w.Header().Get("Content-Type") == "" {
 			w.Header().Set("Content-Type", "application/json")
 		}
 		w.WriteHeader(code)

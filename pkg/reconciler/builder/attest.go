@@ -13,6 +13,7 @@ import (
 	"github.com/buildsmith/buildsmith/pkg/attest"
 	"github.com/buildsmith/buildsmith/pkg/cnb"
 	"github.com/buildsmith/buildsmith/pkg/cosign"
+	"github.com/buildsmith/buildsmith/pkg/failure"
 	"github.com/buildsmith/buildsmith/pkg/registry"
 )
 
@@ -56,12 +57,18 @@ func wantedAttestations(setting string, keys []signingKey) []wantedAttestation {
 
 // attestations attaches to next.LatestImage the attestations it should
 // carry and returns them as status records them. One recorded for the
-// same image, predicate and key is trusted without a request; the others
-// cost a HEAD of the image, a referrer each, and their listing
-// (registry.WriteReferrers).
+// same image, predicate and key is trusted without a request, unless this
+// reconcile pushed the image (again: a repository recreated may have lost
+// them); the others cost a referrer each and their listing
+// (registry.WriteReferrers), written a key at a time so that no more than
+// one key's are held at once. Signatures are deterministic: attached
+// again, an attestation is the same referrer.
 func (r *Core) attestations(ctx context.Context, obj object, in *inputs, next *v1alpha1.BuilderStatus,
 	recorded []v1alpha1.ImageAttestation) ([]v1alpha1.ImageAttestation, error) {
 	wanted := wantedAttestations(r.Attestations, in.keys)
+	if in.pushed != nil {
+		recorded = nil
+	}
 	out := make([]v1alpha1.ImageAttestation, len(wanted))
 	var missing []int
 	for i, w := range wanted {
@@ -79,28 +86,74 @@ func (r *Core) attestations(ctx context.Context, obj object, in *inputs, next *v
 	if err != nil {
 		return nil, fmt.Errorf("attesting %q: %w", next.LatestImage, err)
 	}
-	b := r.attested(obj, in, next)
+	docs, err := documentsOf(r.attested(obj, in, next))
+	if err != nil {
+		return nil, err
+	}
 	desc, err := subjectOf(ctx, in, image)
 	if err != nil {
 		return nil, err
 	}
-	referrers := make([]v1.Image, len(missing))
-	for n, i := range missing {
-		if referrers[n], err = referrerOf(b, desc, wanted[i]); err != nil {
+	for len(missing) > 0 {
+		n := 1 // this key's (or the unsigned SBOM's)
+		for n < len(missing) && wanted[missing[n]].key == wanted[missing[0]].key {
+			n++
+		}
+		batch := missing[:n]
+		missing = missing[n:]
+		referrers := make([]v1.Image, len(batch))
+		for m, i := range batch {
+			if referrers[m], err = docs.referrer(desc, wanted[i]); err != nil {
+				return nil, err
+			}
+		}
+		refs, listed, err := in.registry.WriteReferrers(ctx, image, referrers...)
+		if err != nil {
 			return nil, err
 		}
-	}
-	refs, listed, err := in.registry.WriteReferrers(ctx, image, referrers...)
-	if err != nil {
-		return nil, err
-	}
-	for n, i := range missing {
-		out[i] = v1alpha1.ImageAttestation{Image: next.LatestImage, PredicateType: wanted[i].predicateType, Referrer: refs[n].String(), ListedBy: listed}
-		if k := wanted[i].key; k != nil {
-			out[i].SigningSecret, out[i].KeyID = k.secret, k.key.ID
+		for m, i := range batch {
+			out[i] = v1alpha1.ImageAttestation{Image: next.LatestImage, PredicateType: wanted[i].predicateType, Referrer: refs[m].String(), ListedBy: listed}
+			if k := wanted[i].key; k != nil {
+				out[i].SigningSecret, out[i].KeyID = k.secret, k.key.ID
+			}
 		}
 	}
 	return out, nil
+}
+
+// MaxAttestationBytes bounds each document attested: what a builder's
+// inputs make of it (a tenant's buildpackages name the buildpacks and
+// their homepages) is held, signed and pushed once per key.
+const MaxAttestationBytes = 4 << 20
+
+// ReasonAttestationTooLarge: a builder's SBOM or provenance is larger than
+// MaxAttestationBytes.
+const ReasonAttestationTooLarge = "AttestationTooLarge"
+
+// documents are a builder's attested documents, each made once.
+type documents struct {
+	sbom, sbomStatement, provenance []byte
+}
+
+func documentsOf(b attest.Builder) (documents, error) {
+	var d documents
+	var err error
+	if d.sbom, err = attest.SPDX(b); err != nil {
+		return d, err
+	}
+	if d.sbomStatement, err = attest.SBOMStatement(b); err != nil {
+		return d, err
+	}
+	if d.provenance, err = attest.Provenance(b); err != nil {
+		return d, err
+	}
+	for _, doc := range [][]byte{d.sbomStatement, d.provenance} {
+		if len(doc) > MaxAttestationBytes {
+			return d, failure.Permanentf(ReasonAttestationTooLarge, "the builder's SBOM or provenance is %d bytes, more than the %d an attestation may be",
+				len(doc), MaxAttestationBytes)
+		}
+	}
+	return d, nil
 }
 
 // subjectOf describes image: as this reconcile pushed it, else as the
@@ -128,22 +181,15 @@ func (w wantedAttestation) matches(a v1alpha1.ImageAttestation, image string) bo
 	return a.SigningSecret == w.key.secret && a.KeyID == w.key.key.ID
 }
 
-// referrerOf is w's artifact about subject: a Sigstore bundle of the
-// signed statement, as cosign v3 attests; unsigned, the SBOM itself.
-func referrerOf(b attest.Builder, subject v1.Descriptor, w wantedAttestation) (v1.Image, error) {
+// referrer is w's artifact about subject: a Sigstore bundle of the signed
+// statement, as cosign v3 attests; unsigned, the SBOM itself.
+func (d documents) referrer(subject v1.Descriptor, w wantedAttestation) (v1.Image, error) {
 	if w.key == nil {
-		sbom, err := attest.SPDX(b)
-		if err != nil {
-			return nil, err
-		}
-		return registry.NewReferrer(subject, attest.SPDXMediaType, nil, registry.ReferrerLayer{MediaType: attest.SPDXMediaType, Data: sbom})
+		return registry.NewReferrer(subject, attest.SPDXMediaType, nil, registry.ReferrerLayer{MediaType: attest.SPDXMediaType, Data: d.sbom})
 	}
-	statement, err := attest.Provenance(b)
+	statement := d.provenance
 	if w.predicateType == attest.SPDXPredicateType {
-		statement, err = attest.SBOMStatement(b)
-	}
-	if err != nil {
-		return nil, err
+		statement = d.sbomStatement
 	}
 	bundle, err := w.key.key.Bundle(statement)
 	if err != nil {

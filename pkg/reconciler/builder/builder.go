@@ -7,7 +7,6 @@ package builder
 
 import (
 	"context"
-	"slices"
 	"sync"
 
 	"github.com/google/go-containerregistry/pkg/v1/partial"
@@ -51,10 +50,6 @@ type Core struct {
 	// status again, and must find the pushed image (one HEAD) rather than
 	// push it again.
 	pushes sync.Map // types.NamespacedName → pushRecord
-	// attachments remembers, by builder, the attestations last attached until
-	// its status records them, for the same reason: attached again, they
-	// would be new referrers (a signature is never the same twice).
-	attachments sync.Map // types.NamespacedName → []v1alpha1.ImageAttestation
 
 	keys signingKeys // parsed once per Secret version, within Config.Signing
 }
@@ -94,7 +89,6 @@ func (r *ClusterBuilderReconciler) ReconcileKind(ctx context.Context, b *v1alpha
 // push record.
 func (r *Core) ObserveDeletion(ctx context.Context, key types.NamespacedName) error {
 	r.pushes.Delete(key)
-	r.attachments.Delete(key)
 	return r.Base.ObserveDeletion(ctx, key)
 }
 
@@ -152,30 +146,11 @@ func (r *Core) finish(ctx context.Context, obj object, in *inputs, status *v1alp
 	if next.Signatures, err = sign(ctx, in.registry, in.keys, &next, status.Signatures); err != nil {
 		return err
 	}
-	key := types.NamespacedName{Namespace: obj.GetNamespace(), Name: obj.GetName()}
-	if next.Attestations, err = r.attestations(ctx, obj, in, &next, r.recordedAttestations(key, status)); err != nil {
+	if next.Attestations, err = r.attestations(ctx, obj, in, &next, status.Attestations); err != nil {
 		return err
-	}
-	if !slices.Equal(next.Attestations, status.Attestations) {
-		r.attachments.Store(key, next.Attestations)
 	}
 	*status = next
 	return nil
-}
-
-// recordedAttestations are those status records and, until it does, those
-// last attached.
-func (r *Core) recordedAttestations(key types.NamespacedName, status *v1alpha1.BuilderStatus) []v1alpha1.ImageAttestation {
-	remembered, ok := r.attachments.Load(key)
-	if !ok {
-		return status.Attestations
-	}
-	attached := remembered.([]v1alpha1.ImageAttestation)
-	if slices.Equal(attached, status.Attestations) {
-		r.attachments.Delete(key) // the status has them now
-		return status.Attestations
-	}
-	return append(slices.Clone(status.Attestations), attached...)
 }
 
 // buildAndPush assembles the builder for each platform and pushes it (an
