@@ -105,12 +105,13 @@ func TestAttestedBuilder(t *testing.T) {
 
 // TestAttestedMultiPlatformBuilder: with --builder-attestations=signed, a
 // two-platform builder's attestations refer to its index and name both
-// platforms' images; the real cosign verify-attestation --key accepts both
-// predicates of the index.
+// platforms' images, on a registry with the referrers API (listed by it);
+// the real cosign verify-attestation --key accepts both predicates of the
+// index.
 func TestAttestedMultiPlatformBuilder(t *testing.T) {
 	ctx := context.Background()
 	keys, private := cosignKeyPairs(t)
-	f := registrytest.New(t)
+	f := registrytest.NewWithReferrers(t)
 	pushMultiPlatformSamples(t, f, "io.buildpacks.stacks.attestedmulti")
 	const ns = "attested-multi"
 	tenantNamespace(t, ns, "cosign")
@@ -134,6 +135,11 @@ func TestAttestedMultiPlatformBuilder(t *testing.T) {
 	})
 	if len(b.Status.Platforms) != 2 {
 		t.Fatalf("platforms %+v, want two", b.Status.Platforms)
+	}
+	for _, a := range b.Status.Attestations {
+		if a.ListedBy != registry.ListedByAPI {
+			t.Errorf("attestation %+v: want listed by the referrers API", a)
+		}
 	}
 	verifyAttestations(t, keys, b.Status.LatestImage)
 }
