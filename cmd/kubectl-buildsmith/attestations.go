@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/spf13/cobra"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/buildsmith/buildsmith/pkg/apis/build/v1alpha1"
 	"github.com/buildsmith/buildsmith/pkg/attest"
+	"github.com/buildsmith/buildsmith/pkg/cosign"
 )
 
 // maxAttestationBytes bounds what is read of an attestation's layer: the
@@ -68,6 +70,13 @@ not verified here: verify it with cosign verify-attestation --key.`,
 	return cmd
 }
 
+func firstSize(layers []v1.Descriptor) int64 {
+	if len(layers) == 0 {
+		return 0
+	}
+	return layers[0].Size
+}
+
 // printAttestation writes the document of a's referrer: the statement a
 // bundle signs, or an unsigned SBOM as it is.
 func printAttestation(w io.Writer, a v1alpha1.ImageAttestation) error {
@@ -75,16 +84,29 @@ func printAttestation(w io.Writer, a v1alpha1.ImageAttestation) error {
 	if err != nil {
 		return fmt.Errorf("referrer %q: %w", a.Referrer, err)
 	}
+	image, err := name.NewDigest(a.Image)
+	if err != nil {
+		return fmt.Errorf("image %q: %w", a.Image, err)
+	}
 	img, err := remote.Image(ref, remote.WithAuthFromKeychain(authn.DefaultKeychain))
 	if err != nil {
 		return err
 	}
-	layers, err := img.Layers()
+	// What status names is checked against what the registry holds: a
+	// referrer of this image, of one layer of a bounded size.
+	m, err := img.Manifest()
 	if err != nil {
 		return err
 	}
-	if len(layers) != 1 {
-		return fmt.Errorf("%s has %d layers, not one", a.Referrer, len(layers))
+	if ref.Context().Name() != image.Context().Name() || m.Subject == nil || m.Subject.Digest.String() != image.DigestStr() {
+		return fmt.Errorf("%s is not a referrer of %s", a.Referrer, a.Image)
+	}
+	if len(m.Layers) != 1 || m.Layers[0].Size > maxAttestationBytes {
+		return fmt.Errorf("%s has %d layers (of %d bytes first), not one of at most %d", a.Referrer, len(m.Layers), firstSize(m.Layers), maxAttestationBytes)
+	}
+	layers, err := img.Layers()
+	if err != nil {
+		return err
 	}
 	rc, err := layers[0].Compressed()
 	if err != nil {
@@ -108,11 +130,12 @@ func printAttestation(w io.Writer, a v1alpha1.ImageAttestation) error {
 	}
 	var bundle struct {
 		DSSEEnvelope struct {
-			Payload string `json:"payload"`
+			Payload     string `json:"payload"`
+			PayloadType string `json:"payloadType"`
 		} `json:"dsseEnvelope"`
 	}
-	if err := json.Unmarshal(raw, &bundle); err != nil {
-		return fmt.Errorf("%s: not a Sigstore bundle: %w", a.Referrer, err)
+	if err := json.Unmarshal(raw, &bundle); err != nil || bundle.DSSEEnvelope.PayloadType != cosign.InTotoPayloadType {
+		return fmt.Errorf("%s: not a Sigstore bundle of an in-toto statement", a.Referrer)
 	}
 	statement, err := base64.StdEncoding.DecodeString(bundle.DSSEEnvelope.Payload)
 	if err != nil {
