@@ -223,13 +223,7 @@ func TestProvenanceReadsWithInToto(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var statement intoto.Statement
-	if err := protojson.Unmarshal(raw, &statement); err != nil {
-		t.Fatal(err)
-	}
-	if err := statement.Validate(); err != nil {
-		t.Error(err)
-	}
+	statement := validStatement(t, raw)
 	predicate, err := protojson.Marshal(statement.GetPredicate())
 	if err != nil {
 		t.Fatal(err)
@@ -253,13 +247,7 @@ func TestSBOMStatement(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var statement intoto.Statement
-	if err := protojson.Unmarshal(raw, &statement); err != nil {
-		t.Fatal(err)
-	}
-	if err := statement.Validate(); err != nil {
-		t.Error(err)
-	}
+	statement := validStatement(t, raw)
 	sbom, _ := SPDX(sample())
 	predicate, _ := protojson.Marshal(statement.GetPredicate())
 	var want, got any
@@ -299,4 +287,18 @@ func TestModulesEdgeCases(t *testing.T) {
 	if err := spdxlib.ValidateDocument(doc); err != nil {
 		t.Error(err)
 	}
+}
+
+// validStatement reads raw with in-toto's bindings, whose validation must
+// accept it.
+func validStatement(t *testing.T, raw []byte) *intoto.Statement {
+	t.Helper()
+	var statement intoto.Statement
+	if err := protojson.Unmarshal(raw, &statement); err != nil {
+		t.Fatal(err)
+	}
+	if err := statement.Validate(); err != nil {
+		t.Error(err)
+	}
+	return &statement
 }

@@ -3,7 +3,6 @@ package bench
 import (
 	"context"
 	"fmt"
-	"os"
 	"testing"
 	"time"
 
@@ -29,25 +28,8 @@ func TestAttestationCost(t *testing.T) {
 	seed(t, f.Addr)
 	w := newWorld(t, f.Addr)
 	private, _ := cosigntest.KeyPair(t, "bench")
-	type phase struct {
-		name string
-		took time.Duration
-		ok   bool
-		cost cost
-	}
-	var phases []phase
-	measure := func(name string, run func() (time.Duration, bool)) {
-		t.Helper()
-		f.Traffic().Reset()
-		took, ok := run()
-		time.Sleep(time.Second) // late requeues and status writes
-		phases = append(phases, phase{name, took, ok, w.cost(f.Traffic().Requests())})
-		if os.Getenv("BENCH_ATTEST_TRACE") != "" {
-			for _, r := range f.Traffic().Requests() {
-				t.Log(r)
-			}
-		}
-	}
+	steps := &phases{f: f, w: w}
+	measure := func(name string, run func() (time.Duration, bool)) { t.Helper(); steps.measure(t, name, run) }
 	pushSigned := func(ns string, from int, attestations int) (time.Duration, bool) {
 		keyed := w.inNamespace(t, ns, f.Addr)
 		addSigningKey(t, keyed.ns, private)
@@ -84,16 +66,9 @@ func TestAttestationCost(t *testing.T) {
 			"its 2 attestations; then those asked to reconcile (as at a resync). Requests are every request the registry saw in "+
 			"the phase, divided by %d. The first builders are deleted before the restart (the second controller would attest them "+
 			"too).", n, n, n),
-		header: []string{"phase", "took", "requests/builder", "manifest PUTs/builder", "bytes up/builder", "requests by kind"}}
-	per := func(v int) string { return fmt.Sprintf("%.1f", float64(v)/float64(n)) }
-	for _, ph := range phases {
-		took := ph.took.Round(100 * time.Millisecond).String()
-		if !ph.ok {
-			took = "not all in " + took
-		}
-		s.rows = append(s.rows, []string{ph.name, took, per(ph.cost.requests), per(ph.cost.manifestPuts),
-			fmt.Sprintf("%d B", ph.cost.bytesIn/int64(n)), kinds(ph.cost.byKind)})
-	}
+		header: phaseHeader, rows: steps.rows(n)}
+	per := func(v int) string { return perBuilder(v, n) }
+	phases := steps.list
 	if len(phases) == 3 {
 		perAttestation := float64(phases[1].cost.requests-phases[0].cost.requests) / float64(2*n)
 		added := float64(phases[1].took) / float64(phases[0].took)

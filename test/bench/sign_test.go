@@ -31,20 +31,8 @@ func TestSigningCost(t *testing.T) {
 	w := newWorld(t, f.Addr)
 	w.waitStoreStackReady(t, 60*time.Second)
 	private, _ := cosigntest.KeyPair(t, "bench")
-	type phase struct {
-		name string
-		took time.Duration
-		ok   bool
-		cost cost
-	}
-	var phases []phase
-	measure := func(name string, run func() (time.Duration, bool)) {
-		t.Helper()
-		f.Traffic().Reset()
-		took, ok := run()
-		time.Sleep(time.Second) // late requeues and status writes
-		phases = append(phases, phase{name, took, ok, w.cost(f.Traffic().Requests())})
-	}
+	steps := &phases{f: f, w: w}
+	measure := func(name string, run func() (time.Duration, bool)) { t.Helper(); steps.measure(t, name, run) }
 
 	unsigned := w.inNamespace(t, w.name+"-unsigned", f.Addr)
 	measure("push, no key", func() (time.Duration, bool) {
@@ -75,16 +63,9 @@ func TestSigningCost(t *testing.T) {
 			"cosign key Secret from the start; then the key is added to the first namespace's ServiceAccount, which signs its "+
 			"builders already pushed; then the signed builders are asked to reconcile (as at a resync). Requests are every "+
 			"request the registry saw in the phase, divided by %d.", n, n, n),
-		header: []string{"phase", "took", "requests/builder", "manifest PUTs/builder", "bytes up/builder", "requests by kind"}}
-	per := func(v int) string { return fmt.Sprintf("%.1f", float64(v)/float64(n)) }
-	for _, ph := range phases {
-		took := ph.took.Round(100 * time.Millisecond).String()
-		if !ph.ok {
-			took = "not all in " + took
-		}
-		s.rows = append(s.rows, []string{ph.name, took, per(ph.cost.requests), per(ph.cost.manifestPuts),
-			fmt.Sprintf("%d B", ph.cost.bytesIn/int64(n)), kinds(ph.cost.byKind)})
-	}
+		header: phaseHeader, rows: steps.rows(n)}
+	per := func(v int) string { return perBuilder(v, n) }
+	phases := steps.list
 	if len(phases) == 4 {
 		extra := float64(phases[1].cost.requests-phases[0].cost.requests) / float64(n)
 		s.notes = append(s.notes, fmt.Sprintf("Signing adds %.1f requests per builder to a push (%s − %s).", extra,
