@@ -302,3 +302,26 @@ func validStatement(t *testing.T, raw []byte) *intoto.Statement {
 	}
 	return &statement
 }
+
+// TestSignStatement: what a bundle signature signs is cosign v3's
+// statement about the image alone, which in-toto's bindings accept; a
+// reference not by digest is refused.
+func TestSignStatement(t *testing.T) {
+	image := "registry.example.com/builders/go@" + digestOf(1)
+	raw, err := SignStatement(image)
+	if err != nil {
+		t.Fatal(err)
+	}
+	statement := validStatement(t, raw)
+	subjects := statement.GetSubject()
+	if statement.GetPredicateType() != SignPredicateType || len(subjects) != 1 || subjects[0].GetDigest()["sha256"] != digestOf(1)[len("sha256:"):] ||
+		len(statement.GetPredicate().GetFields()) != 0 {
+		t.Errorf("statement %s", raw)
+	}
+	if again, _ := SignStatement(image); !bytes.Equal(again, raw) {
+		t.Errorf("made twice: %s, then %s", raw, again)
+	}
+	if _, err := SignStatement("registry.example.com/builders/go:latest"); err == nil {
+		t.Error("a tag was accepted")
+	}
+}

@@ -12,6 +12,9 @@ const (
 	// SPDXPredicateType is the predicate type of an SBOM attestation, as
 	// cosign's --type spdxjson writes it.
 	SPDXPredicateType = "https://spdx.dev/Document"
+	// SignPredicateType is what a signature says as cosign v3 signs in a
+	// bundle: a statement of an empty predicate about the image signed.
+	SignPredicateType = "https://sigstore.dev/cosign/sign/v1"
 	// BuildType says how to read buildDefinition: a builder image
 	// assembled by buildsmith from its object's resolved inputs.
 	BuildType = "https://buildsmith.dev/builder/v1"
@@ -114,6 +117,16 @@ func SBOMStatement(b Builder) ([]byte, error) {
 		return nil, err
 	}
 	return json.Marshal(statement{Type: StatementType, Subject: b.subjects(), PredicateType: SPDXPredicateType, Predicate: json.RawMessage(sbom)})
+}
+
+// SignStatement is the statement a signature of image (repository@digest)
+// signs, as cosign v3 makes it: about image, saying nothing more.
+func SignStatement(image string) ([]byte, error) {
+	if _, _, err := splitDigest(image); err != nil {
+		return nil, err
+	}
+	return json.Marshal(statement{Type: StatementType, Subject: []subject{digestSubject(image)}, PredicateType: SignPredicateType,
+		Predicate: struct{}{}})
 }
 
 // subjects are the builder image and each platform's, as a statement's

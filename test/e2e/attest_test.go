@@ -21,6 +21,7 @@ import (
 
 	"github.com/buildsmith/buildsmith/pkg/apis/build/v1alpha1"
 	"github.com/buildsmith/buildsmith/pkg/attest"
+	"github.com/buildsmith/buildsmith/pkg/cosign"
 	"github.com/buildsmith/buildsmith/pkg/registry"
 	"github.com/buildsmith/buildsmith/test/cosigntest"
 	"github.com/buildsmith/buildsmith/test/registrytest"
@@ -60,7 +61,7 @@ func TestAttestedBuilder(t *testing.T) {
 	startController(t, "--builder-attestations=all")
 	objects.create(t)
 	objects.createBuilder(t, ns, "app", v1alpha1.NamespacedBuilderSpec{ServiceAccountName: "builder",
-		BuilderSpec: v1alpha1.BuilderSpec{Order: helloOrder()}})
+		BuilderSpec: v1alpha1.BuilderSpec{Order: helloOrder(), Signing: &v1alpha1.Signing{Format: v1alpha1.SignatureFormatBoth}}})
 
 	var b *v1alpha1.Builder
 	took := eventually(t, 90*time.Second, "the builder Ready with its attestations", func() (bool, string) {
@@ -68,13 +69,17 @@ func TestAttestedBuilder(t *testing.T) {
 		if err != nil {
 			return false, err.Error()
 		}
-		return b.Status.IsReady() && len(b.Status.Attestations) == 2, fmt.Sprintf("%+v %+v", b.Status.Conditions, b.Status.Attestations)
+		return b.Status.IsReady() && len(b.Status.Attestations) == 2 && len(b.Status.Signatures) == 2,
+			fmt.Sprintf("%+v %+v %+v", b.Status.Conditions, b.Status.Attestations, b.Status.Signatures)
 	})
 	t.Logf("Ready and attested in %v: %+v", took.Round(100*time.Millisecond), b.Status.Attestations)
 	for _, a := range b.Status.Attestations {
 		if a.ListedBy != registry.ListedByTag || a.SigningSecret != ns+"/cosign" {
 			t.Errorf("attestation %+v: want listed by the fallback tag, signed by %s/cosign", a, ns)
 		}
+	}
+	if s := b.Status.Signatures; s[0].Format != "" || s[1].Format != v1alpha1.SignatureFormatBundle || s[1].ListedBy != registry.ListedByTag {
+		t.Errorf("status.signatures %+v: want the .sig tag's, then a bundle listed by the fallback tag", s)
 	}
 
 	// cosign reads the registry's credentials from a Docker config.
@@ -83,6 +88,7 @@ func TestAttestedBuilder(t *testing.T) {
 		t.Fatal(err)
 	}
 	verifyAttestations(t, keys, b.Status.LatestImage, "DOCKER_CONFIG="+docker)
+	verifySignatures(t, keys, []string{b.Status.LatestImage}, "DOCKER_CONFIG="+docker)
 	checkSBOMDigests(t, b, authn.FromConfig(authn.AuthConfig{Username: registryUser, Password: registryPassword}))
 
 	// The plugin prints both, read with the Docker credentials.
@@ -107,7 +113,9 @@ func TestAttestedBuilder(t *testing.T) {
 // two-platform builder's attestations refer to its index and name both
 // platforms' images, on a registry with the referrers API (listed by it);
 // the real cosign verify-attestation --key accepts both predicates of the
-// index.
+// index. Signed in cosign v3's format alone (spec.signing.format: bundle),
+// the index and each platform's image carry a bundle, and no .sig tag,
+// which the real cosign verify --key accepts.
 func TestAttestedMultiPlatformBuilder(t *testing.T) {
 	ctx := context.Background()
 	keys, private := cosignKeyPairs(t)
@@ -124,14 +132,16 @@ func TestAttestedMultiPlatformBuilder(t *testing.T) {
 	startController(t, "--builder-attestations=signed")
 	objects := storeStack{Addr: f.Addr, Name: "attested-multi", Buildpackages: []string{"buildpacks/hello:1"}, StackID: "io.buildpacks.stacks.attestedmulti"}
 	objects.create(t)
-	objects.createBuilder(t, ns, "multi", v1alpha1.NamespacedBuilderSpec{BuilderSpec: v1alpha1.BuilderSpec{Order: helloOrder()}})
+	objects.createBuilder(t, ns, "multi", v1alpha1.NamespacedBuilderSpec{BuilderSpec: v1alpha1.BuilderSpec{Order: helloOrder(),
+		Signing: &v1alpha1.Signing{Format: v1alpha1.SignatureFormatBundle}}})
 	var b *v1alpha1.Builder
 	eventually(t, 90*time.Second, "the two-platform builder Ready with its attestations", func() (bool, string) {
 		var err error
 		if b, err = client.BuildsmithV1alpha1().Builders(ns).Get(ctx, "multi", metav1.GetOptions{}); err != nil {
 			return false, err.Error()
 		}
-		return b.Status.IsReady() && len(b.Status.Attestations) == 2, fmt.Sprintf("%+v %+v", b.Status.Conditions, b.Status.Attestations)
+		return b.Status.IsReady() && len(b.Status.Attestations) == 2 && len(b.Status.Signatures) == 3,
+			fmt.Sprintf("%+v %+v %+v", b.Status.Conditions, b.Status.Attestations, b.Status.Signatures)
 	})
 	if len(b.Status.Platforms) != 2 {
 		t.Fatalf("platforms %+v, want two", b.Status.Platforms)
@@ -141,7 +151,41 @@ func TestAttestedMultiPlatformBuilder(t *testing.T) {
 			t.Errorf("attestation %+v: want listed by the referrers API", a)
 		}
 	}
+	images := []string{b.Status.LatestImage, b.Status.Platforms[0].Image, b.Status.Platforms[1].Image}
+	for i, s := range b.Status.Signatures {
+		if s.Image != images[i] || s.Format != v1alpha1.SignatureFormatBundle || s.ListedBy != registry.ListedByAPI {
+			t.Errorf("signature %+v: want a bundle of %s listed by the referrers API", s, images[i])
+		}
+		if ref, err := name.NewDigest(s.Image); err == nil {
+			if _, err := remote.Head(cosign.SignatureTag(ref.Context(), ref)); err == nil {
+				t.Errorf("a .sig tag was written for %s", s.Image)
+			}
+		}
+	}
 	verifyAttestations(t, keys, b.Status.LatestImage)
+	verifySignatures(t, keys, images)
+}
+
+// verifySignatures runs the real cosign verify on each image: accepted
+// with signer's public key, refused with other's.
+func verifySignatures(t *testing.T, keys string, images []string, environ ...string) {
+	t.Helper()
+	verify := func(key, image string) (string, error) {
+		cmd := exec.Command(filepath.Join(env.Root, "bin", "cosign"), "verify", "--key", key, "--insecure-ignore-tlog=true", "--allow-http-registry", image)
+		cmd.Env = append(append(os.Environ(), "HOME="+keys), environ...)
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	for _, image := range images {
+		if out, err := verify(filepath.Join(keys, "signer", "cosign.pub"), image); err != nil {
+			t.Errorf("cosign verify %s: %v\n%s", image, err, out)
+		} else {
+			t.Logf("cosign verify %s: accepted", image)
+		}
+		if out, err := verify(filepath.Join(keys, "other", "cosign.pub"), image); err == nil {
+			t.Errorf("cosign verify with another key accepted %s:\n%s", image, out)
+		}
+	}
 }
 
 // cosignKeyPairs makes two key pairs with the real cosign (password "pw"),

@@ -66,7 +66,7 @@ func wantedAttestations(setting string, keys []signingKey) []wantedAttestation {
 func (r *Core) attestations(ctx context.Context, obj object, in *inputs, next *v1alpha1.BuilderStatus,
 	recorded []v1alpha1.ImageAttestation) ([]v1alpha1.ImageAttestation, error) {
 	wanted := wantedAttestations(r.Attestations, in.keys)
-	if in.pushed != nil {
+	if len(in.pushed) > 0 {
 		recorded = nil
 	}
 	out := make([]v1alpha1.ImageAttestation, len(wanted))
@@ -159,8 +159,10 @@ func documentsOf(b attest.Builder) (documents, error) {
 // subjectOf describes image: as this reconcile pushed it, else as the
 // registry answers a HEAD.
 func subjectOf(ctx context.Context, in *inputs, image name.Digest) (v1.Descriptor, error) {
-	if in.pushed != nil && in.pushed.Digest.String() == image.DigestStr() {
-		return v1.Descriptor{MediaType: in.pushed.MediaType, Size: in.pushed.Size, Digest: in.pushed.Digest}, nil
+	for _, pushed := range in.pushed {
+		if pushed.Digest.String() == image.DigestStr() {
+			return v1.Descriptor{MediaType: pushed.MediaType, Size: pushed.Size, Digest: pushed.Digest}, nil
+		}
 	}
 	resolved, err := in.registry.Resolve(ctx, image)
 	if err != nil {
@@ -191,11 +193,17 @@ func (d documents) referrer(subject v1.Descriptor, w wantedAttestation) (v1.Imag
 	if w.predicateType == attest.SPDXPredicateType {
 		statement = d.sbomStatement
 	}
-	bundle, err := w.key.key.Bundle(statement)
+	return bundleReferrer(subject, w.key.key, w.predicateType, statement)
+}
+
+// bundleReferrer is a Sigstore bundle of statement signed by key, attached
+// to subject as cosign v3 attaches one.
+func bundleReferrer(subject v1.Descriptor, key *cosign.Key, predicateType string, statement []byte) (v1.Image, error) {
+	bundle, err := key.Bundle(statement)
 	if err != nil {
 		return nil, err
 	}
-	annotations := map[string]string{cosign.AnnotationBundleContent: "dsse-envelope", cosign.AnnotationBundlePredicateType: w.predicateType}
+	annotations := map[string]string{cosign.AnnotationBundleContent: "dsse-envelope", cosign.AnnotationBundlePredicateType: predicateType}
 	return registry.NewReferrer(subject, cosign.BundleMediaType, annotations, registry.ReferrerLayer{MediaType: cosign.BundleMediaType, Data: bundle})
 }
 

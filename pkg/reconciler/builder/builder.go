@@ -143,7 +143,7 @@ func (r *Core) reconcile(ctx context.Context, obj object, spec *v1alpha1.Builder
 // pushed image (one HEAD) and signs or attests it then.
 func (r *Core) finish(ctx context.Context, obj object, in *inputs, status *v1alpha1.BuilderStatus, next v1alpha1.BuilderStatus) error {
 	var err error
-	if next.Signatures, err = sign(ctx, in.registry, in.keys, &next, status.Signatures); err != nil {
+	if next.Signatures, err = signatures(ctx, in, &next, status.Signatures); err != nil {
 		return err
 	}
 	if next.Attestations, err = r.attestations(ctx, obj, in, &next, status.Attestations); err != nil {
@@ -188,16 +188,26 @@ func (r *Core) buildAndPush(ctx context.Context, namespace string, in *inputs, s
 	if err != nil {
 		return "", nil, err
 	}
-	// What the attestations' subject is: no need to ask the registry.
+	// What the signatures' and attestations' subjects are: no need to
+	// ask the registry.
 	if described, ok := artifact.(partial.Describable); ok {
-		if in.pushed, err = partial.Descriptor(described); err != nil {
+		desc, err := partial.Descriptor(described)
+		if err != nil {
 			return "", nil, err
 		}
+		in.pushed = append(in.pushed, *desc)
 	}
 	for _, img := range images {
 		digest, err := img.Image.Digest()
 		if err != nil {
 			return "", nil, err
+		}
+		if len(images) > 1 {
+			desc, err := partial.Descriptor(img.Image)
+			if err != nil {
+				return "", nil, err
+			}
+			in.pushed = append(in.pushed, *desc)
 		}
 		platforms = append(platforms, v1alpha1.BuiltPlatform{
 			Platform: cnb.APIPlatforms([]cnb.Platform{img.Platform})[0], Image: in.tag.Context().Digest(digest.String()).String()})

@@ -38,9 +38,11 @@ type inputs struct {
 	// fingerprint identifies all of the above and the spec: a builder
 	// pushed from the same fingerprint is the same builder.
 	fingerprint string
-	// pushed describes the image (or index) this reconcile pushed; nil
-	// when it pushed none.
-	pushed *v1.Descriptor
+	// signing is the formats the builder's signatures are made in.
+	signing signatureFormats
+	// pushed describes what this reconcile pushed (none: nil): the image
+	// or index at the tag, then an index's images.
+	pushed []v1.Descriptor
 }
 
 // resolveInputs validates the spec and resolves the stack, the sources, the
@@ -95,7 +97,8 @@ func (r *Core) resolveInputs(ctx context.Context, obj object, spec *v1alpha1.Bui
 	}
 	// Before any push: a builder whose signatures its status could not
 	// hold is refused whole, not pushed unsigned.
-	if err := checkSignatures(plannedImages(in.tag, len(in.builds)), in.keys); err != nil {
+	in.signing = formatsOf(spec.Signing)
+	if err := checkSignatures(plannedImages(in.tag, len(in.builds)), in.keys, in.signing); err != nil {
 		return nil, err
 	}
 	if err := checkRunImageRepositories(in.stack, spec); err != nil {

@@ -75,22 +75,13 @@ func sign(ctx context.Context, reg registry.Access, keys []signingKey, status *v
 	if len(keys) == 0 {
 		return nil, nil
 	}
-	images := []string{status.LatestImage}
-	if len(status.Platforms) > 1 {
-		for _, p := range status.Platforms {
-			images = append(images, p.Image)
-		}
-	}
-	digests := make([]name.Digest, len(images))
-	for i, image := range images {
-		var err error
-		if digests[i], err = name.NewDigest(image); err != nil {
-			return nil, fmt.Errorf("signing %q: %w", image, err)
-		}
+	digests, err := signedImages(status)
+	if err != nil {
+		return nil, err
 	}
 	var out []v1alpha1.ImageSignature
-	for n, digest := range digests {
-		image := images[n]
+	for _, digest := range digests {
+		image := digest.String()
 		signatures := make([]v1alpha1.ImageSignature, len(keys))
 		missing := map[signatureTag][]int{} // by where they go: the keys' indexes
 		var tags []signatureTag
@@ -121,6 +112,25 @@ func sign(ctx context.Context, reg registry.Access, keys []signingKey, status *v
 		out = append(out, signatures...)
 	}
 	return out, nil
+}
+
+// signedImages are the images a builder's signatures are of: the tag's,
+// and each platform's of an index.
+func signedImages(status *v1alpha1.BuilderStatus) ([]name.Digest, error) {
+	images := []string{status.LatestImage}
+	if len(status.Platforms) > 1 {
+		for _, p := range status.Platforms {
+			images = append(images, p.Image)
+		}
+	}
+	digests := make([]name.Digest, len(images))
+	for i, image := range images {
+		var err error
+		if digests[i], err = name.NewDigest(image); err != nil {
+			return nil, fmt.Errorf("signing %q: %w", image, err)
+		}
+	}
+	return digests, nil
 }
 
 // status.signatures holds one entry per image and key: with a tenant
@@ -163,29 +173,43 @@ func plannedImages(tag name.Tag, builds int) []name.Digest {
 // MaxSignatures, or more bytes than MaxSignaturesBytes (each entry measured
 // as it would be written: the digest pushed is as long as any other), or
 // more signatures in one signature image than it may have layers.
-func checkSignatures(images []name.Digest, keys []signingKey) error {
-	if err := checkSignatureTags(images, keys); err != nil {
-		return err
+func checkSignatures(images []name.Digest, keys []signingKey, formats signatureFormats) error {
+	if formats.sig {
+		if err := checkSignatureTags(images, keys); err != nil {
+			return err
+		}
 	}
-	n := len(images) * len(keys)
-	if n > maxSignatures {
-		return failure.Permanentf(ReasonTooManySignatures,
-			"the builder's images × signing keys make %d × %d = %d signatures, more than the %d status.signatures holds: sign with fewer keys (the ServiceAccount's secrets holding cosign.key) or build fewer platforms",
-			len(images), len(keys), n, maxSignatures)
-	}
-	size := 2 // the list's brackets
+	var entries []v1alpha1.ImageSignature
 	for _, image := range images {
 		for _, k := range keys {
-			where := k.tagFor(image)
-			entry, _ := json.Marshal(v1alpha1.ImageSignature{Image: image.String(), SigningSecret: k.secret, KeyID: k.key.ID,
-				Signature: where.tag.String() + "@" + image.DigestStr()}) // plain strings: cannot fail
-			size += len(entry) + 1 // and a comma
+			if formats.sig {
+				entries = append(entries, v1alpha1.ImageSignature{Image: image.String(), SigningSecret: k.secret, KeyID: k.key.ID,
+					Signature: k.tagFor(image).tag.String() + "@" + image.DigestStr()})
+			}
+			if formats.bundle {
+				entries = append(entries, v1alpha1.ImageSignature{Image: image.String(), SigningSecret: k.secret, KeyID: k.key.ID,
+					Signature: image.String(), Format: v1alpha1.SignatureFormatBundle, ListedBy: registry.ListedByAPI})
+			}
 		}
+	}
+	product := fmt.Sprintf("images × signing keys make %d × %d", len(images), len(keys))
+	if formats.sig && formats.bundle {
+		product = fmt.Sprintf("images × signing keys × formats make %d × %d × 2", len(images), len(keys))
+	}
+	if n := len(entries); n > maxSignatures {
+		return failure.Permanentf(ReasonTooManySignatures,
+			"the builder's %s = %d signatures, more than the %d status.signatures holds: sign with fewer keys (the ServiceAccount's secrets holding cosign.key) or build fewer platforms",
+			product, n, maxSignatures)
+	}
+	size := 2 // the list's brackets
+	for _, entry := range entries {
+		raw, _ := json.Marshal(entry) // plain strings: cannot fail
+		size += len(raw) + 1          // and a comma
 	}
 	if size > MaxSignaturesBytes {
 		return failure.Permanentf(ReasonTooManySignatures,
-			"the builder's images × signing keys make %d × %d = %d signatures taking %d KiB, more than the %d KiB status.signatures holds: sign with fewer keys (the ServiceAccount's secrets holding cosign.key) or build fewer platforms",
-			len(images), len(keys), n, size>>10, MaxSignaturesBytes>>10)
+			"the builder's %s = %d signatures taking %d KiB, more than the %d KiB status.signatures holds: sign with fewer keys (the ServiceAccount's secrets holding cosign.key) or build fewer platforms",
+			product, len(entries), size>>10, MaxSignaturesBytes>>10)
 	}
 	return nil
 }
@@ -235,7 +259,7 @@ func (k signingKey) tagFor(image name.Digest) signatureTag {
 // signatures elsewhere now signs again.
 func findSignature(recorded []v1alpha1.ImageSignature, image string, k signingKey, tag name.Tag) (v1alpha1.ImageSignature, bool) {
 	for _, s := range recorded {
-		if s.Image == image && s.SigningSecret == k.secret && s.KeyID == k.key.ID && strings.HasPrefix(s.Signature, tag.String()+"@") {
+		if s.Format == "" && s.Image == image && s.SigningSecret == k.secret && s.KeyID == k.key.ID && strings.HasPrefix(s.Signature, tag.String()+"@") {
 			return s, true
 		}
 	}

@@ -73,7 +73,8 @@ func TestSignaturesBounded(t *testing.T) {
 		name    string
 		images  []name.Digest
 		keys    []signingKey
-		message string // "": within the bounds
+		formats signatureFormats // zero: sig
+		message string           // "": within the bounds
 	}{
 		{name: "one image, one key", images: images(1, repo), keys: keys(1, 8, "")},
 		{name: "one image, 256 keys", images: images(1, repo), keys: keys(256, 8, "")},
@@ -85,9 +86,19 @@ func TestSignaturesBounded(t *testing.T) {
 		{name: "256 signatures of long names", images: images(4, long), keys: keys(64, 250, long),
 			message: "make 4 × 64 = 256 signatures taking 276 KiB, more than the 256 KiB status.signatures holds"},
 		{name: "a few signatures of long names", images: images(4, long), keys: keys(32, 250, long)},
+		{name: "one image, 256 keys, as bundles", images: images(1, repo), keys: keys(256, 8, ""), formats: signatureFormats{bundle: true}},
+		{name: "one image, 128 keys, in both formats", images: images(1, repo), keys: keys(128, 8, ""), formats: signatureFormats{sig: true, bundle: true}},
+		{name: "one image, 129 keys, in both formats", images: images(1, repo), keys: keys(129, 8, ""), formats: signatureFormats{sig: true, bundle: true},
+			message: "the builder's images × signing keys × formats make 1 × 129 × 2 = 258 signatures, more than the 256 status.signatures holds"},
+		{name: "bundles of long names", images: images(4, long), keys: keys(64, 250, long), formats: signatureFormats{bundle: true},
+			message: "make 4 × 64 = 256 signatures taking 2"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			err := checkSignatures(tc.images, tc.keys)
+			formats := tc.formats
+			if formats == (signatureFormats{}) {
+				formats.sig = true
+			}
+			err := checkSignatures(tc.images, tc.keys, formats)
 			if tc.message == "" {
 				if err != nil {
 					t.Fatal(err)
@@ -371,7 +382,7 @@ func TestSignatureTagsBounded(t *testing.T) {
 		{name: "3 keys, one tag", keys: []signingKey{key("a", nil), key("b", nil), key("c", nil)}, refused: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			err := checkSignatures(images, tc.keys)
+			err := checkSignatures(images, tc.keys, signatureFormats{sig: true})
 			f, ok := failure.As(err)
 			const message = "more than 2 signing keys sign into the signature tags of registry.example.com/builders/go, the most layers a signature image may have (--max-signature-layers)"
 			if tc.refused != (err != nil) || tc.refused && (!ok || f.Class != failure.Permanent || f.Reason != ReasonTooManySignatures || !strings.Contains(err.Error(), message)) {

@@ -140,6 +140,36 @@ type BuilderSpec struct {
 	// digest.
 	// +optional
 	Flatten *Flatten `json:"flatten,omitempty"`
+	// Signing says how the builder's images are signed with the cosign
+	// keys of its ServiceAccount. Empty: as kpack signs (format sig).
+	// +optional
+	Signing *Signing `json:"signing,omitempty"`
+}
+
+// Signature formats (Signing.Format).
+const (
+	// SignatureFormatSig: a signature image at the tag sha256-<hex>.sig,
+	// which kpack, cosign v2 and cosign v3 read.
+	SignatureFormatSig = "sig"
+	// SignatureFormatBundle: a Sigstore bundle attached as an OCI
+	// referrer, as cosign v3 signs.
+	SignatureFormatBundle = "bundle"
+	// SignatureFormatBoth: both.
+	SignatureFormatBoth = "both"
+)
+
+// Signing is how a builder's images are signed.
+type Signing struct {
+	// Format is where each signature goes: sig (the default), a layer of
+	// the signature image at the tag sha256-<hex>.sig in the image's
+	// repository or the one the key's Secret names (kpack's
+	// kpack.io/cosign.repository); bundle, a Sigstore bundle of a DSSE
+	// envelope attached to the image as an OCI referrer in the image's
+	// own repository (cosign v3's format: no tag read and written again,
+	// no other signer's signature to keep); both.
+	// +optional
+	// +kubebuilder:validation:Enum=sig;bundle;both
+	Format string `json:"format,omitempty"`
 }
 
 // Flatten says which buildpacks of a builder share layers. A buildpack is
@@ -240,9 +270,17 @@ type ImageSignature struct {
 	// KeyID is the SHA-256 of the public key (PKIX): a new key in the
 	// Secret signs again.
 	KeyID string `json:"keyId"`
-	// Signature is the signature image: the tag cosign reads
-	// (sha256-<hex>.sig) and the digest pushed, tag@digest.
+	// Signature is where the signature is: the signature image, as the
+	// tag cosign reads (sha256-<hex>.sig) and the digest pushed,
+	// tag@digest; for a bundle, the referrer, as repository@digest.
 	Signature string `json:"signature"`
+	// Format is sig or bundle (see Signing.Format); empty: sig.
+	// +optional
+	Format string `json:"format,omitempty"`
+	// ListedBy says, for a bundle, how readers find it, as
+	// ImageAttestation.ListedBy does.
+	// +optional
+	ListedBy string `json:"listedBy,omitempty"`
 }
 
 // ImageAttestation is an attestation attached to a builder image as an OCI
