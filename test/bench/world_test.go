@@ -42,6 +42,8 @@ type world struct {
 	ns   string
 	// repos of the images the store, the stack and the lifecycle are in.
 	sharedRepos map[string]bool
+	// signing is the spec.signing of the builders it creates.
+	signing *v1alpha1.Signing
 }
 
 var worlds int
@@ -195,7 +197,7 @@ func (w *world) createBuildersAt(t testing.TB, from, to int, order []v1alpha1.Or
 					Spec: v1alpha1.NamespacedBuilderSpec{BuilderSpec: v1alpha1.BuilderSpec{
 						Tag:   w.addr + "/" + tag(i),
 						Stack: v1alpha1.StackRef{Name: w.name}, Store: v1alpha1.StoreRef{Name: w.name},
-						Order: order}}}, metav1.CreateOptions{})
+						Order: order, Signing: w.signing}}}, metav1.CreateOptions{})
 				if err != nil {
 					mu.Lock()
 					firstErr = cmpOr(firstErr, err)

@@ -2,7 +2,6 @@ package builder
 
 import (
 	"context"
-	"fmt"
 	"slices"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -33,94 +32,6 @@ const (
 // (SLSA's runDetails.builder.id).
 const ControllerID = "https://github.com/buildsmith/buildsmith"
 
-// wantedAttestation is one attestation a builder should carry: of a
-// predicate, signed by a key (nil: unsigned).
-type wantedAttestation struct {
-	predicateType string
-	key           *signingKey
-}
-
-// wantedAttestations are those a builder with keys carries under the
-// setting: for each key, its SBOM then its provenance.
-func wantedAttestations(setting string, keys []signingKey) []wantedAttestation {
-	var out []wantedAttestation
-	for i := range keys {
-		if setting == AttestSigned || setting == AttestAll {
-			out = append(out, wantedAttestation{attest.SPDXPredicateType, &keys[i]}, wantedAttestation{attest.ProvenancePredicateType, &keys[i]})
-		}
-	}
-	if len(keys) == 0 && setting == AttestAll {
-		out = append(out, wantedAttestation{predicateType: attest.SPDXPredicateType})
-	}
-	return out
-}
-
-// attestations attaches to next.LatestImage the attestations it should
-// carry and returns them as status records them. One recorded for the
-// same image, predicate and key is trusted without a request, unless this
-// reconcile pushed the image (again: a repository recreated may have lost
-// them); the others cost a referrer each and their listing
-// (registry.WriteReferrers), written a key at a time so that no more than
-// one key's are held at once. Signatures are deterministic: attached
-// again, an attestation is the same referrer.
-func (r *Core) attestations(ctx context.Context, obj object, in *inputs, next *v1alpha1.BuilderStatus,
-	recorded []v1alpha1.ImageAttestation) ([]v1alpha1.ImageAttestation, error) {
-	wanted := wantedAttestations(r.Attestations, in.keys)
-	if len(in.pushed) > 0 {
-		recorded = nil
-	}
-	out := make([]v1alpha1.ImageAttestation, len(wanted))
-	var missing []int
-	for i, w := range wanted {
-		j := slices.IndexFunc(recorded, func(a v1alpha1.ImageAttestation) bool { return w.matches(a, next.LatestImage) })
-		if j < 0 {
-			missing = append(missing, i)
-			continue
-		}
-		out[i] = recorded[j]
-	}
-	if len(missing) == 0 {
-		return out[:len(wanted):len(wanted)], nil
-	}
-	image, err := name.NewDigest(next.LatestImage)
-	if err != nil {
-		return nil, fmt.Errorf("attesting %q: %w", next.LatestImage, err)
-	}
-	docs, err := documentsOf(r.attested(obj, in, next))
-	if err != nil {
-		return nil, err
-	}
-	desc, err := subjectOf(ctx, in, image)
-	if err != nil {
-		return nil, err
-	}
-	for len(missing) > 0 {
-		n := 1 // this key's (or the unsigned SBOM's)
-		for n < len(missing) && wanted[missing[n]].key == wanted[missing[0]].key {
-			n++
-		}
-		batch := missing[:n]
-		missing = missing[n:]
-		referrers := make([]v1.Image, len(batch))
-		for m, i := range batch {
-			if referrers[m], err = docs.referrer(desc, wanted[i]); err != nil {
-				return nil, err
-			}
-		}
-		refs, listed, err := in.registry.WriteReferrers(ctx, image, referrers...)
-		if err != nil {
-			return nil, err
-		}
-		for m, i := range batch {
-			out[i] = v1alpha1.ImageAttestation{Image: next.LatestImage, PredicateType: wanted[i].predicateType, Referrer: refs[m].String(), ListedBy: listed}
-			if k := wanted[i].key; k != nil {
-				out[i].SigningSecret, out[i].KeyID = k.secret, k.key.ID
-			}
-		}
-	}
-	return out, nil
-}
-
 // MaxAttestationBytes bounds each document attested: what a builder's
 // inputs make of it (a tenant's buildpackages name the buildpacks and
 // their homepages) is held, signed and pushed once per key.
@@ -130,30 +41,42 @@ const MaxAttestationBytes = 4 << 20
 // MaxAttestationBytes.
 const ReasonAttestationTooLarge = "AttestationTooLarge"
 
-// documents are a builder's attested documents, each made once.
+// documents make what a builder's referrers say, each document once, and
+// only when one is missing: a resync of an attested builder makes none.
 type documents struct {
+	builder                         func() attest.Builder
+	made                            bool
 	sbom, sbomStatement, provenance []byte
 }
 
-func documentsOf(b attest.Builder) (documents, error) {
-	var d documents
+func (r *Core) documents(obj object, in *inputs, next *v1alpha1.BuilderStatus) *documents {
+	return &documents{builder: func() attest.Builder { return r.attested(obj, in, next) }}
+}
+
+// make makes the SBOM and the provenance, the first time.
+func (d *documents) make() error {
+	if d.made {
+		return nil
+	}
+	b := d.builder()
 	var err error
 	if d.sbom, err = attest.SPDX(b); err != nil {
-		return d, err
+		return err
 	}
 	if d.sbomStatement, err = attest.SBOMStatement(b); err != nil {
-		return d, err
+		return err
 	}
 	if d.provenance, err = attest.Provenance(b); err != nil {
-		return d, err
+		return err
 	}
 	for _, doc := range [][]byte{d.sbomStatement, d.provenance} {
 		if len(doc) > MaxAttestationBytes {
-			return d, failure.Permanentf(ReasonAttestationTooLarge, "the builder's SBOM or provenance is %d bytes, more than the %d an attestation may be",
+			return failure.Permanentf(ReasonAttestationTooLarge, "the builder's SBOM or provenance is %d bytes, more than the %d an attestation may be",
 				len(doc), MaxAttestationBytes)
 		}
 	}
-	return d, nil
+	d.made = true
+	return nil
 }
 
 // subjectOf describes image: as this reconcile pushed it, else as the
@@ -172,28 +95,27 @@ func subjectOf(ctx context.Context, in *inputs, image name.Digest) (v1.Descripto
 	return v1.Descriptor{MediaType: types.MediaType(resolved.MediaType), Size: resolved.Size, Digest: digest}, err
 }
 
-// matches reports whether a recorded attestation is w's of image.
-func (w wantedAttestation) matches(a v1alpha1.ImageAttestation, image string) bool {
-	if a.Image != image || a.PredicateType != w.predicateType {
-		return false
+// referrer is a's artifact about subject: a Sigstore bundle of the signed
+// statement, as cosign v3 signs and attests; unsigned, the SBOM itself.
+func (d *documents) referrer(subject v1.Descriptor, a attachment) (v1.Image, error) {
+	if a.predicateType == attest.SignPredicateType {
+		statement, err := attest.SignStatement(a.image.String())
+		if err != nil {
+			return nil, err
+		}
+		return bundleReferrer(subject, a.key.key, a.predicateType, statement)
 	}
-	if w.key == nil {
-		return a.SigningSecret == "" && a.KeyID == ""
+	if err := d.make(); err != nil {
+		return nil, err
 	}
-	return a.SigningSecret == w.key.secret && a.KeyID == w.key.key.ID
-}
-
-// referrer is w's artifact about subject: a Sigstore bundle of the signed
-// statement, as cosign v3 attests; unsigned, the SBOM itself.
-func (d documents) referrer(subject v1.Descriptor, w wantedAttestation) (v1.Image, error) {
-	if w.key == nil {
+	if a.key == nil {
 		return registry.NewReferrer(subject, attest.SPDXMediaType, nil, registry.ReferrerLayer{MediaType: attest.SPDXMediaType, Data: d.sbom})
 	}
 	statement := d.provenance
-	if w.predicateType == attest.SPDXPredicateType {
+	if a.predicateType == attest.SPDXPredicateType {
 		statement = d.sbomStatement
 	}
-	return bundleReferrer(subject, w.key.key, w.predicateType, statement)
+	return bundleReferrer(subject, a.key.key, a.predicateType, statement)
 }
 
 // bundleReferrer is a Sigstore bundle of statement signed by key, attached

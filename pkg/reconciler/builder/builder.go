@@ -143,10 +143,7 @@ func (r *Core) reconcile(ctx context.Context, obj object, spec *v1alpha1.Builder
 // pushed image (one HEAD) and signs or attests it then.
 func (r *Core) finish(ctx context.Context, obj object, in *inputs, status *v1alpha1.BuilderStatus, next v1alpha1.BuilderStatus) error {
 	var err error
-	if next.Signatures, err = signatures(ctx, in, &next, status.Signatures); err != nil {
-		return err
-	}
-	if next.Attestations, err = r.attestations(ctx, obj, in, &next, status.Attestations); err != nil {
+	if next.Signatures, next.Attestations, err = r.referrers(ctx, obj, in, status, &next); err != nil {
 		return err
 	}
 	*status = next

@@ -411,3 +411,18 @@ const ReasonSignatureImageTooLarge = "SignatureImageTooLarge"
 
 // ReasonSignatureConflict: other writers kept replacing a signature tag.
 const ReasonSignatureConflict = "SignatureConflict"
+
+// signatureFormats are the formats a builder's signatures are made in
+// (spec.signing.format).
+type signatureFormats struct {
+	sig    bool // the .sig tag, as kpack signs
+	bundle bool // a Sigstore bundle referrer, as cosign v3 signs
+}
+
+func formatsOf(signing *v1alpha1.Signing) signatureFormats {
+	format := v1alpha1.SignatureFormatSig
+	if signing != nil && signing.Format != "" {
+		format = signing.Format
+	}
+	return signatureFormats{sig: format != v1alpha1.SignatureFormatBundle, bundle: format != v1alpha1.SignatureFormatSig}
+}

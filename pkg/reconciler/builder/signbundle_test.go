@@ -23,7 +23,8 @@ import (
 // TestBuilderSignedAsBundle: with spec.signing.format bundle, the index
 // and each platform's image carry a cosign v3 signature bundle as a
 // referrer (one per key, though the key is in two Secrets), and no .sig
-// tag; a resync signs nothing again; with both, the .sig tag too.
+// tag; a resync signs nothing again; with both, the .sig tag too; with
+// attestations, an image's bundle and attestations share one listing.
 func TestBuilderSignedAsBundle(t *testing.T) {
 	x := multiFixture(t)
 	lifecycle := x.f.Addr + "/multi/lifecycle:0.21.0"
@@ -110,5 +111,38 @@ func TestBuilderSignedAsBundle(t *testing.T) {
 	}
 	if n := x.f.Count("PUT", "/manifests/sha256:"); n != 0 {
 		t.Errorf("the bundles recorded were pushed again: %v", x.f.Requests())
+	}
+
+	// Attested too: the index's signature bundle and its attestations by
+	// the same key share one listing, as each platform's bundle has one.
+	cfg := x.config()
+	cfg.Attestations = AttestSigned
+	run, err := x.f.Resolve(x.f.Addr + "/multi/run:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	x.stack.Status.RunImage.LatestImage = run // the provenance names it by digest
+	attested := x.builder(func(b *v1alpha1.Builder) {
+		b.Name, b.Spec.Tag = "attested", x.f.Addr+"/builders/attested:latest"
+		b.Spec.Order = order("example/hello")
+		b.Spec.ServiceAccountName = "signer"
+		b.Spec.Signing = &v1alpha1.Signing{Format: v1alpha1.SignatureFormatBundle}
+	})
+	x.f.ForgetRequests()
+	got, events, err, _, _ = x.runWith(t, cfg, attested, lifecycle, secrets...)
+	rt.Check(t, got, err, events, ready)
+	if len(got.Status.Signatures) != 6 || len(got.Status.Attestations) != 4 {
+		t.Fatalf("signatures %+v, attestations %+v", got.Status.Signatures, got.Status.Attestations)
+	}
+	if reads, writes := x.f.Count("GET", "/manifests/sha256-"), x.f.Count("PUT", "/manifests/sha256-"); reads != 3 || writes != 3 {
+		t.Errorf("the fallback tags were read %d and written %d times, want once for each of 3 images: %v", reads, writes, x.f.Requests())
+	}
+	ref, _ := name.NewDigest(got.Status.LatestImage)
+	referrers, err := remote.Referrers(ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m, _ := referrers.IndexManifest(); len(m.Manifests) != 3 {
+		t.Errorf("the index's referrers %+v, want its signature, SBOM and provenance", m.Manifests)
 	}
 }
