@@ -169,8 +169,8 @@ func (f *flags) add(fs *flag.FlagSet) {
 		"how long a decrypted signing key nobody uses is kept; keep it above --resync-interval")
 	fs.IntVar(&f.signing.MaxSignatureLayers, "max-signature-layers", builder.DefaultMaxSignatureLayers,
 		"most layers (one per signature) of a signature image (.sig tag) checked and extended; a bigger one holds the builder back with SignatureImageTooLarge")
-	f.attestations = builder.AttestNone
-	fs.Func("builder-attestations", "which builders carry their SBOM (SPDX) and SLSA provenance as OCI referrers: none; signed (builders with signing keys, each signed by each key, as cosign v3 attest --key does); all (signed, and the SBOM alone, unsigned, of builders without keys) (default none)",
+	f.attestations = builder.AttestSigned
+	fs.Func("builder-attestations", "which builders carry their SBOM (SPDX) and SLSA provenance as OCI referrers: none; signed (builders with signing keys, each signed by each key, as cosign v3 attest --key does); all (signed, and the SBOM alone, unsigned, of builders without keys) (default signed)",
 		func(v string) error {
 			if !slices.Contains([]string{builder.AttestNone, builder.AttestSigned, builder.AttestAll}, v) {
 				return errors.New("must be none, signed or all")

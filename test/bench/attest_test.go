@@ -16,8 +16,8 @@ import (
 
 // TestAttestationCost is scenario 19: what signing a builder and attaching
 // its signed SBOM and provenance cost. BENCH_ATTEST_N (default 200)
-// builders pushed cold by a controller with the default
-// --builder-attestations (none), unsigned; as many signed with a cosign key
+// builders pushed cold by a controller with --builder-attestations=none,
+// unsigned; as many signed with a cosign key
 // (the .sig tag); as many signed as bundles (spec.signing.format: bundle);
 // then as many by a controller with --builder-attestations=signed, on a
 // registry without the referrers API (the distribution registry's case: the
@@ -43,7 +43,7 @@ func TestAttestationCost(t *testing.T) {
 		return waitAttested(t, keyed.ns, n, signatures, attestations)
 	}
 
-	p, _ := startController(t)
+	p, _ := startController(t, "--builder-attestations=none")
 	w.waitStoreStackReady(t, 60*time.Second)
 	namespaces := []string{w.name + "-plain", w.name + "-signed", w.name + "-bundle"}
 	measure("push, unsigned", func() (time.Duration, bool) { return push(namespaces[0], 0, nil, 0, 0) })
@@ -74,7 +74,7 @@ func TestAttestationCost(t *testing.T) {
 	s := &section{title: fmt.Sprintf("19. The cost of signatures and attestations: %d builders each unsigned, signed, signed as bundles, and attested", n),
 		what: fmt.Sprintf("One registry (ggcr in-memory behind registrytest.New: no referrers API, so each builder's referrers "+
 			"are listed in the fallback tag's index, as on the distribution registry; nor blobs taken whole in the POST, as on "+
-			"the distribution registry). A controller with the default --builder-attestations (none) pushes %d single-platform "+
+			"the distribution registry). A controller with --builder-attestations=none pushes %d single-platform "+
 			"builders cold in each of three namespaces: unsigned; with a cosign key (the .sig tag); with the key and "+
 			"spec.signing.format bundle. The controller restarted with --builder-attestations=signed pushes %d more, signed, "+
 			"until each is Ready with its 2 attestations; then those are asked to reconcile (as at a resync). Requests are every "+

@@ -69,7 +69,7 @@ func runPushRequests(t *testing.T, k, kNew int, all bool) *pushRequestsRun {
 	r.f = registrytest.New(t)
 	f := r.f
 	seed(t, f.Addr)
-	startController(t)
+	startController(t, "--builder-attestations=none") // (d) is one signature alone: § 19 adds attestations
 	w := newWorld(t, f.Addr)
 	r.w = w
 	w.waitStoreStackReady(t, 60*time.Second)

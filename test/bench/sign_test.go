@@ -26,7 +26,7 @@ func TestSigningCost(t *testing.T) {
 	n := envInt("BENCH_SIGN_N", 100)
 	f := registrytest.New(t)
 	seed(t, f.Addr)
-	p, _ := startController(t)
+	p, _ := startController(t, "--builder-attestations=none") // signing alone: § 19 adds attestations
 	defer p.Kill()
 	w := newWorld(t, f.Addr)
 	w.waitStoreStackReady(t, 60*time.Second)
