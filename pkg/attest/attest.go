@@ -32,9 +32,9 @@ type Builder struct {
 	Lifecycle  Lifecycle
 	Buildpacks []Module
 	Extensions []Module
-	// StackSBOMs are SBOMs the stack's images carry (their
-	// io.buildpacks.base.sbom label), as references.
-	StackSBOMs []string
+	// BaseSBOMs are the SBOMs the stack's images carry, each in a layer
+	// of its own (their io.buildpacks.base.sbom label).
+	BaseSBOMs []BaseSBOM
 
 	// Controller is what made it: its id (a URI) and version.
 	Controller Controller
@@ -73,6 +73,16 @@ type Module struct {
 	System bool
 }
 
+// BaseSBOM is an SBOM a stack image carries.
+type BaseSBOM struct {
+	// Of is the stack image, as BuildImage or RunImages names it; Image
+	// the image holding the SBOM (a platform's, of an index); both
+	// repository@digest.
+	Of, Image string
+	// DiffID is the digest of the layer holding it, uncompressed.
+	DiffID string
+}
+
 // Controller is the id and version of what made the builder.
 type Controller struct {
 	ID, Version string
@@ -89,12 +99,30 @@ func (b Builder) check() error {
 	for _, m := range b.modules() {
 		refs = append(refs, m.Source)
 	}
+	for _, s := range b.BaseSBOMs {
+		refs = append(refs, s.Of, s.Image, "layer@"+s.DiffID)
+	}
 	for _, ref := range refs {
 		if _, _, err := splitDigest(ref); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// baseSBOMs are the SBOMs of the stack image of (repository@digest), each
+// once, sorted.
+func (b Builder) baseSBOMs(of string) []BaseSBOM {
+	var out []BaseSBOM
+	for _, s := range b.BaseSBOMs {
+		if s.Of == of {
+			out = append(out, s)
+		}
+	}
+	slices.SortFunc(out, func(a, b BaseSBOM) int {
+		return cmp.Or(strings.Compare(a.Image, b.Image), strings.Compare(a.DiffID, b.DiffID))
+	})
+	return slices.Compact(out)
 }
 
 // modules are the buildpacks then the extensions, each once, sorted by

@@ -35,7 +35,10 @@ func sample() Builder {
 			{ID: "example/ca-certificates", Version: "1.0.0", Layer: digestOf(11), DiffID: digestOf(12), Source: "registry.example.com/bp/ca@" + digestOf(13), System: true},
 		},
 		Extensions: []Module{{ID: "example/curl", Version: "1.0.0", Layer: digestOf(14), DiffID: digestOf(15), Source: "registry.example.com/ext/curl@" + digestOf(16)}},
-		StackSBOMs: []string{"registry.example.com/stacks/run@" + digestOf(17)},
+		BaseSBOMs: []BaseSBOM{
+			{Of: "registry.example.com/stacks/run@" + digestOf(5), Image: "registry.example.com/stacks/run@" + digestOf(17), DiffID: digestOf(18)},
+			{Of: "registry.example.com/stacks/build@" + digestOf(4), Image: "registry.example.com/stacks/build@" + digestOf(19), DiffID: digestOf(20)},
+		},
 		Controller: Controller{ID: "https://github.com/buildsmith/buildsmith", Version: "v0.9.0"},
 	}
 }
@@ -90,8 +93,42 @@ func TestEveryInputNamed(t *testing.T) {
 			}
 		}
 	}
-	if !bytes.Contains(spdx, []byte(strings.TrimPrefix(digestOf(17), "sha256:"))) {
-		t.Error("the SBOM does not refer to the stack's SBOM")
+}
+
+// TestBaseSBOMsReferred: the package of each stack image refers to each
+// SBOM it carries (the image holding it, and its layer), and no other
+// package does.
+func TestBaseSBOMsReferred(t *testing.T) {
+	raw, err := SPDX(sample())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc spdxDocument
+	if err := json.Unmarshal(raw, &doc); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string][]string{
+		"SPDXRef-BuildImage": {"registry.example.com/stacks/build@" + digestOf(19) + "#" + digestOf(20)},
+		"SPDXRef-RunImage-0": {"registry.example.com/stacks/run@" + digestOf(17) + "#" + digestOf(18)},
+	}
+	for _, p := range doc.Packages {
+		var got []string
+		for _, r := range p.ExternalRefs {
+			if r.ReferenceType == BaseSBOMReferenceType {
+				got = append(got, r.ReferenceLocator)
+				if r.ReferenceCategory != "OTHER" {
+					t.Errorf("%s: reference %+v", p.SPDXID, r)
+				}
+			}
+		}
+		if !slices.Equal(got, want[p.SPDXID]) {
+			t.Errorf("%s refers to the SBOMs %q, want %q", p.SPDXID, got, want[p.SPDXID])
+		}
+	}
+	bad := sample()
+	bad.BaseSBOMs[0].DiffID = "bom.cdx.json"
+	if _, err := SPDX(bad); err == nil {
+		t.Error("an SBOM's layer named by no digest was accepted")
 	}
 }
 

@@ -90,12 +90,7 @@ func SPDX(b Builder) ([]byte, error) {
 		CreationInfo: spdxCreationInfo{Created: created.UTC().Format(time.RFC3339),
 			Creators: []string{fmt.Sprintf("Tool: buildsmith-%s", b.Controller.Version)}},
 	}
-	builder := imagePackage("SPDXRef-Builder", b.Image, "CONTAINER")
-	for _, sbom := range b.StackSBOMs {
-		builder.ExternalRefs = append(builder.ExternalRefs, spdxExternalRef{ReferenceCategory: "OTHER", ReferenceType: "stack-sbom",
-			ReferenceLocator: strings.Join(strings.Fields(sbom), "")})
-	}
-	doc.Packages = append(doc.Packages, builder)
+	doc.Packages = append(doc.Packages, imagePackage("SPDXRef-Builder", b.Image, "CONTAINER"))
 	relate := func(element, kind, related, comment string) {
 		doc.Relationships = append(doc.Relationships, spdxRelationship{Element: element, Type: kind, Related: related, Comment: comment})
 	}
@@ -110,11 +105,11 @@ func SPDX(b Builder) ([]byte, error) {
 		doc.Packages = append(doc.Packages, pkg)
 		relate("SPDXRef-Builder", "CONTAINS", id, "")
 	}
-	doc.Packages = append(doc.Packages, imagePackage("SPDXRef-BuildImage", b.BuildImage, "CONTAINER"))
+	doc.Packages = append(doc.Packages, b.stackPackage("SPDXRef-BuildImage", b.BuildImage))
 	relate("SPDXRef-Builder", "DESCENDANT_OF", "SPDXRef-BuildImage", "the stack's build image, the builder's base")
 	for i, run := range b.RunImages {
 		id := fmt.Sprintf("SPDXRef-RunImage-%d", i)
-		doc.Packages = append(doc.Packages, imagePackage(id, run, "CONTAINER"))
+		doc.Packages = append(doc.Packages, b.stackPackage(id, run))
 		relate("SPDXRef-Builder", "DEPENDS_ON", id, "a run image of the stack: apps the builder builds run on it")
 	}
 	lifecycle := imagePackage("SPDXRef-Lifecycle", b.Lifecycle.Image, "APPLICATION")
@@ -140,6 +135,23 @@ func imagePackage(id, ref, purpose string) spdxPackage {
 		Checksums:             []spdxChecksum{{Algorithm: "SHA256", ChecksumValue: hex}},
 		ExternalRefs:          []spdxExternalRef{{ReferenceCategory: "PACKAGE-MANAGER", ReferenceType: "purl", ReferenceLocator: ociPURL(repository, hex)}},
 	}
+}
+
+// BaseSBOMReferenceType is the type of the external reference the package
+// of a stack image has to each SBOM the image carries: its locator is the
+// image holding it (a platform's, of an index), a '#', and the diffID of
+// the layer holding it, where /cnb/sbom/bom.<ext>.json is.
+const BaseSBOMReferenceType = "cnb-base-sbom"
+
+// stackPackage is the package of a stack image, repository@digest, with a
+// reference to each SBOM it carries.
+func (b Builder) stackPackage(id, ref string) spdxPackage {
+	pkg := imagePackage(id, ref, "CONTAINER")
+	for _, s := range b.baseSBOMs(ref) {
+		pkg.ExternalRefs = append(pkg.ExternalRefs, spdxExternalRef{ReferenceCategory: "OTHER", ReferenceType: BaseSBOMReferenceType,
+			ReferenceLocator: s.Image + "#" + s.DiffID})
+	}
+	return pkg
 }
 
 // modulePackage is the package of a buildpack or extension: its layer's

@@ -18,8 +18,11 @@ const (
 	LabelStackMixins   = "io.buildpacks.stack.mixins"
 	LabelDistroName    = "io.buildpacks.base.distro.name"
 	LabelDistroVersion = "io.buildpacks.base.distro.version"
-	EnvUserID          = "CNB_USER_ID"
-	EnvGroupID         = "CNB_GROUP_ID"
+	// LabelBaseSBOM names, by diffID, the layer of a stack image holding
+	// its SBOM (at /cnb/sbom/bom.<ext>.json, CNB RFC 0105).
+	LabelBaseSBOM = "io.buildpacks.base.sbom"
+	EnvUserID     = "CNB_USER_ID"
+	EnvGroupID    = "CNB_GROUP_ID"
 )
 
 // Reasons of stack errors.
@@ -169,4 +172,23 @@ func mixins(c *v1.ConfigFile, role, reason string) ([]string, error) {
 		}
 	}
 	return list, nil
+}
+
+// BaseSBOMLayer is the diffID of the layer holding the SBOM of the image
+// of config, as its io.buildpacks.base.sbom label names it, when that is a
+// sha256 digest of one of the image's layers: anything else the image's
+// author wrote there names no SBOM and is not repeated.
+func BaseSBOMLayer(config *v1.ConfigFile) (string, bool) {
+	if config == nil {
+		return "", false
+	}
+	label := config.Config.Labels[LabelBaseSBOM]
+	diffID, err := v1.NewHash(label)
+	if err != nil || diffID.Algorithm != "sha256" {
+		return "", false
+	}
+	if !slices.Contains(config.RootFS.DiffIDs, diffID) {
+		return "", false
+	}
+	return diffID.String(), true
 }

@@ -171,3 +171,39 @@ func manyMixins(n int) string {
 	b, _ := json.Marshal(list)
 	return string(b)
 }
+
+// TestBaseSBOMLayer: the label names the SBOM's layer only when it is the
+// diffID of one of the image's layers.
+func TestBaseSBOMLayer(t *testing.T) {
+	layer := v1.Hash{Algorithm: "sha256", Hex: strings.Repeat("a", 64)}
+	other := v1.Hash{Algorithm: "sha256", Hex: strings.Repeat("b", 64)}
+	config := func(label string) *v1.ConfigFile {
+		c := &v1.ConfigFile{RootFS: v1.RootFS{Type: "layers", DiffIDs: []v1.Hash{other, layer}}}
+		if label != "" {
+			c.Config.Labels = map[string]string{LabelBaseSBOM: label}
+		}
+		return c
+	}
+	for _, tc := range []struct {
+		name, label string
+		want        string
+	}{
+		{"a layer of the image", layer.String(), layer.String()},
+		{"no label", "", ""},
+		{"not a layer of the image", "sha256:" + strings.Repeat("c", 64), ""},
+		{"not a digest", "bom.cdx.json", ""},
+		{"short", "sha256:abc", ""},
+		{"another algorithm", "sha512:" + strings.Repeat("a", 128), ""},
+		{"upper case", "sha256:" + strings.Repeat("A", 64), ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, ok := BaseSBOMLayer(config(tc.label))
+			if got != tc.want || ok != (tc.want != "") {
+				t.Errorf("BaseSBOMLayer = %q, %v; want %q", got, ok, tc.want)
+			}
+		})
+	}
+	if _, ok := BaseSBOMLayer(nil); ok {
+		t.Error("a missing config names an SBOM")
+	}
+}

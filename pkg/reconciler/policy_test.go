@@ -258,7 +258,7 @@ func TestFailureKeepsTheNewestStatus(t *testing.T) {
 	stale := newStack()
 	stale.ResourceVersion = "7" // before the Ready status was written
 	p.Finish(context.Background(), stale, failure.Transientf(registry.ReasonRegistryUnavailable, "connection refused"))
-	if stale.Status.BuildImage != latest.Status.BuildImage {
+	if stale.Status.BuildImage.LatestImage != latest.Status.BuildImage.LatestImage {
 		t.Errorf("status.buildImage = %+v, want the API server's %+v", stale.Status.BuildImage, latest.Status.BuildImage)
 	}
 	// The newest status says the stack is usable: it stays Ready.

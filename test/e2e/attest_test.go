@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"archive/tar"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -273,14 +274,21 @@ func checkSBOMDigests(t *testing.T, b *v1alpha1.Builder, auth authn.Authenticato
 			Packages []struct {
 				Name, VersionInfo, SourceInfo string
 				Checksums                     []struct{ ChecksumValue string }
+				ExternalRefs                  []struct{ ReferenceType, ReferenceLocator string }
 			}
 		}
 	}
 	if err := json.Unmarshal(payload, &statement); err != nil {
 		t.Fatal(err)
 	}
-	checked := 0
+	checked, sboms := 0, 0
 	for _, p := range statement.Predicate.Packages {
+		for _, r := range p.ExternalRefs {
+			if r.ReferenceType == attest.BaseSBOMReferenceType {
+				checkBaseSBOM(t, r.ReferenceLocator, auth)
+				sboms++
+			}
+		}
 		var ref string
 		switch {
 		case strings.HasPrefix(p.VersionInfo, "sha256:"): // an image
@@ -312,7 +320,49 @@ func checkSBOMDigests(t *testing.T, b *v1alpha1.Builder, auth authn.Authenticato
 	if checked < 5 { // the builder, the build and run images, the lifecycle image, the buildpack's layer
 		t.Errorf("checked %d of the SBOM's packages: %+v", checked, statement.Predicate.Packages)
 	}
-	t.Logf("every one of the %d digests the SBOM names is in the registry", checked)
+	if sboms < 2 { // the build image's and the run image's
+		t.Errorf("the SBOM refers to %d SBOMs of the stack's images, want the build and the run image's", sboms)
+	}
+	t.Logf("every one of the %d digests the SBOM names is in the registry, and the %d stack SBOMs it refers to", checked, sboms)
+}
+
+// checkBaseSBOM checks, with ggcr, that the image a reference to a stack
+// image's SBOM names (image#diffID) has the layer, and that the layer holds
+// an SBOM where the CNB spec puts it.
+func checkBaseSBOM(t *testing.T, locator string, auth authn.Authenticator) {
+	t.Helper()
+	image, diffID, ok := strings.Cut(locator, "#")
+	hash, err := v1.NewHash(diffID)
+	if !ok || err != nil {
+		t.Errorf("a stack SBOM referred to as %q", locator)
+		return
+	}
+	img, err := remote.Image(mustDigest(t, image), remote.WithAuth(auth))
+	if err != nil {
+		t.Errorf("the SBOM refers to a stack SBOM in %s, which the registry has not: %v", image, err)
+		return
+	}
+	layer, err := img.LayerByDiffID(hash)
+	if err != nil {
+		t.Errorf("the SBOM refers to the layer %s of %s: %v", diffID, image, err)
+		return
+	}
+	rc, err := layer.Uncompressed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	tr := tar.NewReader(rc)
+	for {
+		h, err := tr.Next()
+		if err != nil {
+			t.Errorf("the layer %s of %s holds no /cnb/sbom/bom.*.json (%v)", diffID, image, err)
+			return
+		}
+		if strings.HasPrefix(h.Name, "cnb/sbom/bom.") && strings.HasSuffix(h.Name, ".json") {
+			return
+		}
+	}
 }
 
 func mustDigest(t *testing.T, ref string) name.Digest {

@@ -316,8 +316,13 @@ func PatchedStackIndex(id string, uid int, patch string, platforms ...v1.Platfor
 	return indexOf(platforms, func(_ int, p v1.Platform) (v1.Image, error) { return stackImageFor(p, id, uid, patch) })
 }
 
+// stackImageFor is a stack image of one layer, which holds its SBOM too
+// (/cnb/sbom/bom.cdx.json, named by the io.buildpacks.base.sbom label, as
+// Paketo's stacks carry theirs).
 func stackImageFor(platform v1.Platform, id string, uid int, patch string) (v1.Image, error) {
-	files := []File{{Path: "etc/", Mode: 0o755}, {Path: "etc/buildsmith-stack", Mode: 0o644, Content: []byte(id + "\n")}}
+	files := []File{{Path: "etc/", Mode: 0o755}, {Path: "etc/buildsmith-stack", Mode: 0o644, Content: []byte(id + "\n")},
+		{Path: "cnb/", Mode: 0o755}, {Path: "cnb/sbom/", Mode: 0o755},
+		{Path: "cnb/sbom/bom.cdx.json", Mode: 0o644, Content: []byte(`{"bomFormat":"CycloneDX","specVersion":"1.4","version":1,"components":[]}` + "\n")}}
 	if patch != "" {
 		files = append(files, File{Path: "etc/buildsmith-patch", Mode: 0o644, Content: []byte(patch + "\n")})
 	}
@@ -325,11 +330,15 @@ func stackImageFor(platform v1.Platform, id string, uid int, patch string) (v1.I
 	if err != nil {
 		return nil, err
 	}
+	diffID, err := layer.DiffID()
+	if err != nil {
+		return nil, err
+	}
 	var env []string
 	if uid != 0 {
 		env = []string{fmt.Sprintf("CNB_USER_ID=%d", uid), fmt.Sprintf("CNB_GROUP_ID=%d", uid)}
 	}
-	return ImageFor(platform, []v1.Layer{layer}, map[string]string{"io.buildpacks.stack.id": id}, env...)
+	return ImageFor(platform, []v1.Layer{layer}, map[string]string{"io.buildpacks.stack.id": id, "io.buildpacks.base.sbom": diffID.String()}, env...)
 }
 
 // indexOf makes an OCI image index of image(i, platforms[i]) for each i, in

@@ -145,8 +145,14 @@ func (r *Core) attested(obj object, in *inputs, next *v1alpha1.BuilderStatus) at
 	for _, p := range next.Platforms {
 		b.Platforms = append(b.Platforms, attest.PlatformImage{Platform: cnb.PlatformsOf([]v1alpha1.Platform{p.Platform})[0].String(), Image: p.Image})
 	}
+	for _, sbom := range in.stack.Status.BuildImage.SBOMs {
+		b.BaseSBOMs = append(b.BaseSBOMs, attest.BaseSBOM{Of: b.BuildImage, Image: sbom.Image, DiffID: sbom.DiffID})
+	}
 	for _, run := range append([]v1alpha1.ResolvedRunImage{in.stack.Status.RunImage}, in.stack.Status.AdditionalRunImages...) {
 		b.RunImages = append(b.RunImages, run.LatestImage)
+		for _, sbom := range run.SBOMs {
+			b.BaseSBOMs = append(b.BaseSBOMs, attest.BaseSBOM{Of: run.LatestImage, Image: sbom.Image, DiffID: sbom.DiffID})
+		}
 	}
 	system := systemIDs(in.resolved.System)
 	for _, bp := range in.resolved.Buildpacks {

@@ -6,6 +6,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	"k8s.io/utils/ptr"
@@ -72,22 +73,24 @@ func (r *Reconciler) reconcile(ctx context.Context, stack *v1alpha1.ClusterStack
 		parts = append(parts, cnb.PlatformPart{Name: runImageName(i, sources[i]), Platforms: cnb.PlatformsOfV1(run.Platforms)})
 		indexes = indexes || len(run.Platforms) > 1
 	}
+	sboms := newStackSBOMs(len(runs))
 	if indexes {
 		// Indexes: every platform all have is a stack of its own, checked
 		// as the first was; builders need them to agree on the user.
 		if platforms, err = cnb.SelectPlatforms(nil, parts); err != nil {
 			return err
 		}
-		for _, p := range platforms {
-			for i, run := range runs {
-				if err := checkPlatform(ctx, reg, build.Ref, run.Ref, p, s); err != nil {
-					return runImageError(i, sources[i], err)
-				}
-			}
+		if err := checkPlatforms(ctx, reg, platforms, build, runs, sources, s, sboms); err != nil {
+			return err
+		}
+	} else {
+		sboms.add(-1, build)
+		for i, run := range runs {
+			sboms.add(i, run)
 		}
 	}
 
-	record(stack, s, platforms, build, runs, sources)
+	record(stack, s, platforms, build, runs, sources, sboms)
 	stack.Status.BuildImage.Image = buildSource.Named
 	stack.Status.ChosenTags = chosen.Status()
 	return nil
@@ -141,7 +144,7 @@ func resolvedSource(source v1alpha1.RunImageSource, found reconciler.Source) v1a
 // record writes what the stack resolved to into its status: s read from
 // build and runs (of sources, as builders name them), on platforms.
 func record(stack *v1alpha1.ClusterStack, s *cnb.Stack, platforms []cnb.Platform, build *registry.Image,
-	runs []*registry.Image, sources []v1alpha1.RunImageSource) {
+	runs []*registry.Image, sources []v1alpha1.RunImageSource, sboms *stackSBOMs) {
 	spec := stack.Spec
 	status := &stack.Status
 	status.ID, status.Mixins = s.ID, s.Mixins
@@ -152,10 +155,11 @@ func record(stack *v1alpha1.ClusterStack, s *cnb.Stack, platforms []cnb.Platform
 	if s.DistroName != "" {
 		status.Distro = &v1alpha1.Distro{Name: s.DistroName, Version: s.DistroVersion}
 	}
-	status.BuildImage = v1alpha1.ResolvedImage{Image: spec.BuildImage.Image, LatestImage: build.Ref.String()}
+	status.BuildImage = v1alpha1.ResolvedImage{Image: spec.BuildImage.Image, LatestImage: build.Ref.String(), SBOMs: sboms.build}
 	resolved := make([]v1alpha1.ResolvedRunImage, len(runs))
 	for i, run := range runs {
-		resolved[i] = v1alpha1.ResolvedRunImage{Image: sources[i].Image, LatestImage: run.Ref.String(), Mirrors: sources[i].Mirrors}
+		resolved[i] = v1alpha1.ResolvedRunImage{Image: sources[i].Image, LatestImage: run.Ref.String(), Mirrors: sources[i].Mirrors,
+			SBOMs: sboms.runs[i]}
 	}
 	status.RunImage, status.AdditionalRunImages = resolved[0], resolved[1:]
 	if len(status.AdditionalRunImages) == 0 {
@@ -189,25 +193,67 @@ func runImageError(i int, source v1alpha1.RunImageSource, err error) error {
 	return fmt.Errorf("spec.additionalRunImages[%d] %s: %w", i-1, source.Image, err)
 }
 
+// checkPlatforms checks each platform of indexes as a stack (checkPlatform),
+// noting the SBOMs its images carry.
+func checkPlatforms(ctx context.Context, reg registry.Access, platforms []cnb.Platform, build *registry.Image, runs []*registry.Image,
+	sources []v1alpha1.RunImageSource, first *cnb.Stack, sboms *stackSBOMs) error {
+	for _, p := range platforms {
+		for i, run := range runs {
+			b, r, err := checkPlatform(ctx, reg, build.Ref, run.Ref, p, first)
+			if err != nil {
+				return runImageError(i, sources[i], err)
+			}
+			sboms.add(-1, b)
+			sboms.add(i, r)
+		}
+	}
+	return nil
+}
+
 // checkPlatform reads the build and run images of platform p from their
 // indexes (by digest: from the client's cache when read before) and checks
 // them as a stack that agrees with first on the user and the distro.
-func checkPlatform(ctx context.Context, reg registry.Access, buildIndex, runIndex name.Digest, p cnb.Platform, first *cnb.Stack) error {
-	build, err := reg.ReadImage(ctx, buildIndex, ptr.To(p.V1()))
-	if err != nil {
-		return err
+func checkPlatform(ctx context.Context, reg registry.Access, buildIndex, runIndex name.Digest, p cnb.Platform, first *cnb.Stack) (
+	build, run *registry.Image, err error) {
+	if build, err = reg.ReadImage(ctx, buildIndex, ptr.To(p.V1())); err != nil {
+		return nil, nil, err
 	}
-	run, err := reg.ReadImage(ctx, runIndex, ptr.To(p.V1()))
-	if err != nil {
-		return err
+	if run, err = reg.ReadImage(ctx, runIndex, ptr.To(p.V1())); err != nil {
+		return nil, nil, err
 	}
 	s, err := cnb.ReadStack(first.ID, build.Config, run.Config)
 	if err != nil {
-		return fmt.Errorf("%s: %w", p, err)
+		return nil, nil, fmt.Errorf("%s: %w", p, err)
 	}
 	if s.UserID != first.UserID || s.GroupID != first.GroupID || s.DistroName != first.DistroName || s.DistroVersion != first.DistroVersion {
-		return failure.Permanentf(cnb.ReasonPlatformMismatch, "the %s images have user %d:%d and distro %q %q, the %s/%s ones %d:%d and %q %q",
+		return nil, nil, failure.Permanentf(cnb.ReasonPlatformMismatch, "the %s images have user %d:%d and distro %q %q, the %s/%s ones %d:%d and %q %q",
 			p, s.UserID, s.GroupID, s.DistroName, s.DistroVersion, first.OS, first.Arch, first.UserID, first.GroupID, first.DistroName, first.DistroVersion)
 	}
-	return nil
+	return build, run, nil
+}
+
+// stackSBOMs are the SBOMs a stack's images carry, as their status records
+// them: the build image's, and each run image's.
+type stackSBOMs struct {
+	build []v1alpha1.BaseSBOM
+	runs  [][]v1alpha1.BaseSBOM
+}
+
+func newStackSBOMs(runs int) *stackSBOMs { return &stackSBOMs{runs: make([][]v1alpha1.BaseSBOM, runs)} }
+
+// add notes the SBOM img carries, if any, as the build image's (run -1)
+// or the run-th run image's; an image is noted once.
+func (s *stackSBOMs) add(run int, img *registry.Image) {
+	diffID, ok := cnb.BaseSBOMLayer(img.Config)
+	if !ok {
+		return
+	}
+	list := &s.build
+	if run >= 0 {
+		list = &s.runs[run]
+	}
+	sbom := v1alpha1.BaseSBOM{Image: img.Ref.Context().Digest(img.Digest.String()).String(), DiffID: diffID}
+	if !slices.Contains(*list, sbom) {
+		*list = append(*list, sbom)
+	}
 }

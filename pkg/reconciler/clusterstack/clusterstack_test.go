@@ -59,6 +59,41 @@ func TestReconcile(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// sbomsOf are the SBOMs the images at repo carry (sampleimages' stack
+	// images name their one layer), as status records them.
+	sbomsOf := func(repo string) []v1alpha1.BaseSBOM {
+		t.Helper()
+		desc, err := remote.Get(f.Ref(repo))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var images []v1.Image
+		if index, err := desc.ImageIndex(); err == nil && desc.MediaType.IsIndex() {
+			m, _ := index.IndexManifest()
+			for _, d := range m.Manifests {
+				img, _ := index.Image(d.Digest)
+				images = append(images, img)
+			}
+		} else {
+			img, _ := desc.Image()
+			images = append(images, img)
+		}
+		var out []v1alpha1.BaseSBOM
+		for _, img := range images {
+			digest, _ := img.Digest()
+			cf, _ := img.ConfigFile()
+			out = append(out, v1alpha1.BaseSBOM{Image: f.Addr + "/" + strings.Split(repo, ":")[0] + "@" + digest.String(), DiffID: cf.RootFS.DiffIDs[0].String()})
+		}
+		return out
+	}
+	single, err := sampleimages.StackImage(stackID, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := remote.Write(f.Ref("stack/build-sbom:1"), single); err != nil {
+		t.Fatal(err)
+	}
+	f.PushImage("stack/run-sbom-elsewhere:1", map[string]string{cnb.LabelStackID: stackID, cnb.LabelBaseSBOM: "sha256:" + strings.Repeat("0", 64)})
 	pushIndex("multi/build:1", 1000, amd64, arm64)
 	pushIndex("multi/run:1", 0, amd64, arm64)
 	pushIndex("multi/run-amd64:1", 0, amd64)
@@ -255,7 +290,31 @@ func TestReconcile(t *testing.T) {
 		spec: multi("multi/build:1", "multi/run:1"),
 		want: reconcilertest.Outcome{Ready: corev1.ConditionTrue, Requeue: reconcilertest.Resync, MinDelay: 8 * time.Minute, MaxDelay: 12 * time.Minute,
 			EventReasons: []string{"Ready"}},
-		validate: platforms(v1alpha1.Platform{OS: "linux", Arch: "amd64"}, v1alpha1.Platform{OS: "linux", Arch: "arm64"}),
+		validate: func(t *testing.T, s *v1alpha1.ClusterStack) {
+			platforms(v1alpha1.Platform{OS: "linux", Arch: "amd64"}, v1alpha1.Platform{OS: "linux", Arch: "arm64"})(t, s)
+			// Each platform's image carries its SBOM, recorded by digest.
+			if diff := cmp.Diff(sbomsOf("multi/build:1"), s.Status.BuildImage.SBOMs); diff != "" || len(s.Status.BuildImage.SBOMs) != 2 {
+				t.Errorf("status.buildImage.sboms (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(sbomsOf("multi/run:1"), s.Status.RunImage.SBOMs); diff != "" {
+				t.Errorf("status.runImage.sboms (-want +got):\n%s", diff)
+			}
+		},
+	}, {
+		name: "a plain image's SBOM, and a label naming no layer of its image",
+		spec: func(s *v1alpha1.ClusterStackSpec) {
+			s.BuildImage.Image, s.RunImage.Image = f.Addr+"/stack/build-sbom:1", f.Addr+"/stack/run-sbom-elsewhere:1"
+		},
+		want: reconcilertest.Outcome{Ready: corev1.ConditionTrue, Requeue: reconcilertest.Resync, MinDelay: 8 * time.Minute, MaxDelay: 12 * time.Minute,
+			EventReasons: []string{"Ready"}},
+		validate: func(t *testing.T, s *v1alpha1.ClusterStack) {
+			if diff := cmp.Diff(sbomsOf("stack/build-sbom:1"), s.Status.BuildImage.SBOMs); diff != "" || len(s.Status.BuildImage.SBOMs) != 1 {
+				t.Errorf("status.buildImage.sboms (-want +got):\n%s", diff)
+			}
+			if s.Status.RunImage.SBOMs != nil {
+				t.Errorf("status.runImage.sboms %+v: the label names no layer of the image", s.Status.RunImage.SBOMs)
+			}
+		},
 	}, {
 		name: "indexes: a run image for amd64 only makes an amd64 stack",
 		spec: multi("multi/build:1", "multi/run-amd64:1"),
@@ -314,7 +373,7 @@ func TestReconcile(t *testing.T) {
 			}
 			got, events, err := reconcileOnce(t, stack, opts, tc.objects...)
 			reconcilertest.Check(t, got, err, events, tc.want)
-			if tc.status != nil && got.Status.BuildImage != tc.status.BuildImage {
+			if tc.status != nil && !cmp.Equal(got.Status.BuildImage, tc.status.BuildImage) {
 				t.Errorf("status.buildImage = %+v, want the previous %+v kept", got.Status.BuildImage, tc.status.BuildImage)
 			}
 			if tc.validate != nil {

@@ -116,6 +116,9 @@ type ResolvedRunImage struct {
 	LatestImage string `json:"latestImage,omitempty"`
 	// +optional
 	Mirrors []string `json:"mirrors,omitempty"`
+	// SBOMs are the SBOMs the image carries, as ResolvedImage's.
+	// +optional
+	SBOMs []BaseSBOM `json:"sboms,omitempty"`
 }
 
 // ResolvedImage is an image reference and the digest it resolved to.
@@ -126,6 +129,21 @@ type ResolvedImage struct {
 	// LatestImage is Image resolved to repository@digest.
 	// +optional
 	LatestImage string `json:"latestImage,omitempty"`
+	// SBOMs are the SBOMs the image carries (for an index, each platform's
+	// of the stack's platforms that carries one), which builders' SBOMs
+	// refer to.
+	// +optional
+	SBOMs []BaseSBOM `json:"sboms,omitempty"`
+}
+
+// BaseSBOM is an SBOM a stack image carries in a layer of its own (at
+// /cnb/sbom/), which its io.buildpacks.base.sbom label names by diffID.
+type BaseSBOM struct {
+	// Image is the image carrying it, as repository@digest: a platform's,
+	// for an index.
+	Image string `json:"image"`
+	// DiffID is the layer's uncompressed digest, one of the image's.
+	DiffID string `json:"diffId"`
 }
 
 // ClusterStackList is a list of ClusterStacks.
