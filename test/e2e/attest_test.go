@@ -90,6 +90,7 @@ func TestAttestedBuilder(t *testing.T) {
 	}
 	verifyAttestations(t, keys, b.Status.LatestImage, "DOCKER_CONFIG="+docker)
 	verifySignatures(t, keys, []string{b.Status.LatestImage}, "DOCKER_CONFIG="+docker)
+	downloadAttestations(t, b.Status.LatestImage, "DOCKER_CONFIG="+docker)
 	checkSBOMDigests(t, b, authn.FromConfig(authn.AuthConfig{Username: registryUser, Password: registryPassword}))
 
 	// The plugin prints both, read with the Docker credentials.
@@ -165,6 +166,44 @@ func TestAttestedMultiPlatformBuilder(t *testing.T) {
 	}
 	verifyAttestations(t, keys, b.Status.LatestImage)
 	verifySignatures(t, keys, images)
+	downloadAttestations(t, b.Status.LatestImage)
+}
+
+// downloadAttestations runs the real cosign download attestation on image
+// for each predicate: one bundle each, of a statement of that predicate
+// about image.
+func downloadAttestations(t *testing.T, image string, environ ...string) {
+	t.Helper()
+	digest := mustDigest(t, image)
+	for predicate, predicateType := range map[string]string{"slsaprovenance1": attest.ProvenancePredicateType, "spdxjson": attest.SPDXPredicateType} {
+		cmd := exec.Command(filepath.Join(env.Root, "bin", "cosign"), "download", "attestation", "--predicate-type", predicate,
+			"--allow-http-registry", image)
+		cmd.Env = append(append(os.Environ(), "HOME="+t.TempDir()), environ...)
+		out, err := cmd.Output()
+		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+		if err != nil || len(lines) != 1 {
+			t.Errorf("cosign download attestation --predicate-type %s %s: %v, %d bundles:\n%.500s", predicate, image, err, len(lines), out)
+			continue
+		}
+		var bundle struct {
+			DSSEEnvelope struct{ Payload string } `json:"dsseEnvelope"`
+		}
+		var statement struct {
+			PredicateType string
+			Subject       []struct{ Digest map[string]string }
+		}
+		if err := json.Unmarshal([]byte(lines[0]), &bundle); err != nil {
+			t.Errorf("cosign download attestation --predicate-type %s %s: %v:\n%.500s", predicate, image, err, out)
+			continue
+		}
+		payload, _ := base64.StdEncoding.DecodeString(bundle.DSSEEnvelope.Payload)
+		if err := json.Unmarshal(payload, &statement); err != nil || statement.PredicateType != predicateType || len(statement.Subject) == 0 ||
+			"sha256:"+statement.Subject[0].Digest["sha256"] != digest.DigestStr() {
+			t.Errorf("cosign download attestation --predicate-type %s %s: %v, a statement %+v", predicate, image, err, statement)
+			continue
+		}
+		t.Logf("cosign download attestation --predicate-type %s: the bundle of a %s statement about %s", predicate, predicateType, image)
+	}
 }
 
 // verifySignatures runs the real cosign verify on each image: accepted
