@@ -59,13 +59,13 @@ func TestKubectlApplySamples(t *testing.T) {
 			t.Errorf("kubectl get buildsmith lacks %s:\n%s", want, out)
 		}
 	}
-	out, err = env.Kubectl("get", "bldr,cbldr", "--all-namespaces").CombinedOutput()
+	out, err = env.Kubectl("get", "bsbldr,cbldr", "--all-namespaces").CombinedOutput()
 	if err != nil {
-		t.Fatalf("kubectl get bldr,cbldr: %v\n%s", err, out)
+		t.Fatalf("kubectl get bsbldr,cbldr: %v\n%s", err, out)
 	}
 	for _, column := range []string{"READY", "REASON", "LATESTIMAGE"} {
 		if !strings.Contains(string(out), column) {
-			t.Errorf("kubectl get bldr,cbldr lacks column %s:\n%s", column, out)
+			t.Errorf("kubectl get bsbldr,cbldr lacks column %s:\n%s", column, out)
 		}
 	}
 	out, err = env.Kubectl("get", "cstore,cstack,clc").CombinedOutput()

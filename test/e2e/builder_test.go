@@ -81,10 +81,10 @@ func TestBuilderRunsTheRealLifecycle(t *testing.T) {
 	if !statusManaged {
 		t.Errorf("no managedFields entry for the status after the controller wrote it: %+v", builder.ManagedFields)
 	}
-	out, _ := env.Kubectl("get", "bldr", "-n", ns).CombinedOutput()
-	t.Logf("kubectl get bldr:\n%s", out)
+	out, _ := env.Kubectl("get", "bsbldr", "-n", ns).CombinedOutput()
+	t.Logf("kubectl get bsbldr:\n%s", out)
 	if !strings.Contains(string(out), builder.Status.LatestImage) || !strings.Contains(string(out), "True") {
-		t.Errorf("kubectl get bldr does not show Ready and LatestImage:\n%s", out)
+		t.Errorf("kubectl get bsbldr does not show Ready and LatestImage:\n%s", out)
 	}
 
 	// Pull the builder image and unpack it.
