@@ -6,7 +6,6 @@ import (
 	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/buildsmith/buildsmith/pkg/apis/build/v1alpha1"
 )
@@ -60,25 +59,29 @@ func (c *converter) convertBuilder(o *object) {
 
 	order, uses := c.order(o, spec, meta.Namespace, clusterScoped, storeless)
 	common.Order = order
-	var storeFrom *use          // the ClusterBuildpack whose store became spec.store
-	var generateFrom *buildpack // the Buildpack whose image makes spec.store
-	if !o.omitted && storeless {
-		storeName, storeFrom, generateFrom = c.storeFor(o, meta, uses)
-	}
 	if !o.omitted {
+		// Without a store, as kpack allows, the builder draws from the
+		// objects its order names alone (buildsmith's store is optional
+		// then): no ClusterStore is made up that would widen a
+		// namespace's Buildpack to the whole cluster.
 		common.Sources = sourcesOf(storeName, uses)
 		if n := len(common.Sources); n > maxSources { // the CRD's limit; Validate leaves it to the schema
 			o.omit("spec.order", "not converted: it draws from %d Buildpacks and ClusterBuildpacks besides its store, more than buildsmith's %d further sources (spec.sources)", n, maxSources)
 		}
+		if storeless && len(common.Sources) == 0 {
+			o.omit("spec.store", "not converted: it has no store, and its order draws from no Buildpack or ClusterBuildpack of the input; give it a store")
+		}
 	}
-	common.Store = v1alpha1.StoreRef{Kind: "ClusterStore", Name: storeName}
+	if storeName != "" {
+		common.Store = v1alpha1.StoreRef{Kind: "ClusterStore", Name: storeName}
+	}
 	if o.omitted {
 		// The order's problems are reported; the rest of the builder is
 		// checked on, so that all of its problems are.
 		common.Order = []v1alpha1.OrderEntry{{Group: []v1alpha1.BuildpackRef{{ID: "reported"}}}}
 		common.Sources = nil
 		if storeless {
-			common.Store.Name = "reported"
+			common.Store = v1alpha1.StoreRef{Kind: "ClusterStore", Name: "reported"}
 		}
 	}
 	builder := newBuilder(meta, spec, clusterScoped, common)
@@ -92,15 +95,7 @@ func (c *converter) convertBuilder(o *object) {
 	if o.omitted {
 		return
 	}
-	switch {
-	case generateFrom != nil:
-		if !c.generateStore(o, storeName, generateFrom) {
-			return
-		}
-	case storeFrom != nil:
-		o.warn("spec.store", "missing (buildsmith needs a store): ClusterStore %s, of %s, the first source its order draws from", storeName, storeFrom.objectPath())
-	}
-	c.reportUses(o, storeName, generateFrom, uses)
+	c.reportUses(o, storeName, uses)
 	c.emit(o, builder)
 }
 
@@ -286,43 +281,6 @@ func (u *use) objectPath() string {
 	return u.bp.from.path()
 }
 
-// storeFor chooses the store of a builder that has none (kpack allows it,
-// buildsmith does not): the ClusterStore of the first ClusterBuildpack its
-// order draws from (from), which is then not in spec.sources; for a
-// Builder that draws from Buildpacks only, a ClusterStore generated from the
-// first Buildpack of the input with a usable image (generateFrom),
-// <namespace>-<name>-buildpacks. Otherwise the builder is omitted.
-func (c *converter) storeFor(o *object, meta metav1.ObjectMeta, uses []use) (storeName string, from *use, generateFrom *buildpack) {
-	for i := range uses {
-		if uses[i].source.Kind == "ClusterStore" {
-			return uses[i].source.Name, &uses[i], nil
-		}
-	}
-	for _, u := range uses {
-		if u.bp == nil || u.bp.from.role != toBuildpack || u.bp.from.omitted {
-			continue
-		}
-		// ClusterStores are cluster-wide: two namespaces may have a
-		// Builder of the same name.
-		storeName = meta.Name + "-buildpacks"
-		if meta.Namespace != "" {
-			storeName = meta.Namespace + "-" + storeName
-		}
-		if c.storeNames[storeName] {
-			o.omit("spec.store", "not converted: it has no store, its order draws from no ClusterBuildpack, and the name of the ClusterStore it would get, %s, is taken", storeName)
-			return "", nil, nil
-		}
-		if msgs := validation.IsDNS1123Subdomain(storeName); len(msgs) > 0 {
-			o.omit("spec.store", "not converted: it has no store, its order draws from no ClusterBuildpack, and the ClusterStore it would get cannot be named %s: %s", storeName, strings.Join(msgs, "; "))
-			return "", nil, nil
-		}
-		return storeName, nil, u.bp
-	}
-	o.omit("spec.store", "not converted: it has no store, and none can be made for it: its order draws from no ClusterBuildpack, "+
-		"nor from a Buildpack of the input with a usable image; give it a store")
-	return "", nil, nil
-}
-
 // sourcesOf lists the sources of a builder's uses, each once, in the order
 // of first use, without its store.
 func sourcesOf(storeName string, uses []use) []v1alpha1.SourceRef {
@@ -335,37 +293,6 @@ func sourcesOf(storeName string, uses []use) []v1alpha1.SourceRef {
 		sources = append(sources, s)
 	}
 	return sources
-}
-
-// generateStore makes the ClusterStore of a builder that has none and
-// draws from Buildpacks only: the first one's image, read with its
-// ServiceAccount. The Buildpack stays in spec.sources. false: the builder
-// was omitted.
-func (c *converter) generateStore(o *object, storeName string, bp *buildpack) bool {
-	store := &v1alpha1.ClusterStore{TypeMeta: typeMeta("ClusterStore")}
-	store.Name = storeName
-	store.Spec.Sources = []v1alpha1.ImageSource{{Image: bp.image}}
-	store.Spec.ServiceAccountRef = bp.account
-	if err := validate(store); err != nil {
-		o.omit("spec.store", "not converted: it has no store, and the one made for it is not valid: %v", err)
-		return false
-	}
-	c.storeNames[storeName] = true
-	c.outputs = append(c.outputs, &output{from: o, converted: store})
-	if bp.account == nil && bp.accountName != "" {
-		o.warn("spec.store", "the generated ClusterStore %s reads its source anonymously: %s names ServiceAccount %s, but no namespace to find it in",
-			storeName, bp.from.path(), bp.accountName)
-	}
-	if bp.account != nil {
-		// A tenant's credentials on a cluster object.
-		o.warn("spec.store", "the generated ClusterStore %s uses the ServiceAccount %s/%s of %s: a cluster object with "+
-			"a namespace's credentials, which a controller run with --cluster-credential-namespaces refuses unless "+
-			"that namespace is listed (ServiceAccountNotAllowed); creating it takes the right to create ClusterStores",
-			storeName, bp.account.Namespace, bp.account.Name, bp.from.path())
-	}
-	o.warn("spec.store", "missing (buildsmith needs a store), and its order draws from no ClusterBuildpack: the image %s of %s, which stays in spec.sources, "+
-		"is the one source of generated ClusterStore %s", bp.image, bp.from.path(), storeName)
-	return true
 }
 
 func asList(v any) []any {

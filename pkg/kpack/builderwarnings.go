@@ -14,9 +14,8 @@ import (
 // reportUses says, at each entry drawing from a Buildpack or
 // ClusterBuildpack, what it became; and at one naming an object without a
 // version that could not be pinned, that buildsmith may take another
-// version than kpack. generatedFrom is the Buildpack whose image is the
-// builder's generated store, if it has one.
-func (c *converter) reportUses(o *object, storeName string, generatedFrom *buildpack, uses []use) {
+// version than kpack.
+func (c *converter) reportUses(o *object, storeName string, uses []use) {
 	sources := sourcesOf(storeName, uses)
 	for i := 0; i < len(uses); i++ {
 		u := uses[i]
@@ -59,7 +58,7 @@ func (c *converter) reportUses(o *object, storeName string, generatedFrom *build
 			o.warn(u.field, "%s replaced by %s%s, which buildsmith looks up in spec.store and spec.sources; %s",
 				u.named.path(), what, fromStatus, source)
 		}
-		if u.floats != "" && !poolIsOnly(u, storeName, generatedFrom, sources) && !o.warned(u.field, floatsPhrase) {
+		if u.floats != "" && !poolIsOnly(u, storeName, sources) && !o.warned(u.field, floatsPhrase) {
 			o.warn(u.field, "no version, and %s: buildsmith %s %s in spec.store and all of spec.sources, "+
 				"not necessarily kpack's, the highest in %s; give the entry a version", u.floats, floatsPhrase, u.id, u.named.path())
 		}
@@ -120,14 +119,16 @@ func describeSources(storeName string, uses []use) string {
 	return strings.Join(parts, ", and ")
 }
 
-// poolIsOnly says whether a builder's store and sources are all the object
-// of u: then buildsmith's highest version is kpack's, pinned or not.
-func poolIsOnly(u use, storeName string, generatedFrom *buildpack, sources []v1alpha1.SourceRef) bool {
-	storeIsIt := u.source.Kind == "ClusterStore" && u.source.Name == storeName || generatedFrom != nil && generatedFrom == u.bp
+// poolIsOnly says whether a builder's store (if any) and sources are all the
+// object of u: then buildsmith's highest version is kpack's, pinned or not.
+func poolIsOnly(u use, storeName string, sources []v1alpha1.SourceRef) bool {
+	if storeName != "" && (u.source.Kind != "ClusterStore" || u.source.Name != storeName) {
+		return false
+	}
 	for _, s := range sources {
 		if s != u.source {
 			return false
 		}
 	}
-	return storeIsIt
+	return storeName != "" || len(sources) > 0
 }

@@ -24,13 +24,7 @@ const clusterBuildpackSuffix = "-clusterbuildpack"
 type buildpack struct {
 	from   *object
 	source v1alpha1.SourceRef
-	// image and account are what a store generated from a Buildpack gets
-	// (generateStore): the image, and who reads it (nil: anonymously, also
-	// when the Buildpack names a ServiceAccount, accountName, but has no
-	// namespace to find it in).
-	image       string
-	account     *v1alpha1.ServiceAccountRef
-	accountName string
+	image  string
 	// listed are the buildpacks its status lists; roots are the ids of
 	// those no other's order names: what kpack uses for an entry that names
 	// the object without an id.
@@ -118,16 +112,11 @@ func (c *converter) convertBuildpack(o *object) {
 			o.warn("metadata.name", "a ClusterStore of the input has this name, or a builder of the input names a store of it: becomes ClusterStore %s", store.Name)
 		}
 		bp.source = v1alpha1.SourceRef{Kind: "ClusterStore", Name: store.Name}
-		bp.account = store.Spec.ServiceAccountRef
 		converted = store
 	} else {
 		b := &v1alpha1.Buildpack{TypeMeta: typeMeta("Buildpack"), ObjectMeta: meta}
-		bp.accountName = spec.str("serviceAccountName")
-		b.Spec.Image, b.Spec.ServiceAccountName = bp.image, bp.accountName
+		b.Spec.Image, b.Spec.ServiceAccountName = bp.image, spec.str("serviceAccountName")
 		bp.source = v1alpha1.SourceRef{Kind: "Buildpack", Name: meta.Name}
-		if bp.accountName != "" && meta.Namespace != "" {
-			bp.account = &v1alpha1.ServiceAccountRef{Name: bp.accountName, Namespace: meta.Namespace}
-		}
 		converted = b
 	}
 	// As builders name it: a ClusterBuildpack without the namespace

@@ -61,15 +61,11 @@
 // ClusterBuildpack by the name its ClusterStore gets), with a warning to
 // convert it too.
 //
-// A builder without a store (kpack allows it, buildsmith does not) takes
-// as its store the ClusterStore of the first ClusterBuildpack its order
-// draws from, which is then not among its sources. A Builder that draws
-// from Buildpacks only gets a generated ClusterStore,
-// <namespace>-<name>-buildpacks (ClusterStores are cluster-wide), whose
-// one source is the image of the first of them in the input, read with its
-// ServiceAccount, with a warning, since that puts a namespace's
-// buildpackage and credentials on a cluster object; the Buildpack stays a
-// source. A builder that draws from neither is left out.
+// A builder without a store (kpack allows it, as buildsmith does when
+// spec.sources names some) gets none: the objects its order draws from are
+// its sources. No ClusterStore is made up for it, which would put a
+// namespace's buildpackage and credentials on a cluster object. A builder
+// that draws from no object is left out.
 //
 // An object that cannot be converted, or whose result buildsmith's CRDs or
 // Validate would refuse, is left out with a warning saying why (Omitted).

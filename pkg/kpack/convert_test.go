@@ -384,7 +384,7 @@ spec:
 				"which buildsmith looks up in spec.store and spec.sources; spec.sources names ClusterStore nodejs",
 		},
 	}, {
-		name: "a builder without a store takes its first ClusterBuildpack's ClusterStore; a Buildpack kpack would find an id in is a source",
+		name: "a builder without a store draws from what its order names: a ClusterBuildpack's ClusterStore, and a Buildpack kpack would find an id in",
 		in: docs(javaBuildpack, nodeClusterBuildpack, `
 apiVersion: kpack.io/v1alpha2
 kind: Builder
@@ -406,8 +406,8 @@ metadata: {name: storeless, namespace: apps}
 spec:
   tag: gcr.io/sample/storeless
   stack: {kind: ClusterStack, name: base}
-  store: {kind: ClusterStore, name: nodejs}
   sources:
+  - {kind: ClusterStore, name: nodejs}
   - {kind: Buildpack, name: java}
   order:
   - group:
@@ -417,9 +417,8 @@ spec:
     - id: paketo-buildpacks/procfile
 `),
 		warnings: []string{
-			"Builder/apps/storeless: spec.store: missing (buildsmith needs a store): ClusterStore nodejs, of ClusterBuildpack/nodejs, the first source its order draws from",
 			"Builder/apps/storeless: spec.order[0].group[0]: ClusterBuildpack/nodejs replaced by buildpack id paketo-buildpacks/nodejs, " +
-				"which buildsmith looks up in spec.store and spec.sources; spec.store names ClusterStore nodejs",
+				"which buildsmith looks up in spec.store and spec.sources; spec.sources names ClusterStore nodejs",
 			floating("Builder/apps/storeless: spec.order[0].group[0]", "the input holds no status of ClusterBuildpack/nodejs listing its buildpacks",
 				"paketo-buildpacks/nodejs", "ClusterBuildpack/nodejs"),
 			"Builder/apps/storeless: spec.order[1].group[0]: buildpack paketo-buildpacks/jvm: kpack finds it in Buildpack/apps/java; spec.sources names Buildpack java",
@@ -446,18 +445,18 @@ metadata: {name: node}
 spec:
   tag: gcr.io/sample/node
   stack: {kind: ClusterStack, name: base}
-  store: {kind: ClusterStore, name: nodejs}
+  sources:
+  - {kind: ClusterStore, name: nodejs}
   order:
   - group:
     - id: paketo-buildpacks/nodejs
 `),
 		warnings: []string{
-			"ClusterBuilder/node: spec.store: missing (buildsmith needs a store): ClusterStore nodejs, of ClusterBuildpack/nodejs, the first source its order draws from",
 			"ClusterBuilder/node: spec.order[0].group[0]: ClusterBuildpack/nodejs replaced by buildpack id paketo-buildpacks/nodejs, " +
-				"which buildsmith looks up in spec.store and spec.sources; spec.store names ClusterStore nodejs",
+				"which buildsmith looks up in spec.store and spec.sources; spec.sources names ClusterStore nodejs",
 		},
 	}, {
-		name: "a builder without a store and nothing to make one from is left out",
+		name: "a builder without a store whose order draws from no object is left out",
 		in: `apiVersion: kpack.io/v1alpha2
 kind: ClusterBuilder
 metadata: {name: lonely}
@@ -469,8 +468,7 @@ spec:
     - id: paketo-buildpacks/nodejs
 `,
 		warnings: []string{
-			"omitted: ClusterBuilder/lonely: spec.store: not converted: it has no store, and none can be made for it: " +
-				"its order draws from no ClusterBuildpack, nor from a Buildpack of the input with a usable image; give it a store",
+			"omitted: ClusterBuilder/lonely: spec.store: not converted: it has no store, and its order draws from no Buildpack or ClusterBuildpack of the input; give it a store",
 		},
 	}, {
 		name: "a builder naming a store and a stack of the input that are not in the output says so",
@@ -678,7 +676,8 @@ metadata: {name: uses-broken}
 spec:
   tag: gcr.io/sample/uses-broken
   stack: {kind: ClusterStack, name: base}
-  store: {kind: ClusterStore, name: broken}
+  sources:
+  - {kind: ClusterStore, name: broken}
   order:
   - group:
     - id: example/broken
@@ -686,14 +685,13 @@ spec:
 		warnings: []string{
 			"omitted: ClusterBuildpack/broken: spec.image: not converted: could not parse reference: gcr.io/UPPER/case",
 			"omitted: ClusterBuilder/several: spec.order[0].group[0]: not converted: the entry has no id and the status of ClusterBuildpack/builder-image lists several root buildpacks (paketo-buildpacks/go, paketo-buildpacks/java), so its buildpack cannot be known offline; give the entry an id, or add the ClusterBuildpack with its status (kubectl get -o yaml) to the input",
-			"ClusterBuilder/uses-broken: spec.store: missing (buildsmith needs a store): ClusterStore broken, of ClusterBuildpack/broken, the first source its order draws from",
 			"ClusterBuilder/uses-broken: spec.order[0].group[0]: ClusterBuildpack/broken replaced by buildpack id example/broken, " +
-				"which buildsmith looks up in spec.store and spec.sources; spec.store names ClusterStore broken",
-			"ClusterBuilder/uses-broken: spec.store: ClusterBuildpack/broken of the input, which becomes ClusterStore/broken, is not in the output (see its warning): " +
+				"which buildsmith looks up in spec.store and spec.sources; spec.sources names ClusterStore broken",
+			"ClusterBuilder/uses-broken: spec.sources[0]: ClusterBuildpack/broken of the input, which becomes ClusterStore/broken, is not in the output (see its warning): " +
 				"this builder waits for a ClusterStore of that name applied otherwise",
 		},
 	}, {
-		name: "a Builder without a store that draws from Buildpacks only gets a generated ClusterStore of the first one's image",
+		name: "a Builder without a store that draws from Buildpacks only gets no ClusterStore: its Buildpacks are its sources",
 		in: docs(javaBuildpack, strings.Replace(javaBuildpack, "name: java\n", "name: java-too\n", 1), `
 apiVersion: kpack.io/v1alpha2
 kind: Builder
@@ -708,20 +706,11 @@ spec:
 `),
 		want: docs(wantJavaBuildpack, strings.Replace(wantJavaBuildpack, "name: java,", "name: java-too,", 1), `
 apiVersion: buildsmith.dev/v1alpha1
-kind: ClusterStore
-metadata: {name: apps-jvm-buildpacks}
-spec:
-  serviceAccountRef: {name: default, namespace: apps}
-  sources:
-  - image: gcr.io/paketo-buildpacks/java:8.9.0
----
-apiVersion: buildsmith.dev/v1alpha1
 kind: Builder
 metadata: {name: jvm, namespace: apps}
 spec:
   tag: gcr.io/sample/jvm
   stack: {kind: ClusterStack, name: base}
-  store: {kind: ClusterStore, name: apps-jvm-buildpacks}
   sources:
   - {kind: Buildpack, name: java}
   - {kind: Buildpack, name: java-too}
@@ -731,35 +720,13 @@ spec:
     - {id: paketo-buildpacks/jvm, version: 1.0.0}
 `),
 		warnings: []string{
-			"Builder/apps/jvm: spec.store: the generated ClusterStore apps-jvm-buildpacks uses the ServiceAccount apps/default of Buildpack/apps/java: " +
-				"a cluster object with a namespace's credentials, which a controller run with --cluster-credential-namespaces refuses unless " +
-				"that namespace is listed (ServiceAccountNotAllowed); creating it takes the right to create ClusterStores",
-			"Builder/apps/jvm: spec.store: missing (buildsmith needs a store), and its order draws from no ClusterBuildpack: the image gcr.io/paketo-buildpacks/java:8.9.0 " +
-				"of Buildpack/apps/java, which stays in spec.sources, is the one source of generated ClusterStore apps-jvm-buildpacks",
 			"Builder/apps/jvm: spec.order[0].group[0]: Buildpack/apps/java replaced by buildpack id paketo-buildpacks/java, version 8.9.0 (both from its status), " +
 				"which buildsmith looks up in spec.store and spec.sources; spec.sources names Buildpack java",
 			"Builder/apps/jvm: spec.order[0].group[1]: Buildpack/apps/java-too replaced by buildpack id paketo-buildpacks/jvm, version 1.0.0 (the version from its status), " +
 				"which buildsmith looks up in spec.store and spec.sources; spec.sources names Buildpack java-too",
 		},
 	}, {
-		name: "a generated store's name may not be taken",
-		in: docs(strings.Replace(clusterStore, "sample-cluster-store", "apps-jvm-buildpacks", 1), javaBuildpack, `
-apiVersion: kpack.io/v1alpha2
-kind: Builder
-metadata: {name: jvm, namespace: apps}
-spec:
-  tag: gcr.io/sample/jvm
-  stack: {name: base, kind: ClusterStack}
-  order:
-  - group:
-    - {name: java, kind: Buildpack}
-`),
-		want: docs(strings.Replace(wantClusterStore, "sample-cluster-store", "apps-jvm-buildpacks", 1), wantJavaBuildpack),
-		warnings: []string{
-			"omitted: Builder/apps/jvm: spec.store: not converted: it has no store, its order draws from no ClusterBuildpack, " +
-				"and the name of the ClusterStore it would get, apps-jvm-buildpacks, is taken",
-		},
-	}, {
+
 		name: "an entry with an id naming a Buildpack that is not in the input, store not in the input either",
 		in: `apiVersion: kpack.io/v1alpha2
 kind: Builder
@@ -1313,10 +1280,10 @@ metadata: {name: storeless, namespace: apps}
 spec:
   tag: gcr.io/sample/storeless
   stack: {kind: ClusterStack, name: base}
-  store: {kind: ClusterStore, name: nodejs-2}
   sources:
   - {kind: Buildpack, name: node}
   - {kind: Buildpack, name: node-too}
+  - {kind: ClusterStore, name: nodejs-2}
   order:
   - group:
     - id: paketo-buildpacks/nodejs
@@ -1342,11 +1309,10 @@ spec:
 			// A version: only the objects holding it.
 			"Builder/apps/web: spec.order[1].group[0]: buildpack paketo-buildpacks/nodejs 1.0.0: kpack finds it in Buildpack/apps/node, Buildpack/apps/node-too; " +
 				"spec.sources names Buildpack node, Buildpack node-too",
-			"Builder/apps/storeless: spec.store: missing (buildsmith needs a store): ClusterStore nodejs-2, of ClusterBuildpack/nodejs-2, the first source its order draws from",
 			"Builder/apps/storeless: spec.order[0].group[0]: buildpack paketo-buildpacks/nodejs: kpack finds it in " +
 				"Buildpack/apps/node (1.0.0), Buildpack/apps/node-too (1.0.0), ClusterBuildpack/nodejs-2 (2.0.0), " +
 				"and takes the highest version, as buildsmith does from spec.store and spec.sources; " +
-				"spec.store names ClusterStore nodejs-2, and spec.sources names Buildpack node, Buildpack node-too",
+				"spec.sources names Buildpack node, Buildpack node-too, ClusterStore nodejs-2",
 			// No Buildpack for a ClusterBuilder.
 			"ClusterBuilder/base: spec.order[0].group[0]: buildpack paketo-buildpacks/nodejs: kpack finds it in ClusterBuildpack/nodejs-2; " +
 				"spec.sources names ClusterStore nodejs-2",

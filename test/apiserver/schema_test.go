@@ -60,6 +60,18 @@ spec: {sources: registry.example.com/bp:1}`,
 		manifest: `{kind: ClusterStack, spec: {id: s, buildImage: {image: a}, runImage: {image: b}, serviceAccountRef: {name: x}}}`,
 		want:     []string{"spec.serviceAccountRef.namespace", "Required value"},
 	}, {
+		name:     "builder without a store or sources",
+		manifest: `{kind: Builder, spec: {tag: t, stack: {name: s}, order: [{group: [{id: a}]}]}}`,
+		want:     []string{"a builder needs a store or sources"},
+	}, {
+		name:     "cluster builder without a store, with no sources",
+		manifest: `{kind: ClusterBuilder, spec: {tag: t, stack: {name: s}, sources: [], order: [{group: [{id: a}]}]}}`,
+		want:     []string{"a builder needs a store or sources"},
+	}, {
+		name:     "builder with an unknown signing format",
+		manifest: `{kind: Builder, spec: {tag: t, stack: {name: s}, store: {name: s}, signing: {format: cosign}, order: [{group: [{id: a}]}]}}`,
+		want:     []string{"spec.signing.format", "Unsupported value"},
+	}, {
 		name:     "builder without tag",
 		manifest: `{kind: Builder, spec: {stack: {name: s}, store: {name: s}, order: [{group: [{id: a}]}]}}`,
 		want:     []string{"spec.tag", "Required value"},
@@ -152,5 +164,25 @@ spec: {sources: registry.example.com/bp:1}`,
 				}
 			}
 		})
+	}
+}
+
+// TestSchemaAcceptsStorelessBuilder: a Builder drawing from its namespace's
+// Buildpacks alone needs no store, and the API server sets none.
+func TestSchemaAcceptsStorelessBuilder(t *testing.T) {
+	u := &unstructured.Unstructured{}
+	manifest := `{kind: Builder, spec: {tag: t, stack: {name: s}, sources: [{kind: Buildpack, name: php}], order: [{group: [{id: a}]}]}}`
+	if err := yaml.Unmarshal([]byte(manifest), &u.Object); err != nil {
+		t.Fatal(err)
+	}
+	u.SetAPIVersion(v1alpha1.SchemeGroupVersion.String())
+	u.SetName("storeless")
+	u.SetNamespace("default")
+	got, err := dynamicClient.Resource(v1alpha1.SchemeGroupVersion.WithResource("builders")).Namespace("default").Create(context.Background(), u, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("the API server refused a Builder drawing from a Buildpack alone: %v", err)
+	}
+	if store, found, _ := unstructured.NestedMap(got.Object, "spec", "store"); found {
+		t.Errorf("spec.store %v was set", store)
 	}
 }

@@ -19,6 +19,7 @@ import (
 const (
 	ReasonStackNotReady     = "StackNotReady"
 	ReasonStoreNotReady     = "StoreNotReady"
+	ReasonSourceNotReady    = "SourceNotReady" // one of spec.sources
 	ReasonLifecycleNotReady = "LifecycleNotReady"
 )
 
@@ -72,30 +73,38 @@ func (r *Core) lifecycle(ctx context.Context, obj object, reg registry.Access, r
 // source is one of a builder's sources of buildpacks, Ready.
 type source struct {
 	ref        v1alpha1.SourceRef // its kind always set
+	store      bool               // spec.store; else one of spec.sources
 	generation int64
 	buildpacks []v1alpha1.StoreBuildpack
 	extensions []v1alpha1.StoreBuildpack
 }
 
-// sources returns the builder's sources, spec.store first, each Ready: a
-// ClusterStore, or a Buildpack of the builder's namespace.
+// sources returns the builder's sources, spec.store (if any) first, each
+// Ready: a ClusterStore, or a Buildpack of the builder's namespace. One
+// that is not says which: StoreNotReady for the store, SourceNotReady for
+// one of spec.sources.
 func (r *Core) sources(obj object, spec *v1alpha1.BuilderSpec) ([]source, error) {
 	refs := sourceRefs(spec)
 	out := make([]source, len(refs))
 	for i, ref := range refs {
+		out[i] = source{ref: ref, store: i == 0 && spec.Store.Name != ""}
+		reason := ReasonSourceNotReady
+		if out[i].store {
+			reason = ReasonStoreNotReady
+		}
 		switch ref.Kind {
 		case "Buildpack":
-			bp, err := ready(r, obj, ref.Kind, obj.GetNamespace(), ref.Name, r.Buildpacks.Buildpacks(obj.GetNamespace()).Get, ReasonStoreNotReady)
+			bp, err := ready(r, obj, ref.Kind, obj.GetNamespace(), ref.Name, r.Buildpacks.Buildpacks(obj.GetNamespace()).Get, reason)
 			if err != nil {
 				return nil, err
 			}
-			out[i] = source{ref: ref, generation: bp.Generation, buildpacks: bp.Status.Buildpacks, extensions: bp.Status.Extensions}
+			out[i].generation, out[i].buildpacks, out[i].extensions = bp.Generation, bp.Status.Buildpacks, bp.Status.Extensions
 		default:
-			store, err := ready(r, obj, ref.Kind, "", ref.Name, r.Stores.Get, ReasonStoreNotReady)
+			store, err := ready(r, obj, ref.Kind, "", ref.Name, r.Stores.Get, reason)
 			if err != nil {
 				return nil, err
 			}
-			out[i] = source{ref: ref, generation: store.Generation, buildpacks: store.Status.Buildpacks, extensions: store.Status.Extensions}
+			out[i].generation, out[i].buildpacks, out[i].extensions = store.Generation, store.Status.Buildpacks, store.Status.Extensions
 		}
 	}
 	return out, nil
@@ -117,9 +126,12 @@ func (r *Core) generation(namespace string, ref v1alpha1.SourceRef) (int64, bool
 }
 
 // sourceRefs are a builder's sources in order, each with its kind:
-// spec.store, then spec.sources.
+// spec.store (if any), then spec.sources.
 func sourceRefs(spec *v1alpha1.BuilderSpec) []v1alpha1.SourceRef {
-	refs := []v1alpha1.SourceRef{{Kind: "ClusterStore", Name: spec.Store.Name}}
+	var refs []v1alpha1.SourceRef
+	if spec.Store.Name != "" {
+		refs = append(refs, v1alpha1.SourceRef{Kind: "ClusterStore", Name: spec.Store.Name})
+	}
 	for _, s := range spec.Sources {
 		if s.Kind == "" {
 			s.Kind = "ClusterStore"
@@ -139,10 +151,10 @@ func poolOf(sources []source) cnb.Pool {
 	return cnb.Merge(pooled...)
 }
 
-// observedSourceGeneration is the generation of the i-th of a builder's
-// sources, ref, that status was built from (0: none).
-func observedSourceGeneration(status *v1alpha1.BuilderStatus, i int, ref v1alpha1.SourceRef) int64 {
-	if i == 0 {
+// observedSourceGeneration is the generation of a builder's source ref
+// (its store, or one of spec.sources) that status was built from (0: none).
+func observedSourceGeneration(status *v1alpha1.BuilderStatus, store bool, ref v1alpha1.SourceRef) int64 {
+	if store {
 		return status.ObservedStoreGeneration
 	}
 	for _, s := range status.Sources {

@@ -129,7 +129,7 @@ func (in *inputs) status(status *v1alpha1.BuilderStatus) v1alpha1.BuilderStatus 
 		Lifecycle: v1alpha1.LifecycleStatus{Image: in.lifecycle.Ref.String(),
 			Version: in.builds[0].lifecycle.Version, APIs: in.builds[0].lifecycle.APIs},
 		ObservedStackGeneration: in.stack.Generation,
-		ObservedStoreGeneration: in.sources[0].generation,
+		ObservedStoreGeneration: in.storeGeneration(),
 		Fingerprint:             in.fingerprint,
 	}
 	for _, s := range in.sources {
@@ -140,6 +140,14 @@ func (in *inputs) status(status *v1alpha1.BuilderStatus) v1alpha1.BuilderStatus 
 			Source: in.pool.SourceOf(bp)})
 	}
 	return next
+}
+
+// storeGeneration is the generation of the builder's store; 0 without one.
+func (in *inputs) storeGeneration() int64 {
+	if len(in.sources) > 0 && in.sources[0].store {
+		return in.sources[0].generation
+	}
+	return 0
 }
 
 // orderExtensions is the resolved order of extensions, or nil.
@@ -167,7 +175,8 @@ func (r *Core) inputsMoved(key types.NamespacedName, spec *v1alpha1.BuilderSpec,
 		return true
 	}
 	for i, ref := range sourceRefs(spec) {
-		if generation, ok := r.generation(key.Namespace, ref); ok && generation != observedSourceGeneration(status, i, ref) {
+		store := i == 0 && spec.Store.Name != ""
+		if generation, ok := r.generation(key.Namespace, ref); ok && generation != observedSourceGeneration(status, store, ref) {
 			return true
 		}
 	}

@@ -88,8 +88,8 @@ func TestBuilderSources(t *testing.T) {
 	t.Run("a source that is not there", func(t *testing.T) {
 		b := drawingFrom("default", "team", "ghost")
 		got, events, err, _ := x.run(t, b, lifecycle, team)
-		rt.Check(t, got, err, events, rt.Outcome{Ready: corev1.ConditionFalse, Reason: ReasonStoreNotReady, Reconciling: true,
-			Requeue: rt.Poll, MinDelay: 48 * time.Second, MaxDelay: 72 * time.Second, EventReasons: []string{ReasonStoreNotReady},
+		rt.Check(t, got, err, events, rt.Outcome{Ready: corev1.ConditionFalse, Reason: ReasonSourceNotReady, Reconciling: true,
+			Requeue: rt.Poll, MinDelay: 48 * time.Second, MaxDelay: 72 * time.Second, EventReasons: []string{ReasonSourceNotReady},
 			MessageContains: "ClusterStore ghost not found"})
 	})
 	t.Run("a buildpack in none of them", func(t *testing.T) {
@@ -122,8 +122,8 @@ func (x *fixture) readyStore(t *testing.T, name string, generation int64, repo s
 }
 
 // TestBuilderBuildpackSource: a Builder draws from a Buildpack of its own
-// namespace beside ClusterStores; one of another namespace is not there for
-// it.
+// namespace beside ClusterStores, or from Buildpacks alone, without a
+// store; one of another namespace is not there for it (SourceNotReady).
 func TestBuilderBuildpackSource(t *testing.T) {
 	x := newFixture(t)
 	lifecycle := x.f.Addr + "/lifecycle:0.21.0"
@@ -154,8 +154,27 @@ func TestBuilderBuildpackSource(t *testing.T) {
 	}
 
 	elsewhere, events, err, _ := x.run(t, b, lifecycle, buildpack("other"))
-	rt.Check(t, elsewhere, err, events, rt.Outcome{Ready: corev1.ConditionFalse, Reason: ReasonStoreNotReady, Reconciling: true,
-		Requeue: rt.Poll, MinDelay: 48 * time.Second, MaxDelay: 72 * time.Second, EventReasons: []string{ReasonStoreNotReady},
+	rt.Check(t, elsewhere, err, events, rt.Outcome{Ready: corev1.ConditionFalse, Reason: ReasonSourceNotReady, Reconciling: true,
+		Requeue: rt.Poll, MinDelay: 48 * time.Second, MaxDelay: 72 * time.Second, EventReasons: []string{ReasonSourceNotReady},
+		MessageContains: "Buildpack apps/php not found"})
+
+	// No store: the Buildpack alone, and no store generation observed.
+	storeless := x.builder(func(b *v1alpha1.Builder) {
+		b.Name = "storeless"
+		b.Spec.Store = v1alpha1.StoreRef{}
+		b.Spec.Sources = []v1alpha1.SourceRef{{Kind: "Buildpack", Name: "php"}}
+		b.Spec.Order = []v1alpha1.OrderEntry{{Group: []v1alpha1.BuildpackRef{{ID: "example/php"}}}}
+	})
+	alone, events, err, _ := x.run(t, storeless, lifecycle, buildpack("apps"))
+	rt.Check(t, alone, err, events, rt.Outcome{Ready: corev1.ConditionTrue, Requeue: rt.Resync,
+		MinDelay: 8 * time.Minute, MaxDelay: 12 * time.Minute, EventReasons: []string{"Ready"}})
+	if diff := cmp.Diff([]v1alpha1.ObservedSource{{Kind: "Buildpack", Name: "php", Generation: 4}}, alone.Status.Sources); diff != "" ||
+		alone.Status.ObservedStoreGeneration != 0 {
+		t.Errorf("status.sources (-want +got):\n%s; observedStoreGeneration %d", diff, alone.Status.ObservedStoreGeneration)
+	}
+	missing, events, err, _ := x.run(t, storeless, lifecycle, buildpack("other"))
+	rt.Check(t, missing, err, events, rt.Outcome{Ready: corev1.ConditionFalse, Reason: ReasonSourceNotReady, Reconciling: true,
+		Requeue: rt.Poll, MinDelay: 48 * time.Second, MaxDelay: 72 * time.Second, EventReasons: []string{ReasonSourceNotReady},
 		MessageContains: "Buildpack apps/php not found"})
 }
 

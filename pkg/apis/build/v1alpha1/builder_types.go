@@ -51,13 +51,18 @@ type ClusterBuilder struct {
 }
 
 // BuilderSpec is what Builder and ClusterBuilder have in common.
+//
+// +kubebuilder:validation:XValidation:rule="has(self.store) || (has(self.sources) && size(self.sources) > 0)",message="a builder needs a store or sources"
 type BuilderSpec struct {
 	// Tag is where the builder image is pushed.
 	// +kubebuilder:validation:MinLength=1
 	Tag   string   `json:"tag"`
 	Stack StackRef `json:"stack"`
 	// Store is the builder's first source of buildpacks and extensions.
-	Store StoreRef `json:"store"`
+	// It may be left out when Sources names some: a Builder drawing only
+	// from its namespace's Buildpacks needs no ClusterStore.
+	// +optional
+	Store StoreRef `json:"store,omitzero"`
 	// Sources are further sources the order draws from, after Store:
 	// ClusterStores and, for a Builder, Buildpacks of its namespace. Where several offer a buildpack of the same id and version,
 	// the first of Store, Sources[0], Sources[1]… has it; status says

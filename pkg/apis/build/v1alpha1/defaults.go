@@ -43,7 +43,7 @@ func (s *BuilderSpec) setDefaults() {
 	if s.Stack.Kind == "" {
 		s.Stack.Kind = "ClusterStack"
 	}
-	if s.Store.Kind == "" {
+	if s.Store.Kind == "" && s.Store.Name != "" { // none: the sources alone
 		s.Store.Kind = "ClusterStore"
 	}
 	if s.Lifecycle != nil && s.Lifecycle.Kind == "" {

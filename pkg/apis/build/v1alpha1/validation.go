@@ -167,7 +167,9 @@ func (b *ClusterBuilder) Validate(context.Context) *apis.FieldError {
 func (s *BuilderSpec) validate(namespaced bool) *apis.FieldError {
 	errs := validateTag(s.Tag)
 	errs = errs.Also(validateRef(s.Stack.Kind, "ClusterStack", s.Stack.Name).ViaField("stack"))
-	errs = errs.Also(validateRef(s.Store.Kind, "ClusterStore", s.Store.Name).ViaField("store"))
+	if s.Store.Name != "" || len(s.Sources) == 0 {
+		errs = errs.Also(validateRef(s.Store.Kind, "ClusterStore", s.Store.Name).ViaField("store"))
+	}
 	errs = errs.Also(s.validateSources(namespaced))
 	if s.Lifecycle != nil {
 		errs = errs.Also(validateRef(s.Lifecycle.Kind, "ClusterLifecycle", s.Lifecycle.Name).ViaField("lifecycle"))
@@ -181,6 +183,13 @@ func (s *BuilderSpec) validate(namespaced bool) *apis.FieldError {
 	}
 	if s.Flatten != nil {
 		errs = errs.Also(s.Flatten.validate().ViaField("flatten"))
+	}
+	if s.Signing != nil {
+		switch s.Signing.Format {
+		case "", SignatureFormatSig, SignatureFormatBundle, SignatureFormatBoth:
+		default:
+			errs = errs.Also(apis.ErrInvalidValue(s.Signing.Format, "signing.format", "must be sig, bundle or both"))
+		}
 	}
 	var reserved []string
 	for key := range s.AdditionalLabels {
@@ -339,7 +348,10 @@ func validateImage(image string) (name.Reference, *apis.FieldError) {
 // Buildpacks of its namespace, each named once (spec.store included).
 func (s *BuilderSpec) validateSources(namespaced bool) *apis.FieldError {
 	list := fieldErrorList{field: "sources"}
-	named := map[SourceRef]string{{Kind: "ClusterStore", Name: s.Store.Name}: "store"}
+	named := map[SourceRef]string{}
+	if s.Store.Name != "" {
+		named[SourceRef{Kind: "ClusterStore", Name: s.Store.Name}] = "store"
+	}
 	for i, source := range s.Sources {
 		kind := source.Kind
 		if kind == "" {

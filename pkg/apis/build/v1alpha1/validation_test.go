@@ -133,6 +133,23 @@ func TestValidate(t *testing.T) {
 			}),
 		},
 		{
+			name: "builder drawing from Buildpacks alone, without a store",
+			obj: builder(func(s *NamespacedBuilderSpec) {
+				s.Store = StoreRef{}
+				s.Sources = []SourceRef{{Kind: "Buildpack", Name: "team"}}
+			}),
+		},
+		{
+			name: "builder signing in a format of its own",
+			obj:  builder(func(s *NamespacedBuilderSpec) { s.Signing = &Signing{Format: "cosign"} }),
+			want: []string{"invalid value: cosign: spec.signing.format"},
+		},
+		{
+			name: "builder without a store or sources",
+			obj:  builder(func(s *NamespacedBuilderSpec) { s.Store = StoreRef{} }),
+			want: []string{"missing field(s): spec.store.name"},
+		},
+		{
 			name: "cluster builder naming a Buildpack, and a Buildpack twice",
 			obj: clusterBuilder(func(s *ClusterBuilderSpec) {
 				s.Sources = []SourceRef{{Kind: "Buildpack", Name: "team"}}
@@ -405,7 +422,8 @@ func TestSetDefaults(t *testing.T) {
 
 	cb := &ClusterBuilder{Spec: ClusterBuilderSpec{BuilderSpec: BuilderSpec{Lifecycle: &LifecycleRef{Name: "l"}}}}
 	cb.SetDefaults(context.Background())
-	if cb.Spec.Stack.Kind != "ClusterStack" || cb.Spec.Store.Kind != "ClusterStore" || cb.Spec.ServiceAccountRef != nil ||
+	// No store: none is made up (the sources alone).
+	if cb.Spec.Stack.Kind != "ClusterStack" || cb.Spec.Store != (StoreRef{}) || cb.Spec.ServiceAccountRef != nil ||
 		*cb.Spec.Lifecycle != (LifecycleRef{Kind: "ClusterLifecycle", Name: "l"}) {
 		t.Errorf("ClusterBuilder defaults: got %+v", cb.Spec)
 	}
