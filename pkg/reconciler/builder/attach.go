@@ -2,6 +2,7 @@ package builder
 
 import (
 	"context"
+	"slices"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -37,7 +38,10 @@ type attached struct {
 // bundle of each image per key when spec.signing.format asks for them,
 // then the attestations of its image per key (its SBOM then its
 // provenance) that --builder-attestations asks for, or without keys the
-// SBOM alone with AttestAll.
+// SBOM alone with AttestAll. A key whose Secret asks for Docker media
+// types attests nothing (its registry refuses OCI manifests; checkSignatures
+// refused it a bundle). At most two per key and image: status holds them
+// within the bound of status.signatures' keys.
 func (r *Core) attachments(in *inputs, next *v1alpha1.BuilderStatus) ([]attachment, error) {
 	var out []attachment
 	if in.signing.bundle && len(in.keys) > 0 {
@@ -59,6 +63,9 @@ func (r *Core) attachments(in *inputs, next *v1alpha1.BuilderStatus) ([]attachme
 		return nil, err
 	}
 	for i := range in.keys {
+		if in.keys[i].docker {
+			continue
+		}
 		out = append(out, attachment{image, attest.SPDXPredicateType, &in.keys[i]}, attachment{image, attest.ProvenancePredicateType, &in.keys[i]})
 	}
 	if len(in.keys) == 0 && r.Attestations == AttestAll {
@@ -75,7 +82,7 @@ func (r *Core) attachments(in *inputs, next *v1alpha1.BuilderStatus) ([]attachme
 // attestations by the same key share it. A key in two Secrets makes each
 // referrer once. Signatures are deterministic: attached again, an
 // attachment is the same referrer.
-func (r *Core) attach(ctx context.Context, obj object, in *inputs, next *v1alpha1.BuilderStatus, want []attachment,
+func (r *Core) attach(ctx context.Context, in *inputs, documents *documents, want []attachment,
 	recorded func(attachment) (attached, bool)) ([]attached, error) {
 	type batchKey struct{ image, keyID string }
 	out := make([]attached, len(want))
@@ -92,12 +99,16 @@ func (r *Core) attach(ctx context.Context, obj object, in *inputs, next *v1alpha
 		}
 		batches[k] = append(batches[k], i)
 	}
-	documents := r.documents(obj, in, next)
+	subjects := map[string]v1.Descriptor{} // by image: one look each, however many keys
 	for _, k := range order {
 		batch := batches[k]
-		subject, err := subjectOf(ctx, in, want[batch[0]].image)
-		if err != nil {
-			return nil, err
+		subject, ok := subjects[k.image]
+		if !ok {
+			var err error
+			if subject, err = subjectOf(ctx, in, want[batch[0]].image); err != nil {
+				return nil, err
+			}
+			subjects[k.image] = subject
 		}
 		var referrers []v1.Image
 		made := map[string]int{} // the referrers' indexes, by predicate type
@@ -133,8 +144,12 @@ func (r *Core) referrers(ctx context.Context, obj object, in *inputs, status, ne
 	[]v1alpha1.ImageSignature, []v1alpha1.ImageAttestation, error) {
 	var signatures []v1alpha1.ImageSignature
 	if in.signing.sig {
+		recorded := status.Signatures
+		if len(in.pushed) > 0 {
+			recorded = nil // each .sig tag read: one HEAD, and the signature kept if there
+		}
 		var err error
-		if signatures, err = sign(ctx, in.registry, in.keys, next, status.Signatures); err != nil {
+		if signatures, err = sign(ctx, in.registry, in.keys, next, recorded); err != nil {
 			return nil, nil, err
 		}
 	}
@@ -142,11 +157,24 @@ func (r *Core) referrers(ctx context.Context, obj object, in *inputs, status, ne
 	if err != nil {
 		return nil, nil, err
 	}
-	recorded := func(a attachment) (attached, bool) { return recordedAttachment(status, a) }
-	if len(in.pushed) > 0 {
-		recorded = func(attachment) (attached, bool) { return attached{}, false }
+	documents := r.documents(obj, in, next)
+	// The attestations recorded say what the documents say now, or are
+	// attached anew (their inputs moved without the image: a run image
+	// under its tag).
+	same := true
+	if slices.ContainsFunc(want, func(a attachment) bool { return a.predicateType != attest.SignPredicateType }) {
+		if next.AttestedDocuments, err = documents.digest(); err != nil {
+			return nil, nil, err
+		}
+		same = next.AttestedDocuments == status.AttestedDocuments
 	}
-	got, err := r.attach(ctx, obj, in, next, want, recorded)
+	recorded := func(a attachment) (attached, bool) {
+		if len(in.pushed) > 0 || !same && a.predicateType != attest.SignPredicateType {
+			return attached{}, false
+		}
+		return recordedAttachment(status, a)
+	}
+	got, err := r.attach(ctx, in, documents, want, recorded)
 	if err != nil {
 		return nil, nil, err
 	}

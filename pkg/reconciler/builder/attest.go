@@ -2,6 +2,9 @@ package builder
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
 	"slices"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -41,8 +44,11 @@ const MaxAttestationBytes = 4 << 20
 // MaxAttestationBytes.
 const ReasonAttestationTooLarge = "AttestationTooLarge"
 
-// documents make what a builder's referrers say, each document once, and
-// only when one is missing: a resync of an attested builder makes none.
+// ReasonAttestationFailed: a builder's inputs do not make an SBOM or a
+// provenance (an image not named by digest).
+const ReasonAttestationFailed = "AttestationFailed"
+
+// documents make what a builder's referrers say, each document once.
 type documents struct {
 	builder                         func() attest.Builder
 	made                            bool
@@ -53,6 +59,20 @@ func (r *Core) documents(obj object, in *inputs, next *v1alpha1.BuilderStatus) *
 	return &documents{builder: func() attest.Builder { return r.attested(obj, in, next) }}
 }
 
+// digest is the SHA-256 of the SBOM and the provenance, as
+// status.attestedDocuments records it.
+func (d *documents) digest() (string, error) {
+	if err := d.make(); err != nil {
+		return "", err
+	}
+	h := sha256.New()
+	for _, doc := range [][]byte{d.sbom, d.sbomStatement, d.provenance} {
+		fmt.Fprintf(h, "%d:", len(doc))
+		h.Write(doc)
+	}
+	return "sha256:" + hex.EncodeToString(h.Sum(nil)), nil
+}
+
 // make makes the SBOM and the provenance, the first time.
 func (d *documents) make() error {
 	if d.made {
@@ -60,14 +80,13 @@ func (d *documents) make() error {
 	}
 	b := d.builder()
 	var err error
-	if d.sbom, err = attest.SPDX(b); err != nil {
-		return err
+	if d.sbom, err = attest.SPDX(b); err == nil {
+		if d.sbomStatement, err = attest.SBOMStatement(b); err == nil {
+			d.provenance, err = attest.Provenance(b)
+		}
 	}
-	if d.sbomStatement, err = attest.SBOMStatement(b); err != nil {
-		return err
-	}
-	if d.provenance, err = attest.Provenance(b); err != nil {
-		return err
+	if err != nil { // what the inputs name is not by digest: until they change
+		return failure.Permanentf(ReasonAttestationFailed, "the builder's SBOM and provenance: %v", err)
 	}
 	for _, doc := range [][]byte{d.sbomStatement, d.provenance} {
 		if len(doc) > MaxAttestationBytes {

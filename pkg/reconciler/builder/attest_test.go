@@ -79,6 +79,24 @@ func TestBuilderAttested(t *testing.T) {
 		t.Errorf("attestations after a resync %+v, want %+v", again.Status.Attestations, atts)
 	}
 
+	// The run image moved under its tag: the builder image is the same
+	// (it names the tag), but its SBOM and provenance name the new digest,
+	// so they are attached anew, without a push.
+	moved := x.f.PushImage("stack/run:1", map[string]string{"moved": "yes"})
+	movedDigest, _ := moved.Digest()
+	x.stack.Status.RunImage.LatestImage = x.f.Addr + "/stack/run@" + movedDigest.String()
+	x.f.ForgetRequests()
+	anew, events, err, _, _ := x.runWith(t, cfg, again, lifecycle, signer, cosigntest.Secret("apps", "key", private, "pass"))
+	rt.Check(t, anew, err, events, rt.Outcome{Ready: corev1.ConditionTrue, Requeue: rt.Resync, MinDelay: 8 * time.Minute, MaxDelay: 12 * time.Minute})
+	if anew.Status.LatestImage != got.Status.LatestImage || x.f.Count("PUT", "/manifests/latest") != 0 {
+		t.Errorf("the builder was pushed again (%s): %v", anew.Status.LatestImage, x.f.Requests())
+	}
+	if anew.Status.AttestedDocuments == got.Status.AttestedDocuments || len(anew.Status.Attestations) != 2 ||
+		anew.Status.Attestations[0].Referrer == atts[0].Referrer || anew.Status.Attestations[1].Referrer == atts[1].Referrer {
+		t.Errorf("after the run image moved: attestations %+v (documents %s), want new ones of new documents (were %s)",
+			anew.Status.Attestations, anew.Status.AttestedDocuments, got.Status.AttestedDocuments)
+	}
+
 	// No keys: the SBOM alone, unsigned.
 	unsigned := x.builder(func(b *v1alpha1.Builder) { b.Name, b.Spec.Tag = "plain", x.f.Addr+"/builders/plain:latest" })
 	plain, events, err, _, _ := x.runWith(t, cfg, unsigned, lifecycle)

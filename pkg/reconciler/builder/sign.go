@@ -133,7 +133,7 @@ func signedImages(status *v1alpha1.BuilderStatus) ([]name.Digest, error) {
 	return digests, nil
 }
 
-// status.signatures holds one entry per image and key: with a tenant
+// status.signatures holds one entry per image, key and format: with a tenant
 // choosing both the platforms (an index and each of its images) and the
 // keys (up to --max-service-account-secrets), it is bounded, as a store's
 // buildpacks are, so that the builder never becomes an object the API
@@ -174,6 +174,13 @@ func plannedImages(tag name.Tag, builds int) []name.Digest {
 // as it would be written: the digest pushed is as long as any other), or
 // more signatures in one signature image than it may have layers.
 func checkSignatures(images []name.Digest, keys []signingKey, formats signatureFormats) error {
+	for _, k := range keys {
+		if formats.bundle && k.docker {
+			return failure.Permanentf(cosign.ReasonInvalidSigningKey,
+				"secret %s asks for Docker media types (annotation %s), and spec.signing.format %s asks for a Sigstore bundle, an OCI 1.1 artifact: sign with format sig, or remove the annotation",
+				k.secret, AnnotationDockerMediaTypes, formatName(formats))
+		}
+	}
 	if formats.sig {
 		if err := checkSignatureTags(images, keys); err != nil {
 			return err
@@ -417,6 +424,17 @@ const ReasonSignatureConflict = "SignatureConflict"
 type signatureFormats struct {
 	sig    bool // the .sig tag, as kpack signs
 	bundle bool // a Sigstore bundle referrer, as cosign v3 signs
+}
+
+// formatName is the spec.signing.format that asks for formats.
+func formatName(formats signatureFormats) string {
+	switch {
+	case formats.sig && formats.bundle:
+		return v1alpha1.SignatureFormatBoth
+	case formats.bundle:
+		return v1alpha1.SignatureFormatBundle
+	}
+	return v1alpha1.SignatureFormatSig
 }
 
 func formatsOf(signing *v1alpha1.Signing) signatureFormats {

@@ -146,3 +146,76 @@ func TestBuilderSignedAsBundle(t *testing.T) {
 		t.Errorf("the index's referrers %+v, want its signature, SBOM and provenance", m.Manifests)
 	}
 }
+
+// TestDockerMediaTypesKey: a key whose Secret asks for Docker media types
+// (its registry refuses OCI manifests) signs at the .sig tag and attests
+// nothing; asked for a bundle, the builder stalls before it is pushed.
+func TestDockerMediaTypesKey(t *testing.T) {
+	x := newFixture(t)
+	lifecycle := x.f.Addr + "/lifecycle:0.21.0"
+	private, _ := cosigntest.KeyPair(t, "pass")
+	secret := cosigntest.Secret("apps", "key", private, "pass")
+	secret.Annotations = map[string]string{AnnotationDockerMediaTypes: "true"}
+	signer := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: "signer"}, Secrets: []corev1.ObjectReference{{Name: "key"}}}
+	cfg := x.config()
+	cfg.Attestations = AttestSigned
+	b := x.builder(func(b *v1alpha1.Builder) { b.Spec.ServiceAccountName = "signer" })
+
+	got, events, err, _, _ := x.runWith(t, cfg, b, lifecycle, signer, secret)
+	rt.Check(t, got, err, events, rt.Outcome{Ready: corev1.ConditionTrue, Requeue: rt.Resync, MinDelay: 8 * time.Minute, MaxDelay: 12 * time.Minute,
+		EventReasons: []string{"Ready"}})
+	if len(got.Status.Signatures) != 1 || got.Status.Signatures[0].Format != "" || len(got.Status.Attestations) != 0 || got.Status.AttestedDocuments != "" {
+		t.Errorf("signatures %+v, attestations %+v: want the .sig tag's alone", got.Status.Signatures, got.Status.Attestations)
+	}
+
+	bundled := x.builder(func(b *v1alpha1.Builder) {
+		b.Name, b.Spec.Tag = "bundled", x.f.Addr+"/builders/bundled:latest"
+		b.Spec.ServiceAccountName = "signer"
+		b.Spec.Signing = &v1alpha1.Signing{Format: v1alpha1.SignatureFormatBundle}
+	})
+	x.f.ForgetRequests()
+	stalled, events, err, _, _ := x.runWith(t, cfg, bundled, lifecycle, signer, secret)
+	rt.Check(t, stalled, err, events, rt.Outcome{Ready: corev1.ConditionFalse, Reason: cosign.ReasonInvalidSigningKey, Stalled: true,
+		Requeue: rt.NoRequeue, EventReasons: []string{cosign.ReasonInvalidSigningKey},
+		MessageContains: "secret apps/key asks for Docker media types (annotation kpack.io/cosign.docker-media-types), and spec.signing.format bundle asks for a Sigstore bundle"})
+	if n := x.f.Count("PUT", "/builders/bundled/"); n != 0 {
+		t.Errorf("a builder that cannot be signed was pushed: %v", x.f.Requests())
+	}
+}
+
+// TestSignedAgainWhenPushedAgain: a builder pushed again at the same digest
+// (its tag moved away, and its repository lost the signature meanwhile) is
+// signed again: what status recorded is not taken for what the registry
+// holds after a push.
+func TestSignedAgainWhenPushedAgain(t *testing.T) {
+	x := newFixture(t)
+	lifecycle := x.f.Addr + "/lifecycle:0.21.0"
+	private, _ := cosigntest.KeyPair(t, "pass")
+	signer := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: "signer"}, Secrets: []corev1.ObjectReference{{Name: "key"}}}
+	secret := cosigntest.Secret("apps", "key", private, "pass")
+	b := x.builder(func(b *v1alpha1.Builder) {
+		b.Spec.ServiceAccountName = "signer"
+		b.Spec.Signing = &v1alpha1.Signing{Format: v1alpha1.SignatureFormatBoth}
+	})
+	got, events, err, _ := x.run(t, b, lifecycle, signer, secret)
+	rt.Check(t, got, err, events, rt.Outcome{Ready: corev1.ConditionTrue, Requeue: rt.Resync, MinDelay: 8 * time.Minute, MaxDelay: 12 * time.Minute,
+		EventReasons: []string{"Ready"}})
+	image, _ := name.NewDigest(got.Status.LatestImage)
+	sigTag := cosign.SignatureTag(image.Context(), image)
+	if err := remote.Delete(sigTag); err != nil {
+		t.Fatal(err)
+	}
+	x.f.PushImage("builders/go:latest", map[string]string{"someone": "else"})
+
+	again, events, err, _ := x.run(t, got, lifecycle, signer, secret)
+	rt.Check(t, again, err, events, rt.Outcome{Ready: corev1.ConditionTrue, Requeue: rt.Resync, MinDelay: 8 * time.Minute, MaxDelay: 12 * time.Minute})
+	if again.Status.LatestImage != got.Status.LatestImage {
+		t.Fatalf("latestImage %s, want the same digest %s pushed again", again.Status.LatestImage, got.Status.LatestImage)
+	}
+	if _, err := remote.Head(sigTag); err != nil {
+		t.Errorf("the .sig tag lost is not written again: %v", err)
+	}
+	if len(again.Status.Signatures) != 2 {
+		t.Errorf("signatures %+v", again.Status.Signatures)
+	}
+}

@@ -368,8 +368,8 @@ type BuilderStatus struct {
 	// +optional
 	Platforms []BuiltPlatform `json:"platforms,omitempty"`
 	// Signatures are the cosign signatures pushed for LatestImage and, when
-	// it is an index, for each platform's image: one per image and signing
-	// key of the builder's ServiceAccount.
+	// it is an index, for each platform's image: one per image, signing key
+	// of the builder's ServiceAccount and format (spec.signing.format).
 	// +optional
 	Signatures []ImageSignature `json:"signatures,omitempty"`
 	// Attestations are the SBOM and the provenance attached to LatestImage
@@ -378,6 +378,11 @@ type BuilderStatus struct {
 	// alone, unsigned.
 	// +optional
 	Attestations []ImageAttestation `json:"attestations,omitempty"`
+	// AttestedDocuments is the SHA-256 of what Attestations say (the SBOM
+	// and the provenance): when it changes without the image (a run image
+	// moved under its tag, say), they are attached anew.
+	// +optional
+	AttestedDocuments string `json:"attestedDocuments,omitempty"`
 	// SkippedPlatforms says which platforms of the stack were left out of
 	// a default (no targets) build, and for lack of what.
 	// +optional
