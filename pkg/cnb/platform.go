@@ -119,6 +119,30 @@ func (part PlatformPart) has(p Platform) bool {
 	return slices.ContainsFunc(part.Platforms, p.Matches)
 }
 
+// MaxIndexPlatforms bounds the platforms of an index read one by one (a
+// buildpackage's, a stack image's): each is read and checked, and what it
+// says held until all are merged, while a 4 MiB index, the registry's to
+// fill, can name tens of thousands. Real ones have two to four.
+const MaxIndexPlatforms = 32
+
+// ReasonTooManyPlatforms: an index names more platforms than
+// MaxIndexPlatforms.
+const ReasonTooManyPlatforms = "TooManyPlatforms"
+
+// CheckIndexPlatforms refuses an index (what, in messages) of more
+// distinct platforms than MaxIndexPlatforms.
+func CheckIndexPlatforms(what string, platforms []Platform) error {
+	distinct := map[string]bool{}
+	for _, p := range platforms {
+		distinct[p.Normalize().String()] = true
+	}
+	if len(distinct) > MaxIndexPlatforms {
+		return failure.Permanentf(ReasonTooManyPlatforms, "%s is an index of %d platforms, more than the %d an index may have here",
+			what, len(distinct), MaxIndexPlatforms)
+	}
+	return nil
+}
+
 // SelectPlatforms returns the platforms to build, normalised and sorted.
 //
 // With no targets, that is every platform that all parts have: candidates

@@ -17,7 +17,6 @@ import (
 	"github.com/buildsmith/buildsmith/pkg/apis/build/v1alpha1"
 	"github.com/buildsmith/buildsmith/pkg/cnb"
 	"github.com/buildsmith/buildsmith/pkg/reconciler"
-	"github.com/buildsmith/buildsmith/pkg/reconciler/clusterstore"
 	rt "github.com/buildsmith/buildsmith/pkg/reconciler/reconcilertest"
 	"github.com/buildsmith/buildsmith/pkg/registry"
 	"github.com/buildsmith/buildsmith/test/registrytest"
@@ -97,8 +96,8 @@ func TestReconcile(t *testing.T) {
 			want: rt.Outcome{Ready: corev1.ConditionFalse, Reason: cnb.ReasonInvalidBuildpackage, Stalled: true, Requeue: rt.NoRequeue,
 				EventReasons: []string{cnb.ReasonInvalidBuildpackage}}},
 		{name: "an index of too many platforms", image: "team/wide:1",
-			want: rt.Outcome{Ready: corev1.ConditionFalse, Reason: clusterstore.ReasonTooManyPlatforms, Stalled: true, Requeue: rt.NoRequeue,
-				EventReasons: []string{clusterstore.ReasonTooManyPlatforms}, MessageContains: "an index of 33 platforms, more than the 32"}},
+			want: rt.Outcome{Ready: corev1.ConditionFalse, Reason: cnb.ReasonTooManyPlatforms, Stalled: true, Requeue: rt.NoRequeue,
+				EventReasons: []string{cnb.ReasonTooManyPlatforms}, MessageContains: "an index of 33 platforms, more than the 32"}},
 		{name: "an index naming one platform many times", image: "team/narrow:1", want: ready,
 			wantBuildpacks: []string{"example/wide@1.0.0"}},
 		{name: "missing", image: "team/ruby:1",

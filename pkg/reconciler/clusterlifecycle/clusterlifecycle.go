@@ -47,6 +47,10 @@ func (r *Reconciler) reconcile(ctx context.Context, lc *v1alpha1.ClusterLifecycl
 	if err != nil {
 		return err
 	}
+	// Each platform's lifecycle is read and checked.
+	if err := cnb.CheckIndexPlatforms(img.Ref.String(), cnb.PlatformsOfV1(img.Platforms)); err != nil {
+		return err
+	}
 	image := Image{Ref: img.Ref, Platforms: img.Platforms}
 	var first PlatformLifecycle
 	for i, p := range image.Platforms {

@@ -55,6 +55,19 @@ func TestTable(t *testing.T) {
 		t.Fatal(err)
 	}
 	mixedDigest, _ := mixed.Digest()
+	binaries := map[string]string{} // more platforms than an index may have
+	for i := range cnb.MaxIndexPlatforms + 1 {
+		binaries[fmt.Sprintf("linux/arch%d", i)] = binary
+	}
+	many, err := sampleimages.LifecycleIndex(binaries, "0.21.0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := remote.WriteIndex(f.Ref("lifecycle:many"), many); err != nil {
+		t.Fatal(err)
+	}
+	manyDigest, _ := many.Digest()
+	tooMany := fmt.Sprintf("%s/lifecycle@%s is an index of 33 platforms, more than the 32 an index may have here", f.Addr, manyDigest)
 	notDigest, _ := f.PushImage("not-a-lifecycle:1", nil).Digest()
 	f.Inject("", "/lifecycle-503/manifests/", -1, registrytest.Answer(503, nil, ""))
 	var apis v1alpha1.LifecycleAPIs
@@ -115,6 +128,15 @@ func TestTable(t *testing.T) {
 			s.MarkStalled(cnb.ReasonInvalidLifecycleImage, notLifecycle)
 		})}},
 		WantEvents: []string{pkgtesting.Eventf(corev1.EventTypeWarning, cnb.ReasonInvalidLifecycleImage, "%s", notLifecycle)},
+	}, {
+		Name:    "permanent: an index of more platforms than may be read",
+		Key:     "lifecycle",
+		Objects: []runtime.Object{lifecycle("lifecycle:many", nil)},
+		WantErr: true,
+		WantStatusUpdates: []clientgotesting.UpdateActionImpl{{Object: lifecycle("lifecycle:many", func(s *v1alpha1.ClusterLifecycleStatus) {
+			s.MarkStalled(cnb.ReasonTooManyPlatforms, tooMany)
+		})}},
+		WantEvents: []string{pkgtesting.Eventf(corev1.EventTypeWarning, cnb.ReasonTooManyPlatforms, "%s", tooMany)},
 	}, {
 		Name:    "permanent: an index whose platforms have different lifecycles",
 		Key:     "lifecycle",

@@ -73,6 +73,12 @@ func (r *Reconciler) reconcile(ctx context.Context, stack *v1alpha1.ClusterStack
 		parts = append(parts, cnb.PlatformPart{Name: runImageName(i, sources[i]), Platforms: cnb.PlatformsOfV1(run.Platforms)})
 		indexes = indexes || len(run.Platforms) > 1
 	}
+	// Each platform is read and checked, and recorded in status.
+	for _, part := range parts {
+		if err := cnb.CheckIndexPlatforms("the "+part.Name, part.Platforms); err != nil {
+			return err
+		}
+	}
 	sboms := newStackSBOMs(len(runs))
 	if indexes {
 		// Indexes: every platform all have is a stack of its own, checked

@@ -1,6 +1,7 @@
 package clusterstack
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -94,6 +95,11 @@ func TestReconcile(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.PushImage("stack/run-sbom-elsewhere:1", map[string]string{cnb.LabelStackID: stackID, cnb.LabelBaseSBOM: "sha256:" + strings.Repeat("0", 64)})
+	many := []v1.Platform{amd64} // more than an index may have
+	for i := range cnb.MaxIndexPlatforms {
+		many = append(many, v1.Platform{OS: "linux", Architecture: fmt.Sprintf("arch%d", i)})
+	}
+	pushIndex("multi/run-many:1", 0, many...)
 	pushIndex("multi/build:1", 1000, amd64, arm64)
 	pushIndex("multi/run:1", 0, amd64, arm64)
 	pushIndex("multi/run-amd64:1", 0, amd64)
@@ -321,6 +327,11 @@ func TestReconcile(t *testing.T) {
 		want: reconcilertest.Outcome{Ready: corev1.ConditionTrue, Requeue: reconcilertest.Resync, MinDelay: 8 * time.Minute, MaxDelay: 12 * time.Minute,
 			EventReasons: []string{"Ready"}},
 		validate: platforms(v1alpha1.Platform{OS: "linux", Arch: "amd64"}),
+	}, {
+		name: "a run image index of more platforms than an index may have: stalled, before they are read",
+		spec: multi("multi/build:1", "multi/run-many:1"),
+		want: reconcilertest.Outcome{Ready: corev1.ConditionFalse, Reason: cnb.ReasonTooManyPlatforms, Stalled: true, Requeue: reconcilertest.NoRequeue,
+			EventReasons: []string{cnb.ReasonTooManyPlatforms}, MessageContains: "the run image is an index of 33 platforms, more than the 32"},
 	}, {
 		name: "indexes without a common platform: stalled",
 		spec: multi("multi/build:1", "multi/run-ppc:1"),

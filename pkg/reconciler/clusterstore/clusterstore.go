@@ -21,16 +21,6 @@ import (
 // parallelReads bounds how many sources of one store are read at once.
 const parallelReads = 4
 
-// maxPackagePlatforms bounds the platforms of a buildpackage index read
-// one by one. A tenant's Buildpack names the image, and each platform's
-// lists are held until they are merged: a 4 MiB index can name tens of
-// thousands of entries. Real buildpackages have two to four.
-const maxPackagePlatforms = 32
-
-// ReasonTooManyPlatforms: a buildpackage index names more platforms than
-// maxPackagePlatforms.
-const ReasonTooManyPlatforms = "TooManyPlatforms"
-
 // Reconciler reconciles ClusterStores.
 type Reconciler struct{ reconciler.Base }
 
@@ -114,9 +104,9 @@ func ReadPackage(ctx context.Context, reg registry.Access, ref name.Reference) (
 		return pkg, err
 	}
 	platforms := distinctPlatforms(img.Platforms)
-	if len(platforms) > maxPackagePlatforms {
-		return cnb.Package{}, failure.Permanentf(ReasonTooManyPlatforms, "%s is an index of %d platforms, more than the %d a buildpackage may have",
-			ref, len(platforms), maxPackagePlatforms)
+	if len(platforms) > cnb.MaxIndexPlatforms { // a tenant's Buildpack names the image
+		return cnb.Package{}, failure.Permanentf(cnb.ReasonTooManyPlatforms, "%s is an index of %d platforms, more than the %d a buildpackage may have",
+			ref, len(platforms), cnb.MaxIndexPlatforms)
 	}
 	buildpacks := make([]cnb.PlatformBuildpacks, len(platforms))
 	extensions := make([]cnb.PlatformBuildpacks, len(platforms))
