@@ -260,6 +260,13 @@ func (c *converter) byName(o *object, field string, id objectID, clusterScoped b
 	if r.Version == "" {
 		r.Version, u.floats = kpackVersion(bp, id, r.ID)
 		u.pinned = r.Version != ""
+	} else if bp != nil && len(bp.listed) > 0 && !slices.Contains(bp.versionsOf(r.ID), r.Version) {
+		listed := strings.Join(bp.versionsOf(r.ID), ", ")
+		if listed == "" {
+			listed = "none of " + r.ID
+		}
+		o.warn(field, "version %s of %s is not one the status of %s lists (%s): kpack would not find it there, and buildsmith looks for it "+
+			"in spec.store and spec.sources, where the builder waits for it", r.Version, r.ID, id.path(), listed)
 	}
 	u.version = r.Version
 	switch {

@@ -456,6 +456,44 @@ spec:
 				"which buildsmith looks up in spec.store and spec.sources; spec.sources names ClusterStore nodejs",
 		},
 	}, {
+		name: "an explicit version the status of the object named does not list is warned of",
+		in: docs(javaBuildpack, `
+apiVersion: kpack.io/v1alpha2
+kind: Builder
+metadata: {name: pinned, namespace: apps}
+spec:
+  tag: gcr.io/sample/pinned
+  stack: {name: base, kind: ClusterStack}
+  store: {name: default, kind: ClusterStore}
+  order:
+  - group:
+    - {name: java, kind: Buildpack, id: paketo-buildpacks/java, version: 9.9.9}
+    - {name: java, kind: Buildpack, id: paketo-buildpacks/jvm, version: 1.0.0}
+`),
+		want: docs(wantJavaBuildpack, `
+apiVersion: buildsmith.dev/v1alpha1
+kind: Builder
+metadata: {name: pinned, namespace: apps}
+spec:
+  tag: gcr.io/sample/pinned
+  stack: {kind: ClusterStack, name: base}
+  store: {kind: ClusterStore, name: default}
+  sources:
+  - {kind: Buildpack, name: java}
+  order:
+  - group:
+    - {id: paketo-buildpacks/java, version: 9.9.9}
+    - {id: paketo-buildpacks/jvm, version: 1.0.0}
+`),
+		warnings: []string{
+			"Builder/apps/pinned: spec.order[0].group[0]: version 9.9.9 of paketo-buildpacks/java is not one the status of Buildpack/apps/java lists (8.9.0): " +
+				"kpack would not find it there, and buildsmith looks for it in spec.store and spec.sources, where the builder waits for it",
+			"Builder/apps/pinned: spec.order[0].group[0]: Buildpack/apps/java replaced by buildpack id paketo-buildpacks/java, " +
+				"which buildsmith looks up in spec.store and spec.sources; spec.sources names Buildpack java",
+			"Builder/apps/pinned: spec.order[0].group[1]: Buildpack/apps/java replaced by buildpack id paketo-buildpacks/jvm, " +
+				"which buildsmith looks up in spec.store and spec.sources; spec.sources names Buildpack java",
+		},
+	}, {
 		name: "a builder without a store whose order draws from no object is left out",
 		in: `apiVersion: kpack.io/v1alpha2
 kind: ClusterBuilder
