@@ -29,8 +29,27 @@ func (a Access) Copy(ctx context.Context, src name.Digest, dst name.Tag) error {
 	return err
 }
 
+// What one Copy takes: the index is the source registry's to write, and
+// every manifest it names is read and written again, every layer mounted or
+// moved. A run image's index names an image per platform (and an
+// attestation manifest each, as BuildKit writes them), a few layers each.
+const (
+	// maxCopyManifests bounds the manifests of one copy, at all levels.
+	maxCopyManifests = 128
+	// maxCopyDepth bounds its nesting: an index, an index it names, their
+	// images.
+	maxCopyDepth = 3
+	// maxCopyLayers bounds the layers of each image copied.
+	maxCopyLayers = 256
+)
+
+// ReasonImageTooLarge: what Copy was asked to copy names more manifests,
+// nesting or layers than it takes.
+const ReasonImageTooLarge = "ImageTooLarge"
+
 // readArtifact reads the manifest src names; what it references is read
-// only when used, under the client's lifetime (as ReadImage's layers are).
+// only when used, under the client's lifetime (as ReadImage's layers are),
+// and is refused past the bounds of a copy.
 func (a Access) readArtifact(ctx context.Context, src name.Digest) (Artifact, error) {
 	c := a.client
 	if insecure, ok := c.hosts.reference(src).(name.Digest); ok {
@@ -42,14 +61,18 @@ func (a Access) readArtifact(ctx context.Context, src name.Digest) (Artifact, er
 		if err != nil {
 			return err
 		}
+		budget := &copyBudget{src: src}
 		switch {
 		case desc.MediaType.IsIndex():
 			var index v1.ImageIndex
 			if index, err = desc.ImageIndex(); err == nil {
-				out, err = resolveChildren(index)
+				out, err = resolveChildren(index, budget, 1)
 			}
 		case desc.MediaType.IsImage():
-			out, err = desc.Image()
+			var img v1.Image
+			if img, err = desc.Image(); err == nil {
+				out, err = img, budget.image(img)
+			}
 		default:
 			err = permanentError(ReasonInvalidImage, src.RegistryStr(), fmt.Errorf("%s: media type %q is neither an image nor an index", src, desc.MediaType))
 		}
@@ -66,15 +89,23 @@ type resolvedIndex struct {
 	children map[v1.Hash]remote.Taggable
 }
 
-func resolveChildren(index v1.ImageIndex) (*resolvedIndex, error) {
+func resolveChildren(index v1.ImageIndex, budget *copyBudget, depth int) (*resolvedIndex, error) {
+	if err := budget.index(index, depth); err != nil {
+		return nil, err
+	}
 	children, err := indexChildren(index)
 	if err != nil {
 		return nil, err
 	}
 	out := &resolvedIndex{remote: index, children: map[v1.Hash]remote.Taggable{}}
 	for _, child := range children {
-		if nested, ok := child.(v1.ImageIndex); ok {
-			if child, err = resolveChildren(nested); err != nil {
+		switch c := child.(type) {
+		case v1.ImageIndex:
+			if child, err = resolveChildren(c, budget, depth+1); err != nil {
+				return nil, err
+			}
+		case v1.Image:
+			if err := budget.image(c); err != nil {
 				return nil, err
 			}
 		}
@@ -85,6 +116,45 @@ func resolveChildren(index v1.ImageIndex) (*resolvedIndex, error) {
 		out.children[digest] = child
 	}
 	return out, nil
+}
+
+// copyBudget is what is left of a copy's bounds.
+type copyBudget struct {
+	src       name.Digest
+	manifests int
+}
+
+// index counts an index at depth (1: the one asked for) and the manifests
+// it names, before any is read.
+func (b *copyBudget) index(index v1.ImageIndex, depth int) error {
+	m, err := index.IndexManifest()
+	if err != nil {
+		return err
+	}
+	if depth >= maxCopyDepth {
+		return b.tooLarge("nests indexes %d deep, more than the %d a copy takes", depth, maxCopyDepth-1)
+	}
+	if b.manifests += 1 + len(m.Manifests); b.manifests > maxCopyManifests {
+		return b.tooLarge("names %d manifests or more, more than the %d a copy takes", b.manifests, maxCopyManifests)
+	}
+	return nil
+}
+
+// image refuses an image of more layers than a copy takes (its manifest is
+// read now rather than by the push).
+func (b *copyBudget) image(img v1.Image) error {
+	m, err := img.Manifest()
+	if err != nil {
+		return err
+	}
+	if len(m.Layers) > maxCopyLayers {
+		return b.tooLarge("has an image of %d layers, more than the %d a copy takes", len(m.Layers), maxCopyLayers)
+	}
+	return nil
+}
+
+func (b *copyBudget) tooLarge(format string, args ...any) error {
+	return permanentError(ReasonImageTooLarge, b.src.RegistryStr(), fmt.Errorf("%s "+format, append([]any{b.src}, args...)...))
 }
 
 func (r *resolvedIndex) MediaType() (types.MediaType, error)       { return r.remote.MediaType() }

@@ -2,6 +2,7 @@ package registry
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -10,10 +11,12 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/partial"
 	"github.com/google/go-containerregistry/pkg/v1/random"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
+	"github.com/buildsmith/buildsmith/pkg/failure"
 	"github.com/buildsmith/buildsmith/test/registrytest"
 )
 
@@ -99,5 +102,66 @@ func TestCopy(t *testing.T) {
 	copied(dst, across)
 	if up := uploaded(dst); up != len(blobs) {
 		t.Errorf("copy across registries: %d blobs uploaded, want %d", up, len(blobs))
+	}
+}
+
+// TestCopyBounded: an index of more manifests than a copy takes, one nested
+// too deep, and an image of too many layers are refused (permanent,
+// ImageTooLarge) before anything is written.
+func TestCopyBounded(t *testing.T) {
+	src := registrytest.New(t)
+	small, _ := random.Image(16, 1)
+	indexOf := func(n int, child func(i int) mutate.IndexAddendum) v1.ImageIndex {
+		var adds []mutate.IndexAddendum
+		for i := range n {
+			adds = append(adds, child(i))
+		}
+		return mutate.AppendManifests(mutate.IndexMediaType(empty.Index, types.OCIImageIndex), adds...)
+	}
+	platformImage := func(i int) mutate.IndexAddendum {
+		return mutate.IndexAddendum{Add: withPlatform(t, small, fmt.Sprintf("arch%d", i), ""),
+			Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: fmt.Sprintf("arch%d", i)}}}
+	}
+	wide := indexOf(maxCopyManifests, platformImage) // with itself, one more than a copy takes
+	deep := indexOf(1, func(int) mutate.IndexAddendum {
+		return mutate.IndexAddendum{Add: indexOf(1, func(int) mutate.IndexAddendum {
+			return mutate.IndexAddendum{Add: indexOf(1, platformImage)}
+		})}
+	})
+	thick, _ := random.Image(1, maxCopyLayers+1)
+	c := newTestClient(t, Options{})
+	for _, tc := range []struct {
+		name     string
+		artifact remote.Taggable
+		message  string
+	}{
+		{"an index of too many manifests", wide, "names 129 manifests or more, more than the 128 a copy takes"},
+		{"indexes nested too deep", deep, "nests indexes 3 deep, more than the 2 a copy takes"},
+		{"an image of too many layers", thick, "has an image of 257 layers, more than the 256 a copy takes"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ref := src.Ref("stacks/run:" + strings.ReplaceAll(tc.name, " ", "-"))
+			var err error
+			switch a := tc.artifact.(type) {
+			case v1.ImageIndex:
+				err = remote.WriteIndex(ref, a)
+			case v1.Image:
+				err = remote.Write(ref, a)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			digest, _ := partial.Digest(tc.artifact)
+			to, _ := name.NewTag(src.Addr + "/builders/go:copy")
+			src.ForgetRequests()
+			err = c.As(nil).Copy(context.Background(), ref.Context().Digest(digest.String()), to)
+			f, ok := failure.As(err)
+			if !ok || f.Class != failure.Permanent || f.Reason != ReasonImageTooLarge || !strings.Contains(err.Error(), tc.message) {
+				t.Errorf("Copy = %v (%+v), want permanent %s: %q", err, f, ReasonImageTooLarge, tc.message)
+			}
+			if n := src.Count(http.MethodPut, "/builders/go/") + src.Count(http.MethodPost, "/builders/go/"); n != 0 {
+				t.Errorf("%d writes before the refusal: %q", n, src.Requests())
+			}
+		})
 	}
 }
