@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -105,13 +106,20 @@ func TestRunImagesPinnedAcceptedByTheRealLifecycle(t *testing.T) {
 	if stack.Spec.ID != "" || stack.Status.ID != stackID {
 		t.Errorf("stack spec.id %q status.id %q, want no spec.id and the images' label %q", stack.Spec.ID, stack.Status.ID, stackID)
 	}
+	// The sample run images carry their SBOM, each in its one layer.
+	sbomOf := func(image string) cmp.Option {
+		return cmp.FilterPath(func(p cmp.Path) bool { return p.Last().String() == ".SBOMs" }, cmp.Comparer(func(a, b []v1alpha1.BaseSBOM) bool {
+			got := append(a, b...) // one side is the test's nil
+			return len(got) == 1 && got[0].Image == image && strings.HasPrefix(got[0].DiffID, "sha256:")
+		}))
+	}
 	wantRun := v1alpha1.ResolvedRunImage{Image: f.Addr + "/stack/run:1", LatestImage: pinnedBase,
 		Mirrors: []string{mirrorRegistry.Addr + "/mirror/run:1"}}
-	if diff := cmp.Diff(wantRun, stack.Status.RunImage); diff != "" {
+	if diff := cmp.Diff(wantRun, stack.Status.RunImage, sbomOf(pinnedBase)); diff != "" {
 		t.Errorf("stack status.runImage (-want +got):\n%s", diff)
 	}
 	wantMore := []v1alpha1.ResolvedRunImage{{Image: f.Addr + "/stack/run-full:1", LatestImage: pinnedFull}}
-	if diff := cmp.Diff(wantMore, stack.Status.AdditionalRunImages); diff != "" {
+	if diff := cmp.Diff(wantMore, stack.Status.AdditionalRunImages, sbomOf(pinnedFull)); diff != "" {
 		t.Errorf("stack status.additionalRunImages (-want +got):\n%s", diff)
 	}
 
