@@ -190,11 +190,9 @@ func (p *Policy) succeeded(ctx context.Context, obj Object, key types.Namespaced
 	p.recordTransition(ctx, obj, before, "")
 	if p.opts.ResyncInterval > 0 {
 		delay := p.jittered(p.opts.ResyncInterval)
-		p.record(ctx, "ready", delay)
-		return controller.NewRequeueAfter(delay)
+		return p.end(ctx, "ready", RequeueResync, delay, controller.NewRequeueAfter(delay))
 	}
-	p.record(ctx, "ready", 0)
-	return nil
+	return p.end(ctx, "ready", RequeueResync, 0, nil)
 }
 
 // failed records on obj's status that reconciling it failed with err;
@@ -221,20 +219,18 @@ func (p *Policy) failed(ctx context.Context, obj Object, key types.NamespacedNam
 			fmt.Sprintf("retrying in %s, or when a dependency changes", p.opts.PollInterval))
 		p.recordTransition(ctx, obj, before, message)
 		delay := p.jittered(p.opts.PollInterval)
-		p.record(ctx, "waiting", delay)
-		return controller.NewRequeueAfter(delay)
+		return p.end(ctx, "waiting", RequeuePoll, delay, controller.NewRequeueAfter(delay))
 	default:
-		delay, retry := p.transient(key, f)
-		outcome := "transient"
+		delay, requeue, retry := p.transient(key, f)
+		class := "transient"
 		if stale {
 			conditions.MarkStale(f.Reason, message+"; "+retry)
-			outcome = "stale"
+			class = "stale"
 		} else {
 			conditions.MarkRetrying(f.Reason, message, retry)
 		}
 		p.recordTransition(ctx, obj, before, message)
-		p.record(ctx, outcome, delay)
-		return controller.NewRequeueAfter(delay)
+		return p.end(ctx, class, requeue, delay, controller.NewRequeueAfter(delay))
 	}
 }
 
@@ -244,23 +240,23 @@ func (p *Policy) stalled(ctx context.Context, obj Object, key types.NamespacedNa
 	conditions := obj.Conditions()
 	conditions.MarkStalled(f.Reason, message)
 	p.Forget(key)
-	p.record(ctx, "permanent", 0)
 	if !conditionChanged(before.ready, conditions.GetCondition(v1alpha1.ConditionReady)) {
 		// Same failure as last time (a tracked Secret changed, the
 		// controller restarted): no event again. A skip key is
 		// forgotten by the queue without the generated reconciler's
 		// "InternalError" event.
-		return controller.NewPermanentError(controller.NewSkipKey(key.String()))
+		return p.end(ctx, "permanent", RequeueNone, 0, controller.NewPermanentError(controller.NewSkipKey(key.String())))
 	}
 	// The event travels inside the permanent error: the generated
 	// reconciler records it (instead of an "InternalError") and the
 	// queue forgets the key.
-	return controller.NewPermanentError(pkgreconciler.NewEvent(corev1.EventTypeWarning, f.Reason, "%s", message))
+	return p.end(ctx, "permanent", RequeueNone, 0,
+		controller.NewPermanentError(pkgreconciler.NewEvent(corev1.EventTypeWarning, f.Reason, "%s", message)))
 }
 
-// transient returns when to try again after a transient failure f, and
-// says so for a condition's message.
-func (p *Policy) transient(key types.NamespacedName, f *failure.Error) (time.Duration, string) {
+// transient returns when to try again after a transient failure f, how
+// (RequeueCircuit or RequeueRetry), and says so for a condition's message.
+func (p *Policy) transient(key types.NamespacedName, f *failure.Error) (time.Duration, string, string) {
 	place, outcome := p.waitOnCircuit(key, f)
 	if outcome == registry.Waiting {
 		// The place failed for everyone: its circuit's probe tries again
@@ -269,19 +265,19 @@ func (p *Policy) transient(key types.NamespacedName, f *failure.Error) (time.Dur
 		delay := max(p.jittered(p.opts.RetryMaxDelay), f.RetryAfter)
 		if f.RetryAfter > p.opts.RetryMaxDelay {
 			// Not probed before the registry's Retry-After.
-			return delay, fmt.Sprintf("retrying in %s (%s asked to be left alone until then; its circuit is probed then, for every object waiting on it)",
+			return delay, RequeueCircuit, fmt.Sprintf("retrying in %s (%s asked to be left alone until then; its circuit is probed then, for every object waiting on it)",
 				f.RetryAfter.Round(time.Second), place)
 		}
-		return delay, WaitingMessage(place, p.opts.RetryMaxDelay)
+		return delay, RequeueCircuit, WaitingMessage(place, p.opts.RetryMaxDelay)
 	}
 	// Jitter first, then the cap, then the server's wish: the cap is a
 	// promise to the user, Retry-After a promise to the server.
 	delay := max(min(p.jittered(p.backoff.When(key.String())), p.opts.RetryMaxDelay), f.RetryAfter)
 	if outcome == registry.TenantLimit {
-		return delay, fmt.Sprintf("retrying in %s: the objects of namespace %s already wait on %d other failing registries "+
+		return delay, RequeueRetry, fmt.Sprintf("retrying in %s: the objects of namespace %s already wait on %d other failing registries "+
 			"(--max-failing-registries-per-namespace)", delay.Round(time.Second), key.Namespace, p.circuits.HostsPerTenant())
 	}
-	return delay, fmt.Sprintf("retrying in %s", delay.Round(time.Second))
+	return delay, RequeueRetry, fmt.Sprintf("retrying in %s", delay.Round(time.Second))
 }
 
 // maxMessage bounds a condition's (and event's) message: errors may quote

@@ -358,3 +358,40 @@ func TestUsableStaysReady(t *testing.T) {
 		})
 	}
 }
+
+// TestOutcome: Finish returns its decision as a typed Outcome (class,
+// requeue, delay) around what knative acts on, which knative still sees.
+func TestOutcome(t *testing.T) {
+	opts := DefaultOptions()
+	for _, tc := range []struct {
+		err            error
+		usable         bool
+		class, requeue string
+	}{
+		{nil, false, "ready", RequeueResync},
+		{failure.Transientf(registry.ReasonRegistryUnavailable, "refused"), false, "transient", RequeueRetry},
+		{failure.Transientf(registry.ReasonRegistryUnavailable, "refused"), true, "stale", RequeueRetry},
+		{failure.Waitingf(registry.ReasonImageNotFound, "no such tag"), false, "waiting", RequeuePoll},
+		{failure.Permanentf(ReasonInvalidSpec, "bad tag"), false, "permanent", RequeueNone},
+	} {
+		s := newStack()
+		if tc.usable {
+			s.Status.MarkReady()
+		}
+		got := NewPolicy("ClusterStack", opts, nil, nil, nil).Finish(context.Background(), s, tc.err)
+		o := OutcomeOf(got)
+		if o == nil || o.Class != tc.class || o.Requeue != tc.requeue {
+			t.Errorf("%v: outcome %+v, want %s with requeue %s", tc.err, o, tc.class, tc.requeue)
+			continue
+		}
+		requeued, delay := controller.IsRequeueKey(got)
+		switch {
+		case tc.requeue == RequeueNone:
+			if !controller.IsPermanentError(got) || requeued {
+				t.Errorf("%v: %v is not a permanent error to knative", tc.err, got)
+			}
+		case !requeued || delay != o.Delay || delay <= 0:
+			t.Errorf("%v: knative sees a requeue %v after %v, the outcome says %v", tc.err, requeued, delay, o.Delay)
+		}
+	}
+}

@@ -100,48 +100,32 @@ func (c *Clients) Events() []string {
 	}
 }
 
-// Requeue kinds of an Outcome, each told apart by the conditions that
-// announce it to the user.
+// Requeue kinds of an Outcome: the Policy's (reconciler.Outcome.Requeue).
 const (
 	// Resync: Ready, looked at again after the resync interval.
-	Resync = "resync"
-	// Retry: a transient failure, retried after the object's backoff
-	// ("retrying in 4s").
-	Retry = "retry"
+	Resync = reconciler.RequeueResync
+	// Retry: a transient failure, retried after the object's backoff.
+	Retry = reconciler.RequeueRetry
 	// Poll: waiting for something, looked at again after the poll interval
 	// or when a dependency changes.
-	Poll = "poll"
+	Poll = reconciler.RequeuePoll
 	// Circuit: a wait on the circuit of the place that failed, with the
 	// safety-net requeue after MinDelay..MaxDelay.
-	Circuit = "circuit"
+	Circuit = reconciler.RequeueCircuit
 	// NoRequeue: a permanent failure (Stalled).
-	NoRequeue = "permanent"
+	NoRequeue = reconciler.RequeueNone
 )
 
-// requeueOf says which requeue status announces: Reconciling's message, or
-// for a Ready object whose re-check failed, the end of UpToDate's.
-func requeueOf(status *v1alpha1.ConditionedStatus) string {
-	var retry string
-	if c := status.GetCondition(v1alpha1.ConditionReconciling); c != nil && c.IsTrue() {
-		retry = c.Message
-	} else if c := status.GetCondition(v1alpha1.ConditionUpToDate); status.IsReady() && c != nil && c.IsFalse() {
-		if i := strings.LastIndex(c.Message, "; retrying "); i >= 0 {
-			retry = c.Message[i+2:]
-		}
+// requeueOf is the requeue the Policy decided for the reconcile that
+// returned err: a success without a resync returns nothing.
+func requeueOf(err error) string {
+	if o := reconciler.OutcomeOf(err); o != nil {
+		return o.Requeue
 	}
-	switch {
-	case retry == "" && status.IsReady():
+	if err == nil {
 		return Resync
-	case retry == "":
-		return NoRequeue
-	case strings.HasPrefix(retry, "retrying when "):
-		return Circuit
-	case strings.HasSuffix(retry, ", or when a dependency changes"):
-		return Poll
-	case strings.HasPrefix(retry, "retrying in "):
-		return Retry
 	}
-	return "unknown"
+	return "none from the Policy (" + err.Error() + ")"
 }
 
 // Outcome is what a reconcile must end in.
@@ -205,8 +189,8 @@ func Check(t *testing.T, obj reconciler.Object, err error, events []string, want
 	if status.ObservedGeneration != obj.GetGeneration() {
 		t.Errorf("observedGeneration %d, generation %d", status.ObservedGeneration, obj.GetGeneration())
 	}
-	if got := requeueOf(status); got != want.Requeue {
-		t.Errorf("the conditions announce a requeue %q (Reconciling %+v), want %q", got, status.GetCondition(v1alpha1.ConditionReconciling), want.Requeue)
+	if got := requeueOf(err); got != want.Requeue {
+		t.Errorf("the Policy decided a requeue %q (Reconciling %+v), want %q", got, status.GetCondition(v1alpha1.ConditionReconciling), want.Requeue)
 	}
 	if want.Requeue == NoRequeue {
 		if !controller.IsPermanentError(err) {
