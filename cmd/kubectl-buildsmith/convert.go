@@ -20,7 +20,8 @@ ClusterBuildpack) and writes the buildsmith manifests to stdout. Other
 documents are copied unchanged. A Buildpack stays a Buildpack, a
 ClusterBuildpack becomes a ClusterStore of its one image, and the builders
 that name them draw from them in spec.sources; a builder without a store
-draws from them alone. Include the objects' status (kubectl
+draws from them alone (one that draws from none is left out). Include the
+objects' status (kubectl
 get -o yaml) so that builder entries naming a Buildpack without an id can be
 converted.
 

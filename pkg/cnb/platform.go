@@ -131,16 +131,28 @@ const ReasonTooManyPlatforms = "TooManyPlatforms"
 
 // CheckIndexPlatforms refuses an index (what, in messages) of more
 // distinct platforms than MaxIndexPlatforms.
-func CheckIndexPlatforms(what string, platforms []Platform) error {
-	distinct := map[string]bool{}
-	for _, p := range platforms {
-		distinct[p.Normalize().String()] = true
-	}
-	if len(distinct) > MaxIndexPlatforms {
+func CheckIndexPlatforms(what string, platforms []v1.Platform) error {
+	if n := len(DistinctPlatforms(platforms)); n > MaxIndexPlatforms {
 		return failure.Permanentf(ReasonTooManyPlatforms, "%s is an index of %d platforms, more than the %d an index may have here",
-			what, len(distinct), MaxIndexPlatforms)
+			what, n, MaxIndexPlatforms)
 	}
 	return nil
+}
+
+// DistinctPlatforms are platforms (an index's) each once, as containerd
+// names them (aarch64 is arm64): the first entry of each, as the index
+// names it, so that reading by it finds that entry. An index naming one
+// platform thousands of times is read, and recorded, once.
+func DistinctPlatforms(platforms []v1.Platform) []v1.Platform {
+	seen := map[string]bool{}
+	var out []v1.Platform
+	for _, p := range platforms {
+		if key := PlatformOf(p).Normalize().String(); !seen[key] {
+			seen[key] = true
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // SelectPlatforms returns the platforms to build, normalised and sorted.

@@ -20,8 +20,7 @@ const maxSources = 16
 
 // use is an order entry whose buildpack kpack takes from a Buildpack or
 // ClusterBuildpack: one that names the object, or whose id kpack finds in
-// its status. The builder draws from the object: it is in spec.sources (or,
-// for a builder without a store, may be spec.store).
+// its status. The builder draws from the object: it is in spec.sources.
 type use struct {
 	field      string // the order entry
 	id         string
@@ -85,7 +84,6 @@ func (c *converter) convertBuilder(o *object) {
 		}
 	}
 	builder := newBuilder(meta, spec, clusterScoped, common)
-	// Checked before a store is generated for it.
 	if err := validate(builder); err != nil {
 		o.omit("", "not converted: not a valid %s: %v", builder.GetObjectKind().GroupVersionKind().Kind, err)
 	}
@@ -265,8 +263,8 @@ func (c *converter) byName(o *object, field string, id objectID, clusterScoped b
 		if listed == "" {
 			listed = "none of " + r.ID
 		}
-		o.warn(field, "version %s of %s is not one the status of %s lists (%s): kpack would not find it there, and buildsmith looks for it "+
-			"in spec.store and spec.sources, where the builder waits for it", r.Version, r.ID, id.path(), listed)
+		o.warn(field, "version %s of %s is not one the status of %s lists (%s): kpack would not find it there; buildsmith takes it from "+
+			"whichever of spec.store and spec.sources holds it, and the builder stalls (BuildpackNotFound) if none does", r.Version, r.ID, id.path(), listed)
 	}
 	u.version = r.Version
 	switch {

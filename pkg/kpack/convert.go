@@ -305,7 +305,11 @@ func (c *converter) warnUnconvertedRefs() {
 			field string
 			id    objectID
 		}
-		refs := []ref{{"spec.store", objectID{"ClusterStore", "", spec.Store.Name}}, {"spec.stack", objectID{"ClusterStack", "", spec.Stack.Name}}}
+		var refs []ref
+		if spec.Store.Name != "" {
+			refs = append(refs, ref{"spec.store", objectID{"ClusterStore", "", spec.Store.Name}})
+		}
+		refs = append(refs, ref{"spec.stack", objectID{"ClusterStack", "", spec.Stack.Name}})
 		if spec.Lifecycle != nil {
 			refs = append(refs, ref{"spec.lifecycle", objectID{"ClusterLifecycle", "", spec.Lifecycle.Name}})
 		}

@@ -487,7 +487,7 @@ spec:
 `),
 		warnings: []string{
 			"Builder/apps/pinned: spec.order[0].group[0]: version 9.9.9 of paketo-buildpacks/java is not one the status of Buildpack/apps/java lists (8.9.0): " +
-				"kpack would not find it there, and buildsmith looks for it in spec.store and spec.sources, where the builder waits for it",
+				"kpack would not find it there; buildsmith takes it from whichever of spec.store and spec.sources holds it, and the builder stalls (BuildpackNotFound) if none does",
 			"Builder/apps/pinned: spec.order[0].group[0]: Buildpack/apps/java replaced by buildpack id paketo-buildpacks/java, " +
 				"which buildsmith looks up in spec.store and spec.sources; spec.sources names Buildpack java",
 			"Builder/apps/pinned: spec.order[0].group[1]: Buildpack/apps/java replaced by buildpack id paketo-buildpacks/jvm, " +

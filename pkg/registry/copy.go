@@ -34,13 +34,18 @@ func (a Access) Copy(ctx context.Context, src name.Digest, dst name.Tag) error {
 // moved. A run image's index names an image per platform (and an
 // attestation manifest each, as BuildKit writes them), a few layers each.
 const (
-	// maxCopyManifests bounds the manifests of one copy, at all levels.
+	// maxCopyManifests bounds the manifests an index names, at all levels.
 	maxCopyManifests = 128
 	// maxCopyDepth bounds its nesting: an index, an index it names, their
 	// images.
 	maxCopyDepth = 3
-	// maxCopyLayers bounds the layers of each image copied.
-	maxCopyLayers = 256
+	// maxCopyLayers bounds the layers of each image copied, and
+	// maxCopyAllLayers those of all of them.
+	maxCopyLayers    = 256
+	maxCopyAllLayers = 1024
+	// maxCopyManifestBytes bounds the manifests read and held, together
+	// (each is bounded by the client's manifest limit already).
+	maxCopyManifestBytes = 8 << 20
 )
 
 // ReasonImageTooLarge: what Copy was asked to copy names more manifests,
@@ -118,14 +123,14 @@ func resolveChildren(index v1.ImageIndex, budget *copyBudget, depth int) (*resol
 	return out, nil
 }
 
-// copyBudget is what is left of a copy's bounds.
+// copyBudget is what a copy has taken so far.
 type copyBudget struct {
-	src       name.Digest
-	manifests int
+	src                           name.Digest
+	manifests, layers, manifestsB int
 }
 
 // index counts an index at depth (1: the one asked for) and the manifests
-// it names, before any is read.
+// it names, before any of them is read.
 func (b *copyBudget) index(index v1.ImageIndex, depth int) error {
 	m, err := index.IndexManifest()
 	if err != nil {
@@ -134,14 +139,19 @@ func (b *copyBudget) index(index v1.ImageIndex, depth int) error {
 	if depth >= maxCopyDepth {
 		return b.tooLarge("nests indexes %d deep, more than the %d a copy takes", depth, maxCopyDepth-1)
 	}
-	if b.manifests += 1 + len(m.Manifests); b.manifests > maxCopyManifests {
-		return b.tooLarge("names %d manifests or more, more than the %d a copy takes", b.manifests, maxCopyManifests)
+	if b.manifests += len(m.Manifests); b.manifests > maxCopyManifests {
+		return b.tooLarge("names %d manifests, more than the %d a copy takes", b.manifests, maxCopyManifests)
 	}
-	return nil
+	size, err := index.Size()
+	if err != nil {
+		return err
+	}
+	return b.manifestBytes(size)
 }
 
-// image refuses an image of more layers than a copy takes (its manifest is
-// read now rather than by the push).
+// image refuses an image of more layers than a copy takes, or that takes
+// the copy past its bounds (its manifest is read now rather than by the
+// push).
 func (b *copyBudget) image(img v1.Image) error {
 	m, err := img.Manifest()
 	if err != nil {
@@ -149,6 +159,20 @@ func (b *copyBudget) image(img v1.Image) error {
 	}
 	if len(m.Layers) > maxCopyLayers {
 		return b.tooLarge("has an image of %d layers, more than the %d a copy takes", len(m.Layers), maxCopyLayers)
+	}
+	if b.layers += len(m.Layers); b.layers > maxCopyAllLayers {
+		return b.tooLarge("has images of %d layers together, more than the %d a copy takes", b.layers, maxCopyAllLayers)
+	}
+	size, err := img.Size()
+	if err != nil {
+		return err
+	}
+	return b.manifestBytes(size)
+}
+
+func (b *copyBudget) manifestBytes(size int64) error {
+	if b.manifestsB += int(size); b.manifestsB > maxCopyManifestBytes {
+		return b.tooLarge("has manifests of %d bytes together, more than the %d a copy takes", b.manifestsB, maxCopyManifestBytes)
 	}
 	return nil
 }

@@ -122,22 +122,35 @@ func TestCopyBounded(t *testing.T) {
 		return mutate.IndexAddendum{Add: withPlatform(t, small, fmt.Sprintf("arch%d", i), ""),
 			Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: fmt.Sprintf("arch%d", i)}}}
 	}
-	wide := indexOf(maxCopyManifests, platformImage) // with itself, one more than a copy takes
+	wide := indexOf(maxCopyManifests+1, platformImage)
 	deep := indexOf(1, func(int) mutate.IndexAddendum {
 		return mutate.IndexAddendum{Add: indexOf(1, func(int) mutate.IndexAddendum {
 			return mutate.IndexAddendum{Add: indexOf(1, platformImage)}
 		})}
 	})
 	thick, _ := random.Image(1, maxCopyLayers+1)
+	thickChild := indexOf(1, func(int) mutate.IndexAddendum { return mutate.IndexAddendum{Add: thick} })
+	layered, _ := random.Image(1, maxCopyLayers)
+	layers := indexOf(maxCopyAllLayers/maxCopyLayers+1, func(i int) mutate.IndexAddendum {
+		return mutate.IndexAddendum{Add: withPlatform(t, layered, fmt.Sprintf("arch%d", i), "")}
+	})
+	heavy := indexOf(3, func(i int) mutate.IndexAddendum { // manifests of 3 MiB each
+		annotated := mutate.Annotations(withPlatform(t, small, fmt.Sprintf("arch%d", i), ""),
+			map[string]string{"note": strings.Repeat("x", 3<<20)}).(v1.Image)
+		return mutate.IndexAddendum{Add: annotated}
+	})
 	c := newTestClient(t, Options{})
 	for _, tc := range []struct {
 		name     string
 		artifact remote.Taggable
 		message  string
 	}{
-		{"an index of too many manifests", wide, "names 129 manifests or more, more than the 128 a copy takes"},
+		{"an index of too many manifests", wide, "names 129 manifests, more than the 128 a copy takes"},
 		{"indexes nested too deep", deep, "nests indexes 3 deep, more than the 2 a copy takes"},
 		{"an image of too many layers", thick, "has an image of 257 layers, more than the 256 a copy takes"},
+		{"an index of an image of too many layers", thickChild, "has an image of 257 layers, more than the 256 a copy takes"},
+		{"images of too many layers together", layers, "has images of 1280 layers together, more than the 1024 a copy takes"},
+		{"manifests of too many bytes together", heavy, "bytes together, more than the 8388608 a copy takes"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ref := src.Ref("stacks/run:" + strings.ReplaceAll(tc.name, " ", "-"))
@@ -161,6 +174,11 @@ func TestCopyBounded(t *testing.T) {
 			}
 			if n := src.Count(http.MethodPut, "/builders/go/") + src.Count(http.MethodPost, "/builders/go/"); n != 0 {
 				t.Errorf("%d writes before the refusal: %q", n, src.Requests())
+			}
+			if tc.artifact == wide {
+				if n := src.Count(http.MethodGet, "/stacks/run/manifests/"); n != 1 {
+					t.Errorf("%d manifests read, want the index alone (refused before its manifests are read): %q", n, src.Requests())
+				}
 			}
 		})
 	}

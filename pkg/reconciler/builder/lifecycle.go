@@ -133,5 +133,5 @@ func (s *LifecycleSource) Image(ctx context.Context, reg registry.Access) (clust
 		}
 		s.mu.Unlock()
 	}
-	return clusterlifecycle.Image{Ref: img.Ref, Platforms: img.Platforms}, nil
+	return clusterlifecycle.Image{Ref: img.Ref, Platforms: cnb.DistinctPlatforms(img.Platforms)}, nil
 }

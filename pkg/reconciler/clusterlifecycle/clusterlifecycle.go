@@ -47,11 +47,11 @@ func (r *Reconciler) reconcile(ctx context.Context, lc *v1alpha1.ClusterLifecycl
 	if err != nil {
 		return err
 	}
-	// Each platform's lifecycle is read and checked.
-	if err := cnb.CheckIndexPlatforms(img.Ref.String(), cnb.PlatformsOfV1(img.Platforms)); err != nil {
+	// Each platform's lifecycle is read and checked, once.
+	if err := cnb.CheckIndexPlatforms(img.Ref.String(), img.Platforms); err != nil {
 		return err
 	}
-	image := Image{Ref: img.Ref, Platforms: img.Platforms}
+	image := Image{Ref: img.Ref, Platforms: cnb.DistinctPlatforms(img.Platforms)}
 	var first PlatformLifecycle
 	for i, p := range image.Platforms {
 		l, err := image.For(ctx, reg, p)

@@ -13,6 +13,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/types"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -67,6 +68,23 @@ func TestTable(t *testing.T) {
 		t.Fatal(err)
 	}
 	manyDigest, _ := many.Digest()
+	// linux/arm64 named again and again (as aarch64 too): read and recorded once.
+	arm, err := sampleimages.LifecycleIndex(map[string]string{"linux/arm64": binary}, "0.21.0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	armManifest, _ := arm.IndexManifest()
+	armImage, _ := arm.Image(armManifest.Manifests[0].Digest)
+	repeated := mutate.IndexMediaType(empty.Index, types.OCIImageIndex)
+	for i := range 3 * cnb.MaxIndexPlatforms {
+		arch := map[bool]string{true: "arm64", false: "aarch64"}[i%2 == 0]
+		repeated = mutate.AppendManifests(repeated, mutate.IndexAddendum{Add: armImage,
+			Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: arch, OSVersion: fmt.Sprint(i)}}})
+	}
+	if err := remote.WriteIndex(f.Ref("lifecycle:repeated"), repeated); err != nil {
+		t.Fatal(err)
+	}
+	repeatedDigest, _ := repeated.Digest()
 	tooMany := fmt.Sprintf("%s/lifecycle@%s is an index of 33 platforms, more than the 32 an index may have here", f.Addr, manyDigest)
 	notDigest, _ := f.PushImage("not-a-lifecycle:1", nil).Digest()
 	f.Inject("", "/lifecycle-503/manifests/", -1, registrytest.Answer(503, nil, ""))
@@ -128,6 +146,13 @@ func TestTable(t *testing.T) {
 			s.MarkStalled(cnb.ReasonInvalidLifecycleImage, notLifecycle)
 		})}},
 		WantEvents: []string{pkgtesting.Eventf(corev1.EventTypeWarning, cnb.ReasonInvalidLifecycleImage, "%s", notLifecycle)},
+	}, {
+		Name:              "ready: an index naming one platform many times, read and recorded once",
+		Key:               "lifecycle",
+		Objects:           []runtime.Object{lifecycle("lifecycle:repeated", nil)},
+		WantErr:           true,
+		WantStatusUpdates: []clientgotesting.UpdateActionImpl{{Object: lifecycle("lifecycle:repeated", ready("lifecycle:repeated", repeatedDigest.String(), arm64))}},
+		WantEvents:        []string{pkgtesting.Eventf(corev1.EventTypeNormal, "Ready", "ClusterLifecycle is Ready")},
 	}, {
 		Name:    "permanent: an index of more platforms than may be read",
 		Key:     "lifecycle",

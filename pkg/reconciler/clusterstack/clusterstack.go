@@ -74,8 +74,11 @@ func (r *Reconciler) reconcile(ctx context.Context, stack *v1alpha1.ClusterStack
 		indexes = indexes || len(run.Platforms) > 1
 	}
 	// Each platform is read and checked, and recorded in status.
-	for _, part := range parts {
-		if err := cnb.CheckIndexPlatforms("the "+part.Name, part.Platforms); err != nil {
+	if err := cnb.CheckIndexPlatforms("the build image", build.Platforms); err != nil {
+		return err
+	}
+	for i, run := range runs {
+		if err := cnb.CheckIndexPlatforms("the "+runImageName(i, sources[i]), run.Platforms); err != nil {
 			return err
 		}
 	}

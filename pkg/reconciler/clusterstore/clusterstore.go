@@ -7,7 +7,6 @@ import (
 	"fmt"
 
 	"github.com/google/go-containerregistry/pkg/name"
-	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"golang.org/x/sync/errgroup"
 	pkgreconciler "knative.dev/pkg/reconciler"
 
@@ -103,7 +102,7 @@ func ReadPackage(ctx context.Context, reg registry.Access, ref name.Reference) (
 		}
 		return pkg, err
 	}
-	platforms := distinctPlatforms(img.Platforms)
+	platforms := cnb.DistinctPlatforms(img.Platforms)
 	if len(platforms) > cnb.MaxIndexPlatforms { // a tenant's Buildpack names the image
 		return cnb.Package{}, failure.Permanentf(cnb.ReasonTooManyPlatforms, "%s is an index of %d platforms, more than the %d a buildpackage may have",
 			ref, len(platforms), cnb.MaxIndexPlatforms)
@@ -123,18 +122,4 @@ func ReadPackage(ctx context.Context, reg registry.Access, ref name.Reference) (
 		extensions[i] = cnb.PlatformBuildpacks{Platform: cnb.PlatformOf(p), Buildpacks: pkg.Extensions}
 	}
 	return cnb.Package{Buildpacks: cnb.IndexBuildpacks(buildpacks), Extensions: cnb.IndexBuildpacks(extensions)}, nil
-}
-
-// distinctPlatforms drops the platforms an index names again: the same
-// platform reads the same image.
-func distinctPlatforms(platforms []v1.Platform) []v1.Platform {
-	seen := map[string]bool{}
-	var out []v1.Platform
-	for _, p := range platforms {
-		if key := cnb.PlatformOf(p).String(); !seen[key] {
-			seen[key] = true
-			out = append(out, p)
-		}
-	}
-	return out
 }

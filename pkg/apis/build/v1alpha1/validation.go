@@ -167,8 +167,11 @@ func (b *ClusterBuilder) Validate(context.Context) *apis.FieldError {
 func (s *BuilderSpec) validate(namespaced bool) *apis.FieldError {
 	errs := validateTag(s.Tag)
 	errs = errs.Also(validateRef(s.Stack.Kind, "ClusterStack", s.Stack.Name).ViaField("stack"))
-	if s.Store.Name != "" || len(s.Sources) == 0 {
+	switch {
+	case s.Store.Name != "":
 		errs = errs.Also(validateRef(s.Store.Kind, "ClusterStore", s.Store.Name).ViaField("store"))
+	case len(s.Sources) == 0:
+		errs = errs.Also(apis.ErrGeneric("a builder needs a store or sources", "store", "sources"))
 	}
 	errs = errs.Also(s.validateSources(namespaced))
 	if s.Lifecycle != nil {

@@ -147,7 +147,7 @@ func TestValidate(t *testing.T) {
 		{
 			name: "builder without a store or sources",
 			obj:  builder(func(s *NamespacedBuilderSpec) { s.Store = StoreRef{} }),
-			want: []string{"missing field(s): spec.store.name"},
+			want: []string{"a builder needs a store or sources: spec.sources, spec.store"},
 		},
 		{
 			name: "cluster builder naming a Buildpack, and a Buildpack twice",
@@ -257,7 +257,8 @@ func TestValidate(t *testing.T) {
 			name: "empty builder spec",
 			obj:  &Builder{},
 			want: []string{
-				"missing field(s): spec.order, spec.stack.name, spec.store.name, spec.tag",
+				"a builder needs a store or sources: spec.sources, spec.store",
+				"missing field(s): spec.order, spec.stack.name, spec.tag",
 			},
 		},
 		{
