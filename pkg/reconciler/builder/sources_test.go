@@ -2,6 +2,7 @@ package builder
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -194,9 +195,22 @@ func TestBuilderWatchesItsBuildpack(t *testing.T) {
 		bp.Status.ObservedGeneration = generation
 		return bp
 	}
+	for _, storeless := range []bool{false, true} {
+		t.Run(fmt.Sprintf("storeless=%v", storeless), func(t *testing.T) {
+			watchesItsBuildpack(t, x, lifecycle, buildpack, storeless)
+		})
+	}
+}
+
+// watchesItsBuildpack is TestBuilderWatchesItsBuildpack for a builder with
+// a store, or with none (storeless).
+func watchesItsBuildpack(t *testing.T, x *fixture, lifecycle string, buildpack func(string, int64) *v1alpha1.Buildpack, storeless bool) {
 	b := x.builder(func(b *v1alpha1.Builder) {
 		b.Spec.Sources = []v1alpha1.SourceRef{{Kind: "Buildpack", Name: "php"}}
 		b.Spec.Order = []v1alpha1.OrderEntry{{Group: []v1alpha1.BuildpackRef{{ID: "example/php"}}}}
+		if storeless {
+			b.Spec.Store = v1alpha1.StoreRef{}
+		}
 	})
 	ctx, clients := rt.Setup(t, b, x.stack, x.store, buildpack("apps", 4),
 		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default", Namespace: "apps"}})
