@@ -49,10 +49,25 @@ func (r *Reconciler) reconcile(ctx context.Context, stack *v1alpha1.ClusterStack
 	if err != nil {
 		return err
 	}
-	// Every run image forms the stack with the build image, under one id:
-	// the spec's, or, for a stack without one, the first its images carry
-	// (which every other image carrying one must then carry too).
-	id := spec.ID
+	s, err := stackOf(spec.ID, build, runs, sources)
+	if err != nil {
+		return err
+	}
+	platforms, sboms, err := platformsOf(ctx, reg, first, build, runs, sources, s)
+	if err != nil {
+		return err
+	}
+
+	record(stack, s, platforms, build, runs, sources, sboms)
+	stack.Status.BuildImage.Image = buildSource.Named
+	stack.Status.ChosenTags = chosen.Status()
+	return nil
+}
+
+// stackOf reads the stack the build image forms with every run image,
+// under one id: the spec's (id), or, for a stack without one, the first its
+// images carry (which every other image carrying one must then carry too).
+func stackOf(id string, build *registry.Image, runs []*registry.Image, sources []v1alpha1.RunImageSource) (*cnb.Stack, error) {
 	for _, run := range runs {
 		id = cmp.Or(id, build.Config.Config.Labels[cnb.LabelStackID], run.Config.Config.Labels[cnb.LabelStackID])
 	}
@@ -60,49 +75,51 @@ func (r *Reconciler) reconcile(ctx context.Context, stack *v1alpha1.ClusterStack
 	for i, run := range runs {
 		pair, err := cnb.ReadStack(id, build.Config, run.Config)
 		if err != nil {
-			return runImageError(i, sources[i], err)
+			return nil, runImageError(i, sources[i], err)
 		}
 		if s == nil {
 			s = pair
 		}
 	}
-	platforms := []cnb.Platform{first}
+	return s, nil
+}
+
+// platformsOf are the stack's platforms (first alone, unless its images
+// are indexes: then every platform all have, each checked as a stack that
+// agrees with s) and the SBOMs its images carry.
+func platformsOf(ctx context.Context, reg registry.Access, first cnb.Platform, build *registry.Image, runs []*registry.Image,
+	sources []v1alpha1.RunImageSource, s *cnb.Stack) ([]cnb.Platform, *stackSBOMs, error) {
+	// Each platform is read and checked, and recorded in status.
+	if err := cnb.CheckIndexPlatforms("the build image", build.Platforms); err != nil {
+		return nil, nil, err
+	}
 	parts := []cnb.PlatformPart{{Name: "build image", Platforms: cnb.PlatformsOfV1(build.Platforms)}}
 	indexes := len(build.Platforms) > 1
 	for i, run := range runs {
+		if err := cnb.CheckIndexPlatforms("the "+runImageName(i, sources[i]), run.Platforms); err != nil {
+			return nil, nil, err
+		}
 		parts = append(parts, cnb.PlatformPart{Name: runImageName(i, sources[i]), Platforms: cnb.PlatformsOfV1(run.Platforms)})
 		indexes = indexes || len(run.Platforms) > 1
 	}
-	// Each platform is read and checked, and recorded in status.
-	if err := cnb.CheckIndexPlatforms("the build image", build.Platforms); err != nil {
-		return err
-	}
-	for i, run := range runs {
-		if err := cnb.CheckIndexPlatforms("the "+runImageName(i, sources[i]), run.Platforms); err != nil {
-			return err
-		}
-	}
 	sboms := newStackSBOMs(len(runs))
-	if indexes {
-		// Indexes: every platform all have is a stack of its own, checked
-		// as the first was; builders need them to agree on the user.
-		if platforms, err = cnb.SelectPlatforms(nil, parts); err != nil {
-			return err
-		}
-		if err := checkPlatforms(ctx, reg, platforms, build, runs, sources, s, sboms); err != nil {
-			return err
-		}
-	} else {
+	if !indexes {
 		sboms.add(-1, build)
 		for i, run := range runs {
 			sboms.add(i, run)
 		}
+		return []cnb.Platform{first}, sboms, nil
 	}
-
-	record(stack, s, platforms, build, runs, sources, sboms)
-	stack.Status.BuildImage.Image = buildSource.Named
-	stack.Status.ChosenTags = chosen.Status()
-	return nil
+	// Indexes: every platform all have is a stack of its own, checked as
+	// the first was; builders need them to agree on the user.
+	platforms, err := cnb.SelectPlatforms(nil, parts)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := checkPlatforms(ctx, reg, platforms, build, runs, sources, s, sboms); err != nil {
+		return nil, nil, err
+	}
+	return platforms, sboms, nil
 }
 
 // readBuildImage reads the build image first: when a run image is an
