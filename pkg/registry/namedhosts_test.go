@@ -134,10 +134,12 @@ func TestHostsPerTenantBounded(t *testing.T) {
 // when their circuit closes (the waiters woken), and when nobody renews
 // them for WaitExpiry (an object deleted, or handed to another replica,
 // while it waited); and a registry that answered again is forgotten once
-// its closure has expired.
+// its closure has expired. On the fake clock: the probes, the expiry and
+// the forgetting are the circuits' timers, not the test's waits.
 func TestTenantWaitsEnd(t *testing.T) {
 	first, second, third := registrytest.New(t), registrytest.New(t), registrytest.New(t)
-	c := newTestClient(t, Options{Circuits: CircuitOptions{HostsPerTenant: 1, WaitExpiry: 2 * time.Second}})
+	opts := CircuitOptions{HostsPerTenant: 1, WaitExpiry: 2 * time.Second}
+	c, ft := newFakeTimeClient(t, Options{Circuits: opts})
 	ctx := context.Background()
 	fail := func(f *registrytest.Registry) {
 		t.Helper()
@@ -159,39 +161,40 @@ func TestTenantWaitsEnd(t *testing.T) {
 	checkWaitIndex(t, c.Circuits())
 
 	first.Up()
+	ft.advance(2 * time.Second) // its probe, every second at most, finds it answering
 	select {
 	case <-woken:
-	case <-time.After(5 * time.Second):
+	default:
 		t.Fatal("a/1 not woken when its registry answered")
 	}
+	fail(second) // its circuit open still, or again (nobody waited on it)
 	if got := c.Circuits().Wait(second.Addr, "team/app", Waiter{Tenant: "a", Key: "a/2"}, func() {}); got != Waiting {
 		t.Errorf("a/2 on %s after a/1's circuit closed: %v, want %v", second.Addr, got, Waiting)
 	}
 	checkWaitIndex(t, c.Circuits())
 
 	// a/2 is never renewed: after WaitExpiry it no longer counts, and
-	// another object of the tenant may wait elsewhere.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		fail(third) // its circuit open again: nobody waited on it meanwhile
-		got := c.Circuits().Wait(third.Addr, "team/app", Waiter{Tenant: "a", Key: "a/3"}, func() {})
-		if got == Waiting {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("a/3 on %s: %v 10 s on; a/2's wait, never renewed, still counts", third.Addr, got)
-		}
-		time.Sleep(100 * time.Millisecond)
+	// another object of the tenant may wait elsewhere; before, it does.
+	if !c.Circuits().remembers(first.Addr) {
+		t.Errorf("%s forgotten right after it answered", first.Addr)
+	}
+	ft.advance(opts.WaitExpiry / 2)
+	fail(third)
+	if got := c.Circuits().Wait(third.Addr, "team/app", Waiter{Tenant: "a", Key: "a/3"}, func() {}); got != TenantLimit {
+		t.Errorf("a/3 on %s while a/2 waits: %v, want %v", third.Addr, got, TenantLimit)
+	}
+	ft.advance(opts.WaitExpiry/2 + 2*time.Second)
+	fail(third) // its circuit open still, or again
+	if got := c.Circuits().Wait(third.Addr, "team/app", Waiter{Tenant: "a", Key: "a/3"}, func() {}); got != Waiting {
+		t.Errorf("a/3 on %s: %v; a/2's wait, never renewed for %v, still counts", third.Addr, got, opts.WaitExpiry+2*time.Second)
 	}
 	checkWaitIndex(t, c.Circuits())
 
-	// The registry that answered is forgotten once its closure expired.
-	deadline = time.Now().Add(20 * time.Second)
-	for c.Circuits().remembers(first.Addr) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s still remembered 20 s after it answered", first.Addr)
-		}
-		time.Sleep(200 * time.Millisecond)
+	// The registry that answered is forgotten once its closure expired
+	// (a probe interval, and the flap window).
+	ft.advance(flapWindow + 2*time.Second)
+	if c.Circuits().remembers(first.Addr) {
+		t.Errorf("%s still remembered %v after it answered", first.Addr, flapWindow+2*time.Second)
 	}
 }
 

@@ -150,7 +150,8 @@ func TestRepositoryOf(t *testing.T) {
 func TestWithMaxHoldWait(t *testing.T) {
 	f := registrytest.New(t)
 	f.Push("team/app:1")
-	c := newTestClient(t, Options{})
+	clock := testingclock.NewFakeClock(time.Now())
+	c := newTestClient(t, Options{Clock: clock})
 	f.Inject("", "/team/app/manifests/1", 1, registrytest.Answer(429, map[string]string{"Retry-After": "1"}, ""))
 
 	before := f.Requests()
@@ -164,9 +165,27 @@ func TestWithMaxHoldWait(t *testing.T) {
 	}
 
 	f.Inject("", "/team/app/manifests/1", 1, registrytest.Answer(429, map[string]string{"Retry-After": "1"}, ""))
-	time.Sleep(time.Second) // the first hold is over
-	if _, err := c.As(nil).Resolve(context.Background(), f.Ref("team/app:1")); err != nil {
-		t.Errorf("a call that may wait: %v", err)
+	clock.Step(time.Second) // the first hold is over
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.As(nil).Resolve(context.Background(), f.Ref("team/app:1"))
+		done <- err
+	}()
+	// The call waits the second hold out on the clock, which moves on
+	// while it waits.
+	for waited := time.Duration(0); ; waited += 100 * time.Millisecond {
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("a call that may wait: %v", err)
+			}
+			return
+		case <-time.After(10 * time.Millisecond):
+		}
+		if waited > time.Minute {
+			t.Fatal("a call that may wait still waits a minute on, past the registry's Retry-After of 1s")
+		}
+		clock.Step(100 * time.Millisecond)
 	}
 }
 
