@@ -157,17 +157,7 @@ func (b Builder) stackPackage(id, ref string) spdxPackage {
 // modulePackage is the package of a buildpack or extension: its layer's
 // digest is its checksum.
 func modulePackage(id string, m module) spdxPackage {
-	license := noAssertion
-	if len(m.Licenses) > 0 {
-		parts := make([]string, len(m.Licenses))
-		for i, l := range m.Licenses {
-			parts[i] = l
-			if len(m.Licenses) > 1 && strings.ContainsAny(l, " ") {
-				parts[i] = "(" + l + ")" // "A OR B" keeps its meaning beside another
-			}
-		}
-		license = strings.Join(parts, " AND ")
-	}
+	license := declaredLicense(m.Licenses)
 	pkg := spdxPackage{
 		SPDXID: id, Name: m.ID, VersionInfo: m.Version, DownloadLocation: noAssertion, Homepage: homepage(m.Homepage),
 		SourceInfo:       "from " + m.Source,

@@ -83,6 +83,9 @@ func ReadPackage(storeImage string, config *v1.ConfigFile, manifest *v1.Manifest
 			return Package{}, err
 		}
 	}
+	if err := addLicenses(storeImage, config, &p); err != nil {
+		return Package{}, err
+	}
 	return p, nil
 }
 
@@ -211,19 +214,23 @@ func MergeExtensions(sources ...[]v1alpha1.StoreBuildpack) ([]v1alpha1.StoreBuil
 }
 
 func merge(kind string, sources [][]v1alpha1.StoreBuildpack) ([]v1alpha1.StoreBuildpack, error) {
-	seen := map[string]v1alpha1.StoreBuildpack{}
+	seen := map[string]int{} // id@version → index in out
 	var out []v1alpha1.StoreBuildpack
 	for _, buildpacks := range sources {
 		for _, bp := range buildpacks {
 			key := bp.ID + "@" + bp.Version
-			if prev, ok := seen[key]; ok {
-				if prev.DiffID != bp.DiffID {
+			if i, ok := seen[key]; ok {
+				if prev := &out[i]; prev.DiffID != bp.DiffID {
 					return nil, failure.Permanentf(ReasonDuplicateBuildpack,
 						"%s %s is in %s and in %s with different contents", kind, key, prev.StoreImage.Image, bp.StoreImage.Image)
+				} else if len(prev.Licenses) == 0 {
+					// The same layer: one source's labels may name its
+					// licenses where another's do not (a builder's do).
+					prev.Licenses = bp.Licenses
 				}
 				continue
 			}
-			seen[key] = bp
+			seen[key] = len(out)
 			out = append(out, bp)
 		}
 	}

@@ -2,6 +2,7 @@ package cnb
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -109,6 +110,14 @@ func TestMergeBuildpacks(t *testing.T) {
 	want := []v1alpha1.StoreBuildpack{bp("a", "10", "z", "two"), bp("a", "2", "y", "one"), bp("b", "1", "x", "one")}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("MergeBuildpacks() (-want +got):\n%s", diff)
+	}
+
+	// The same layer, its licenses named by the second source's labels
+	// alone (a builder's): the first copy, with them.
+	licensed := withLicenses(bp("a", "2", "y", "two"), "MIT", "")
+	if got, err := MergeBuildpacks(first, []v1alpha1.StoreBuildpack{licensed}); err != nil || got[0].StoreImage.Image != "one" ||
+		!slices.Equal(got[0].Licenses, licensed.Licenses) {
+		t.Errorf("MergeBuildpacks of a licensed copy: %+v, %v", got, err)
 	}
 
 	_, err = MergeBuildpacks(first, []v1alpha1.StoreBuildpack{bp("b", "1", "other", "two")})
@@ -238,6 +247,32 @@ func TestReadPackage(t *testing.T) {
 			wantErr: storeImage + " has neither a io.buildpacks.buildpack.layers nor a io.buildpacks.extension.layers label: not a buildpackage or extension package"},
 		{name: "an extension without api", labels: map[string]string{LabelExtensionLayers: `{"example/curl": {"1.0.0": {"layerDiffID": "` + b + `"}}}`},
 			wantErr: storeImage + ": extension example/curl@1.0.0 has no api"},
+		// Licenses, as pack copies them from buildpack.toml into labels.
+		{name: "a package's own licenses", labels: map[string]string{LabelBuildpackLayers: bps,
+			LabelBuildpackageMetadata: `{"id": "example/go", "version": "1.0.0", "homepage": "h", "stacks": [{"id": "*"}],
+				"licenses": [{"type": "Apache-2.0"}, {"uri": "https://example.com/l"}]}`},
+			want: Package{Buildpacks: []v1alpha1.StoreBuildpack{withLicenses(goBP, "Apache-2.0", "https://example.com/l")}}},
+		{name: "an extension package's own licenses", labels: map[string]string{LabelExtensionLayers: exts,
+			LabelBuildpackageMetadata: `{"id": "example/curl", "version": "1.0.0", "licenses": [{"type": "MIT"}]}`},
+			want: Package{Extensions: []v1alpha1.StoreBuildpack{withLicenses(curl, "MIT", "")}}},
+		{name: "a package's licenses of another module", labels: map[string]string{LabelBuildpackLayers: bps,
+			LabelBuildpackageMetadata: `{"id": "example/meta", "version": "1.0.0", "licenses": [{"type": "MIT"}]}`},
+			want: Package{Buildpacks: []v1alpha1.StoreBuildpack{goBP}}},
+		{name: "a builder's licenses of each module", labels: map[string]string{LabelBuildpackLayers: bps, LabelExtensionLayers: exts,
+			LabelBuilderMetadata: `{"description": "d", "buildpacks": [{"id": "example/go", "version": "1.0.0", "licenses": [{"type": "BSD-3-Clause"}]},
+				{"id": "example/go", "version": "2.0.0", "licenses": [{"type": "MIT"}]}],
+				"extensions": [{"id": "example/curl", "version": "1.0.0", "licenses": [{"type": "curl"}]}], "stack": {"runImage": {"image": "r"}}}`},
+			want: Package{Buildpacks: []v1alpha1.StoreBuildpack{withLicenses(goBP, "BSD-3-Clause", "")},
+				Extensions: []v1alpha1.StoreBuildpack{withLicenses(curl, "curl", "")}}},
+		{name: "licenses of no shape", labels: map[string]string{LabelBuildpackLayers: bps,
+			LabelBuildpackageMetadata: `{"id": "example/go", "version": "1.0.0", "licenses": "MIT"}`},
+			wantErr: storeImage + ": label io.buildpacks.buildpackage.metadata: not valid JSON of the expected shape: json: cannot unmarshal string into Go struct field moduleLicenses.licenses of type []v1alpha1.BuildpackLicense"},
+		{name: "too many licenses", labels: map[string]string{LabelBuildpackLayers: bps,
+			LabelBuildpackageMetadata: `{"id": "example/go", "version": "1.0.0", "licenses": [` + strings.Repeat(`{"type": "MIT"},`, MaxModuleLicenses) + `{"type": "MIT"}]}`},
+			wantErr: storeImage + ": label io.buildpacks.buildpackage.metadata gives example/go@1.0.0 17 licenses, more than 16"},
+		{name: "a license too long", labels: map[string]string{LabelBuildpackLayers: bps,
+			LabelBuilderMetadata: `{"buildpacks": [{"id": "example/go", "version": "1.0.0", "licenses": [{"uri": "` + strings.Repeat("x", 1025) + `"}]}]}`},
+			wantErr: storeImage + ": label io.buildpacks.builder.metadata gives example/go@1.0.0 a license longer than 1024 bytes"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			config, manifest := buildpackage("")
@@ -265,6 +300,17 @@ func TestReadPackage(t *testing.T) {
 		StoreImage: v1alpha1.ImageSource{Image: "elsewhere"}}}); err == nil || !strings.HasPrefix(err.Error(), "extension example/curl@1.0.0 is in") {
 		t.Errorf("MergeExtensions of two different example/curl@1.0.0: %v", err)
 	}
+}
+
+// withLicenses is bp with a license of typ and uri.
+func withLicenses(bp v1alpha1.StoreBuildpack, typ, uri string) v1alpha1.StoreBuildpack {
+	if typ != "" {
+		bp.Licenses = append(bp.Licenses, v1alpha1.BuildpackLicense{Type: typ})
+	}
+	if uri != "" {
+		bp.Licenses = append(bp.Licenses, v1alpha1.BuildpackLicense{URI: uri})
+	}
+	return bp
 }
 
 func TestCheckStoreSize(t *testing.T) {

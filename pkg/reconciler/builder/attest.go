@@ -186,8 +186,14 @@ func (r *Core) attested(obj object, in *inputs, next *v1alpha1.BuilderStatus) at
 }
 
 func moduleOf(bp v1alpha1.StoreBuildpack, system bool) attest.Module {
-	return attest.Module{ID: bp.ID, Version: bp.Version, Homepage: bp.Homepage, Layer: bp.Digest, DiffID: bp.DiffID,
+	m := attest.Module{ID: bp.ID, Version: bp.Version, Homepage: bp.Homepage, Layer: bp.Digest, DiffID: bp.DiffID,
 		Source: bp.StoreImage.Image, System: system}
+	for _, l := range bp.Licenses {
+		// A license given by its address alone has no expression to
+		// declare: the SBOM does not assert the module's licenses then.
+		m.Licenses = append(m.Licenses, l.Type)
+	}
+	return m
 }
 
 // systemIDs are the id@version of system buildpacks.

@@ -1,9 +1,11 @@
 package builder
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"io"
 	"slices"
 	"testing"
 	"time"
@@ -97,24 +99,26 @@ func TestBuilderAttested(t *testing.T) {
 			anew.Status.Attestations, anew.Status.AttestedDocuments, got.Status.AttestedDocuments)
 	}
 
-	// No keys: the SBOM alone, unsigned.
+	// No keys: the SBOM alone, unsigned. It declares the licenses the
+	// store found in its packages' labels.
+	for i := range x.store.Status.Buildpacks {
+		x.store.Status.Buildpacks[i].Licenses = []v1alpha1.BuildpackLicense{{Type: "Apache-2.0"}, {Type: "MIT OR ISC", URI: "https://example.com/l"}}
+	}
 	unsigned := x.builder(func(b *v1alpha1.Builder) { b.Name, b.Spec.Tag = "plain", x.f.Addr+"/builders/plain:latest" })
 	plain, events, err, _, _ := x.runWith(t, cfg, unsigned, lifecycle)
 	rt.Check(t, plain, err, events, ready)
-	if a := plain.Status.Attestations; len(a) != 1 || a[0].PredicateType != attest.SPDXPredicateType || a[0].SigningSecret != "" {
-		t.Errorf("status.attestations of a builder without keys: %+v", a)
+	a := plain.Status.Attestations
+	if len(a) != 1 || a[0].PredicateType != attest.SPDXPredicateType || a[0].SigningSecret != "" {
+		t.Fatalf("status.attestations of a builder without keys: %+v", a)
+	}
+	if sbom := referrerLayer(t, a[0].Referrer); !bytes.Contains(sbom, []byte(`"name":"example/go","versionInfo":"1.1.0"`)) ||
+		!bytes.Contains(sbom, []byte(`"licenseDeclared":"Apache-2.0 AND (MIT OR ISC)"`)) {
+		t.Errorf("the SBOM does not declare example/go's licenses: %s", sbom)
 	}
 }
 
-type inTotoStatement struct {
-	PredicateType string `json:"predicateType"`
-	Subject       []struct {
-		Digest map[string]string `json:"digest"`
-	} `json:"subject"`
-}
-
-// bundledStatement is the statement in the bundle of referrer.
-func bundledStatement(t *testing.T, referrer string) inTotoStatement {
+// referrerLayer is the content of the one layer of referrer.
+func referrerLayer(t *testing.T, referrer string) []byte {
 	t.Helper()
 	ref, err := name.NewDigest(referrer)
 	if err != nil {
@@ -130,12 +134,29 @@ func bundledStatement(t *testing.T, referrer string) inTotoStatement {
 	}
 	rc, _ := layers[0].Compressed()
 	defer rc.Close()
+	b, err := io.ReadAll(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+type inTotoStatement struct {
+	PredicateType string `json:"predicateType"`
+	Subject       []struct {
+		Digest map[string]string `json:"digest"`
+	} `json:"subject"`
+}
+
+// bundledStatement is the statement in the bundle of referrer.
+func bundledStatement(t *testing.T, referrer string) inTotoStatement {
+	t.Helper()
 	var b struct {
 		DSSEEnvelope struct {
 			Payload string `json:"payload"`
 		} `json:"dsseEnvelope"`
 	}
-	if err := json.NewDecoder(rc).Decode(&b); err != nil {
+	if err := json.Unmarshal(referrerLayer(t, referrer), &b); err != nil {
 		t.Fatal(err)
 	}
 	payload, _ := base64.StdEncoding.DecodeString(b.DSSEEnvelope.Payload)

@@ -6,6 +6,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -41,6 +42,13 @@ func TestReconcile(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.Write("ext/curl:1", curl)
+	// pack copies buildpack.toml's licenses into this label.
+	licensed, err := registrytest.Buildpackage(registrytest.Buildpack{ID: "example/java", Version: "3.0.0", API: "0.10"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Write("bp/java:1", withLabel(t, licensed, cnb.LabelBuildpackageMetadata,
+		`{"id":"example/java","version":"3.0.0","homepage":"https://example.com","licenses":[{"type":"Apache-2.0"},{"uri":"https://example.com/eula"}]}`))
 
 	previous := []v1alpha1.StoreBuildpack{{ID: "example/old", Version: "0.1.0", DiffID: "sha256:1", Digest: "sha256:2"}}
 	tests := []struct {
@@ -73,6 +81,17 @@ func TestReconcile(t *testing.T) {
 			}
 			if diff := cmp.Diff(both[:1], bps[1].Platforms); diff != "" {
 				t.Errorf("platforms of a plain image's buildpack (-want +got):\n%s", diff)
+			}
+		},
+	}, {
+		name:           "the licenses a package's label declares",
+		sources:        []string{"bp/java:1", "bp/node:1"},
+		want:           rt.Outcome{Ready: corev1.ConditionTrue, Requeue: rt.Resync, MinDelay: 8 * time.Minute, MaxDelay: 12 * time.Minute, EventReasons: []string{"Ready"}},
+		wantBuildpacks: []string{"example/java@3.0.0", "example/node@2.0.0"},
+		validate: func(t *testing.T, bps []v1alpha1.StoreBuildpack) {
+			want := []v1alpha1.BuildpackLicense{{Type: "Apache-2.0"}, {URI: "https://example.com/eula"}}
+			if diff := cmp.Diff(want, bps[0].Licenses); diff != "" || bps[1].Licenses != nil {
+				t.Errorf("licenses of example/java (-want +got):\n%s; of example/node: %v", diff, bps[1].Licenses)
 			}
 		},
 	}, {
@@ -203,4 +222,20 @@ func TestFailureKeepsTheNewestStatus(t *testing.T) {
 	if diff := cmp.Diff(newest.Status.Buildpacks, got.Status.Buildpacks); diff != "" {
 		t.Errorf("buildpacks of the newest status not kept (-newest +got):\n%s", diff)
 	}
+}
+
+// withLabel is img with the label set.
+func withLabel(t *testing.T, img v1.Image, label, value string) v1.Image {
+	t.Helper()
+	cf, err := img.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := cf.Config.DeepCopy()
+	cfg.Labels[label] = value
+	out, err := mutate.Config(img, *cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
 }

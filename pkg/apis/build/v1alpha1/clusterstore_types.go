@@ -62,6 +62,13 @@ type StoreBuildpack struct {
 	Version string `json:"version"`
 	// +optional
 	Homepage string `json:"homepage,omitempty"`
+	// Licenses are those buildpack.toml declares, as the package's labels
+	// carry them (pack copies them into io.buildpacks.buildpackage.metadata
+	// for a package's own module and into io.buildpacks.builder.metadata
+	// for each module of a builder); none when the labels do not say.
+	// +optional
+	// +listType=atomic
+	Licenses []BuildpackLicense `json:"licenses,omitempty"`
 	// API is the buildpack API version the buildpack implements.
 	// +optional
 	API string `json:"api,omitempty"`
@@ -85,6 +92,15 @@ type StoreBuildpack struct {
 	// that platform's image.
 	// +optional
 	Platforms []Platform `json:"platforms,omitempty"`
+}
+
+// BuildpackLicense is one [[buildpack.licenses]] entry of buildpack.toml:
+// an SPDX license expression, or the address of a license that has none.
+type BuildpackLicense struct {
+	// +optional
+	Type string `json:"type,omitempty"`
+	// +optional
+	URI string `json:"uri,omitempty"`
 }
 
 // ClusterStoreList is a list of ClusterStores.
