@@ -98,6 +98,9 @@ func (r *Core) resolveInputs(ctx context.Context, obj object, spec *v1alpha1.Bui
 	// Before any push: a builder whose signatures its status could not
 	// hold is refused whole, not pushed unsigned.
 	in.signing = formatsOf(spec.Signing)
+	if spec.Signing != nil && len(in.keys) == 0 {
+		return nil, noSigningKeys(account)
+	}
 	if err := checkSignatures(plannedImages(in.tag, len(in.builds)), in.keys, in.signing); err != nil {
 		return nil, err
 	}

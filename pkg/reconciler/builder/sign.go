@@ -156,6 +156,24 @@ var maxSignatures = MaxSignatures
 // more signatures than its status holds.
 const ReasonTooManySignatures = "TooManySignatures"
 
+// ReasonNoSigningKeys: spec.signing asks for signatures, and the builder's
+// ServiceAccount holds no cosign key to make them with.
+const ReasonNoSigningKeys = "NoSigningKeys"
+
+// noSigningKeys is the error of a builder whose spec.signing asks for
+// signatures it has no key for: refused before the push rather than pushed
+// unsigned, which is what spec.signing says the team does not want. A
+// Secret added to the ServiceAccount wakes the builder (both are tracked).
+func noSigningKeys(account *v1alpha1.ServiceAccountRef) error {
+	if account == nil {
+		return failure.Permanentf(ReasonNoSigningKeys,
+			"spec.signing asks for signed images, and the builder names no ServiceAccount (spec.serviceAccountRef) whose Secrets hold cosign keys: name one, or remove spec.signing to push unsigned")
+	}
+	return failure.Permanentf(ReasonNoSigningKeys,
+		"spec.signing asks for signed images, and ServiceAccount %s/%s lists no Secret holding a cosign key (%s): add one (cosign generate-key-pair k8s://%s/NAME), or remove spec.signing to push unsigned",
+		account.Namespace, account.Name, cosign.SecretKey, account.Namespace)
+}
+
 // plannedImages are the images a builder of builds platforms pushed to tag
 // is signed as (see sign): the tag's, and each platform's of an index. Their
 // digests are not known before the push, but their length is.

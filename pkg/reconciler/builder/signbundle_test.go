@@ -183,6 +183,37 @@ func TestDockerMediaTypesKey(t *testing.T) {
 	}
 }
 
+// TestSigningWithoutKeys: a builder whose spec.signing asks for
+// signatures and whose ServiceAccount holds no cosign key stalls before it
+// is pushed, saying so; the key added, it is pushed signed.
+func TestSigningWithoutKeys(t *testing.T) {
+	x := newFixture(t)
+	lifecycle := x.f.Addr + "/lifecycle:0.21.0"
+	private, _ := cosigntest.KeyPair(t, "pass")
+	cfg := x.config()
+	b := x.builder(func(b *v1alpha1.Builder) {
+		b.Spec.ServiceAccountName = "signer"
+		b.Spec.Signing = &v1alpha1.Signing{Format: v1alpha1.SignatureFormatBundle}
+	})
+	keyless := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: "signer"}}
+	stalled, events, err, _, _ := x.runWith(t, cfg, b, lifecycle, keyless)
+	rt.Check(t, stalled, err, events, rt.Outcome{Ready: corev1.ConditionFalse, Reason: ReasonNoSigningKeys, Stalled: true,
+		Requeue: rt.NoRequeue, EventReasons: []string{ReasonNoSigningKeys},
+		MessageContains: "spec.signing asks for signed images, and ServiceAccount apps/signer lists no Secret holding a cosign key (cosign.key)"})
+	if n := x.f.Count("PUT", "/builders/go/"); n != 0 {
+		t.Errorf("a builder that cannot be signed was pushed: %v", x.f.Requests())
+	}
+
+	signer := keyless.DeepCopy()
+	signer.Secrets = []corev1.ObjectReference{{Name: "key"}}
+	got, events, err, _, _ := x.runWith(t, cfg, stalled, lifecycle, signer, cosigntest.Secret("apps", "key", private, "pass"))
+	rt.Check(t, got, err, events, rt.Outcome{Ready: corev1.ConditionTrue, Requeue: rt.Resync, MinDelay: 8 * time.Minute, MaxDelay: 12 * time.Minute,
+		EventReasons: []string{"Ready"}})
+	if len(got.Status.Signatures) != 1 || got.Status.Signatures[0].Format != v1alpha1.SignatureFormatBundle {
+		t.Errorf("signatures %+v, want one bundle", got.Status.Signatures)
+	}
+}
+
 // TestSignedAgainWhenPushedAgain: a builder pushed again at the same digest
 // (its tag moved away, and its repository lost the signature meanwhile) is
 // signed again: what status recorded is not taken for what the registry
