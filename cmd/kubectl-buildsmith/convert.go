@@ -18,7 +18,8 @@ CustomBuilder, CustomClusterBuilder; kpack.io/v1alpha1 and v1alpha2
 ClusterStore, ClusterStack, Builder, ClusterBuilder, Buildpack,
 ClusterBuildpack) and writes the buildsmith manifests to stdout. Other
 documents are copied unchanged. A Buildpack stays a Buildpack, a
-ClusterBuildpack becomes a ClusterStore of its one image, and the builders
+ClusterBuildpack becomes a ClusterStore of its one image named
+NAME-clusterbuildpack (never a ClusterStore's own name), and the builders
 that name them draw from them in spec.sources; a builder without a store
 draws from them alone (one that draws from none is left out). Include the
 objects' status (kubectl

@@ -13,7 +13,8 @@ import (
 )
 
 // clusterBuildpackSuffix makes the name of a ClusterBuildpack's ClusterStore
-// when its own is taken (clusterStoreName).
+// (clusterStoreName): never the ClusterBuildpack's own, which a ClusterStore
+// converted from another input, or already in the cluster, may have.
 const clusterBuildpackSuffix = "-clusterbuildpack"
 
 // buildpack is a Buildpack or ClusterBuildpack of the input: a buildpackage
@@ -52,8 +53,6 @@ func (c *converter) reserveStoreNames(objects []*object) {
 					c.storeNames[name] = true
 				}
 			}
-		case o.role == toClusterBuildpack:
-			c.clusterBuildpackNames[o.name] = true
 		}
 	}
 	for _, o := range objects {
@@ -64,23 +63,22 @@ func (c *converter) reserveStoreNames(objects []*object) {
 }
 
 // clusterStoreName is the name of the ClusterStore a ClusterBuildpack
-// becomes: its own, unless a ClusterStore of the input has it or a builder
-// of the input names a store of it; then <name>-clusterbuildpack, or, if
-// that is taken too (by such a store, another ClusterBuildpack, or a
-// ClusterStore named so far), <name>-clusterbuildpack-2, -3…. Those of the
-// input's ClusterBuildpacks are named first, in the order of the input; one
-// a builder names that is not in the input gets the name converting it with
+// becomes: <name>-clusterbuildpack, so that converting ClusterBuildpacks
+// and ClusterStores in separate batches (or beside the cluster's) never
+// makes two ClusterStores of one name, the second overwriting the first
+// when applied; if a ClusterStore of the input, a store a builder of the
+// input names or another ClusterBuildpack's ClusterStore named so far has
+// that name, <name>-clusterbuildpack-2, -3…. Those of the input's
+// ClusterBuildpacks are named first, in the order of the input; one a
+// builder names that is not in the input gets the name converting it with
 // this input would give it.
 func (c *converter) clusterStoreName(clusterBuildpack string) string {
 	if storeName, ok := c.clusterBuildpackStores[clusterBuildpack]; ok {
 		return storeName
 	}
-	storeName := clusterBuildpack
-	if c.storeNames[storeName] {
-		storeName = clusterBuildpack + clusterBuildpackSuffix
-		for i := 2; c.storeNames[storeName] || c.clusterBuildpackNames[storeName]; i++ {
-			storeName = fmt.Sprintf("%s%s-%d", clusterBuildpack, clusterBuildpackSuffix, i)
-		}
+	storeName := clusterBuildpack + clusterBuildpackSuffix
+	for i := 2; c.storeNames[storeName]; i++ {
+		storeName = fmt.Sprintf("%s%s-%d", clusterBuildpack, clusterBuildpackSuffix, i)
 	}
 	c.clusterBuildpackStores[clusterBuildpack] = storeName
 	c.storeNames[storeName] = true
@@ -108,8 +106,9 @@ func (c *converter) convertBuildpack(o *object) {
 		if meta.Name != "" {
 			store.Name = c.clusterStoreName(meta.Name)
 		}
-		if store.Name != meta.Name {
-			o.warn("metadata.name", "a ClusterStore of the input has this name, or a builder of the input names a store of it: becomes ClusterStore %s", store.Name)
+		if store.Name != meta.Name+clusterBuildpackSuffix {
+			o.warn("metadata.name", "a ClusterStore of the input, or a store a builder of the input names, has the name %s%s: becomes ClusterStore %s",
+				meta.Name, clusterBuildpackSuffix, store.Name)
 		}
 		bp.source = v1alpha1.SourceRef{Kind: "ClusterStore", Name: store.Name}
 		converted = store

@@ -20,14 +20,14 @@
 // separate documents. Every object of the input is read: what is not one
 // is an error, never skipped.
 //
-// A ClusterBuildpack's ClusterStore has its name, unless a ClusterStore of
-// the input has it or a builder of the input names a store of it (kpack
-// lets a ClusterStore and a ClusterBuildpack share a name; here they would
-// be one object). It is then <name>-clusterbuildpack, or, while that is
-// taken too (by such a store or another ClusterBuildpack), the same with
-// -2, -3… appended; a warning on the ClusterBuildpack gives the name. So a
-// ClusterStore of the input keeps its name, and a builder keeps the store
-// it names.
+// A ClusterBuildpack's ClusterStore is named <name>-clusterbuildpack,
+// whatever the input: kpack lets a ClusterStore and a ClusterBuildpack
+// share a name, and here they would be one object, the ClusterStore of one
+// batch overwritten by the ClusterBuildpack of another when both are
+// applied. While that name is taken in the input (by a ClusterStore, a
+// store a builder names, or another ClusterBuildpack's), -2, -3… is
+// appended, and a warning on the ClusterBuildpack gives the name. So a
+// ClusterStore keeps its name, and a builder keeps the store it names.
 //
 // kpack's builders may refer to buildpacks by object (kind Buildpack or
 // ClusterBuildpack and a name); buildsmith's builders by id, from their
@@ -146,7 +146,6 @@ func Convert(in io.Reader) (out []byte, warnings []Warning, err error) {
 	}
 	c := &converter{
 		storeNames:             map[string]bool{},
-		clusterBuildpackNames:  map[string]bool{},
 		clusterBuildpackStores: map[string]string{},
 		buildpacks:             map[objectID]*buildpack{},
 		lifecycles:             map[string]bool{},
@@ -214,13 +213,11 @@ type converter struct {
 	outputs  []*output
 	warnings []Warning
 	// storeNames are the names of ClusterStores: the input's, those its
-	// builders name, and those made of ClusterBuildpacks or generated
+	// builders name, and those made of ClusterBuildpacks
 	// (reserveStoreNames).
 	storeNames map[string]bool
-	// clusterBuildpackNames are the names of the input's ClusterBuildpacks;
-	// clusterBuildpackStores the name of each one's ClusterStore
-	// (clusterStoreName).
-	clusterBuildpackNames  map[string]bool
+	// clusterBuildpackStores is the name of each ClusterBuildpack's
+	// ClusterStore (clusterStoreName).
 	clusterBuildpackStores map[string]string
 	// buildpacks are the Buildpacks and ClusterBuildpacks of the input,
 	// by kind, namespace and name, and in the order of the input.

@@ -217,7 +217,7 @@ spec:
 // one image.
 const wantNodeStore = `apiVersion: buildsmith.dev/v1alpha1
 kind: ClusterStore
-metadata: {name: nodejs}
+metadata: {name: nodejs-clusterbuildpack}
 spec:
   sources:
   - image: gcr.io/paketo-buildpacks/nodejs:1.2.3
@@ -233,7 +233,7 @@ spec:
 
 const wantNodeStore1 = `apiVersion: buildsmith.dev/v1alpha1
 kind: ClusterStore
-metadata: {name: nodejs-1}
+metadata: {name: nodejs-1-clusterbuildpack}
 spec:
   sources:
   - image: gcr.io/paketo-buildpacks/nodejs:1.0.0
@@ -367,7 +367,7 @@ spec:
   store: {kind: ClusterStore, name: sample-cluster-store}
   sources:
   - {kind: Buildpack, name: java}
-  - {kind: ClusterStore, name: nodejs}
+  - {kind: ClusterStore, name: nodejs-clusterbuildpack}
   additionalLabels: {custom-label: custom-value}
   order:
   - group:
@@ -381,7 +381,7 @@ spec:
 			"Builder/apps/my-builder: spec.order[1].group[0]: Buildpack/apps/java replaced by buildpack id paketo-buildpacks/java, version 8.9.0 (both from its status), " +
 				"which buildsmith looks up in spec.store and spec.sources; spec.sources names Buildpack java",
 			"Builder/apps/my-builder: spec.order[1].group[1]: ClusterBuildpack/nodejs replaced by buildpack id paketo-buildpacks/nodejs, " +
-				"which buildsmith looks up in spec.store and spec.sources; spec.sources names ClusterStore nodejs",
+				"which buildsmith looks up in spec.store and spec.sources; spec.sources names ClusterStore nodejs-clusterbuildpack",
 		},
 	}, {
 		name: "a builder without a store draws from what its order names: a ClusterBuildpack's ClusterStore, and a Buildpack kpack would find an id in",
@@ -407,7 +407,7 @@ spec:
   tag: gcr.io/sample/storeless
   stack: {kind: ClusterStack, name: base}
   sources:
-  - {kind: ClusterStore, name: nodejs}
+  - {kind: ClusterStore, name: nodejs-clusterbuildpack}
   - {kind: Buildpack, name: java}
   order:
   - group:
@@ -418,7 +418,7 @@ spec:
 `),
 		warnings: []string{
 			"Builder/apps/storeless: spec.order[0].group[0]: ClusterBuildpack/nodejs replaced by buildpack id paketo-buildpacks/nodejs, " +
-				"which buildsmith looks up in spec.store and spec.sources; spec.sources names ClusterStore nodejs",
+				"which buildsmith looks up in spec.store and spec.sources; spec.sources names ClusterStore nodejs-clusterbuildpack",
 			floating("Builder/apps/storeless: spec.order[0].group[0]", "the input holds no status of ClusterBuildpack/nodejs listing its buildpacks",
 				"paketo-buildpacks/nodejs", "ClusterBuildpack/nodejs"),
 			"Builder/apps/storeless: spec.order[1].group[0]: buildpack paketo-buildpacks/jvm: kpack finds it in Buildpack/apps/java; spec.sources names Buildpack java",
@@ -446,14 +446,14 @@ spec:
   tag: gcr.io/sample/node
   stack: {kind: ClusterStack, name: base}
   sources:
-  - {kind: ClusterStore, name: nodejs}
+  - {kind: ClusterStore, name: nodejs-clusterbuildpack}
   order:
   - group:
     - id: paketo-buildpacks/nodejs
 `),
 		warnings: []string{
 			"ClusterBuilder/node: spec.order[0].group[0]: ClusterBuildpack/nodejs replaced by buildpack id paketo-buildpacks/nodejs, " +
-				"which buildsmith looks up in spec.store and spec.sources; spec.sources names ClusterStore nodejs",
+				"which buildsmith looks up in spec.store and spec.sources; spec.sources names ClusterStore nodejs-clusterbuildpack",
 		},
 	}, {
 		name: "an explicit version the status of the object named does not list is warned of",
@@ -703,7 +703,7 @@ spec:
 `),
 		want: `apiVersion: buildsmith.dev/v1alpha1
 kind: ClusterStore
-metadata: {name: builder-image}
+metadata: {name: builder-image-clusterbuildpack}
 spec:
   sources:
   - image: index.docker.io/paketobuildpacks/builder-jammy-base
@@ -715,7 +715,7 @@ spec:
   tag: gcr.io/sample/uses-broken
   stack: {kind: ClusterStack, name: base}
   sources:
-  - {kind: ClusterStore, name: broken}
+  - {kind: ClusterStore, name: broken-clusterbuildpack}
   order:
   - group:
     - id: example/broken
@@ -724,8 +724,8 @@ spec:
 			"omitted: ClusterBuildpack/broken: spec.image: not converted: could not parse reference: gcr.io/UPPER/case",
 			"omitted: ClusterBuilder/several: spec.order[0].group[0]: not converted: the entry has no id and the status of ClusterBuildpack/builder-image lists several root buildpacks (paketo-buildpacks/go, paketo-buildpacks/java), so its buildpack cannot be known offline; give the entry an id, or add the ClusterBuildpack with its status (kubectl get -o yaml) to the input",
 			"ClusterBuilder/uses-broken: spec.order[0].group[0]: ClusterBuildpack/broken replaced by buildpack id example/broken, " +
-				"which buildsmith looks up in spec.store and spec.sources; spec.sources names ClusterStore broken",
-			"ClusterBuilder/uses-broken: spec.sources[0]: ClusterBuildpack/broken of the input, which becomes ClusterStore/broken, is not in the output (see its warning): " +
+				"which buildsmith looks up in spec.store and spec.sources; spec.sources names ClusterStore broken-clusterbuildpack",
+			"ClusterBuilder/uses-broken: spec.sources[0]: ClusterBuildpack/broken of the input, which becomes ClusterStore/broken-clusterbuildpack, is not in the output (see its warning): " +
 				"this builder waits for a ClusterStore of that name applied otherwise",
 		},
 	}, {
@@ -787,7 +787,7 @@ spec:
   store: {kind: ClusterStore, name: elsewhere}
   sources:
   - {kind: Buildpack, name: ruby}
-  - {kind: ClusterStore, name: java}
+  - {kind: ClusterStore, name: java-clusterbuildpack}
   order:
   - group:
     - id: paketo-buildpacks/ruby
@@ -798,7 +798,7 @@ spec:
 				"which buildsmith looks up in spec.store and spec.sources; spec.sources names Buildpack ruby: convert it too, or the builder waits for it",
 			floating("Builder/apps/b: spec.order[0].group[0]", "Buildpack/apps/ruby is not in the input", "paketo-buildpacks/ruby", "Buildpack/apps/ruby"),
 			"Builder/apps/b: spec.order[0].group[1]: ClusterBuildpack/java is not in the input: replaced by buildpack id paketo-buildpacks/java, " +
-				"which buildsmith looks up in spec.store and spec.sources; spec.sources names ClusterStore java, the ClusterStore it becomes: convert it too, or the builder waits for it",
+				"which buildsmith looks up in spec.store and spec.sources; spec.sources names ClusterStore java-clusterbuildpack, the ClusterStore it becomes: convert it too, or the builder waits for it",
 			floating("Builder/apps/b: spec.order[0].group[1]", "ClusterBuildpack/java is not in the input", "paketo-buildpacks/java", "ClusterBuildpack/java"),
 		},
 	}, {
@@ -824,14 +824,14 @@ spec:
   stack: {kind: ClusterStack, name: base}
   store: {kind: ClusterStore, name: elsewhere}
   sources:
-  - {kind: ClusterStore, name: nodejs}
+  - {kind: ClusterStore, name: nodejs-clusterbuildpack}
   order:
   - group:
     - id: paketo-buildpacks/nodejs
 `),
 		warnings: []string{
 			"Builder/apps/b: spec.order[0].group[0]: ClusterBuildpack/nodejs replaced by buildpack id paketo-buildpacks/nodejs, " +
-				"which buildsmith looks up in spec.store and spec.sources; spec.sources names ClusterStore nodejs",
+				"which buildsmith looks up in spec.store and spec.sources; spec.sources names ClusterStore nodejs-clusterbuildpack",
 			floating("Builder/apps/b: spec.order[0].group[0]", "the input holds no status of ClusterBuildpack/nodejs listing its buildpacks", "paketo-buildpacks/nodejs", "ClusterBuildpack/nodejs"),
 		},
 	}, {
@@ -861,7 +861,7 @@ spec:
 apiVersion: buildsmith.dev/v1alpha1
 kind: ClusterStore
 metadata:
-  name: go
+  name: go-clusterbuildpack
   labels: {team: platform}
 spec:
   serviceAccountRef: {name: reader, namespace: kpack}
@@ -876,14 +876,14 @@ spec:
   stack: {kind: ClusterStack, name: base}
   store: {kind: ClusterStore, name: sample-store}
   sources:
-  - {kind: ClusterStore, name: go}
+  - {kind: ClusterStore, name: go-clusterbuildpack}
   order:
   - group:
     - {id: paketo-buildpacks/go, version: 4.13.2}
 `),
 		warnings: []string{
 			"ClusterBuilder/go: spec.order[0].group[0]: ClusterBuildpack/go replaced by buildpack id paketo-buildpacks/go, " +
-				"which buildsmith looks up in spec.store and spec.sources; spec.sources names ClusterStore go",
+				"which buildsmith looks up in spec.store and spec.sources; spec.sources names ClusterStore go-clusterbuildpack",
 		},
 	}, {
 		name: "a ClusterBuilder naming a Buildpack is left out; one whose id kpack would find in a Buildpack does not draw from it",
@@ -962,7 +962,7 @@ spec:
   stack: {kind: ClusterStack, name: base}
   store: {kind: ClusterStore, name: s}
   sources:
-  - {kind: ClusterStore, name: nodejs}
+  - {kind: ClusterStore, name: nodejs-clusterbuildpack}
   order:
   - group:
     - id: paketo-buildpacks/nodejs
@@ -977,19 +977,19 @@ spec:
   stack: {kind: ClusterStack, name: base}
   store: {kind: ClusterStore, name: s}
   sources:
-  - {kind: ClusterStore, name: nodejs}
+  - {kind: ClusterStore, name: nodejs-clusterbuildpack}
   order:
   - group:
     - id: paketo-buildpacks/nodejs
 `),
 		warnings: []string{
 			"Builder/team-a/a: spec.order[0].group[0]: ClusterBuildpack/nodejs replaced by buildpack id paketo-buildpacks/nodejs, " +
-				"which buildsmith looks up in spec.store and spec.sources; spec.sources names ClusterStore nodejs",
+				"which buildsmith looks up in spec.store and spec.sources; spec.sources names ClusterStore nodejs-clusterbuildpack",
 			floating("Builder/team-a/a: spec.order[0].group[0]", "the input holds no status of ClusterBuildpack/nodejs listing its buildpacks", "paketo-buildpacks/nodejs", "ClusterBuildpack/nodejs"),
 			"Builder/team-a/a: spec.order[1].group[0]: ClusterBuildpack/nodejs replaced by buildpack id paketo-buildpacks/nodejs, " +
-				"which buildsmith looks up in spec.store and spec.sources; spec.sources names ClusterStore nodejs",
+				"which buildsmith looks up in spec.store and spec.sources; spec.sources names ClusterStore nodejs-clusterbuildpack",
 			"ClusterBuilder/b: spec.order[0].group[0]: ClusterBuildpack/nodejs replaced by buildpack id paketo-buildpacks/nodejs, " +
-				"which buildsmith looks up in spec.store and spec.sources; spec.sources names ClusterStore nodejs",
+				"which buildsmith looks up in spec.store and spec.sources; spec.sources names ClusterStore nodejs-clusterbuildpack",
 			floating("ClusterBuilder/b: spec.order[0].group[0]", "the input holds no status of ClusterBuildpack/nodejs listing its buildpacks", "paketo-buildpacks/nodejs", "ClusterBuildpack/nodejs"),
 		},
 	}, {
@@ -1070,7 +1070,7 @@ spec:
 				"this builder waits for a Buildpack of that name applied otherwise",
 		},
 	}, {
-		name: "a ClusterBuildpack named as a ClusterStore of the input is renamed",
+		name: "a ClusterBuildpack and a ClusterStore of one name are two ClusterStores",
 		in: docs(clusterStore, strings.Replace(nodeClusterBuildpack, "name: nodejs", "name: sample-cluster-store", 1), `
 apiVersion: kpack.io/v1alpha2
 kind: ClusterBuilder
@@ -1083,7 +1083,7 @@ spec:
   - group:
     - {name: sample-cluster-store, kind: ClusterBuildpack, id: paketo-buildpacks/nodejs}
 `),
-		want: docs(wantClusterStore, strings.Replace(wantNodeStore, "name: nodejs", "name: sample-cluster-store-clusterbuildpack", 1), `
+		want: docs(wantClusterStore, strings.Replace(wantNodeStore, "name: nodejs-", "name: sample-cluster-store-", 1), `
 apiVersion: buildsmith.dev/v1alpha1
 kind: ClusterBuilder
 metadata: {name: b}
@@ -1098,57 +1098,54 @@ spec:
     - id: paketo-buildpacks/nodejs
 `),
 		warnings: []string{
-			"ClusterBuildpack/sample-cluster-store: metadata.name: a ClusterStore of the input has this name, or a builder of the input names a store of it: " +
-				"becomes ClusterStore sample-cluster-store-clusterbuildpack",
 			"ClusterBuilder/b: spec.order[0].group[0]: ClusterBuildpack/sample-cluster-store replaced by buildpack id paketo-buildpacks/nodejs, " +
 				"which buildsmith looks up in spec.store and spec.sources; spec.sources names ClusterStore sample-cluster-store-clusterbuildpack",
 			floating("ClusterBuilder/b: spec.order[0].group[0]", "the input holds no status of ClusterBuildpack/sample-cluster-store listing its buildpacks",
 				"paketo-buildpacks/nodejs", "ClusterBuildpack/sample-cluster-store"),
 		},
 	}, {
-		name: "a ClusterBuildpack named as a store a builder names is renamed, past the names of other ClusterBuildpacks",
+		// Converted alone, nodejs would become a ClusterStore of another
+		// name than the one a ClusterStore of a separate batch has.
+		name: "a ClusterBuildpack converted apart from the ClusterStores gets the same name",
+		in:   nodeClusterBuildpack,
+		want: wantNodeStore,
+	}, {
+		name: "a ClusterBuildpack whose ClusterStore's name a store a builder names has is renamed, past the names of other ClusterStores",
 		in: docs(strings.Replace(nodeClusterBuildpack, "name: nodejs", "name: default", 1),
-			strings.Replace(nodeClusterBuildpack, "name: nodejs", "name: default-clusterbuildpack", 1), `
+			strings.Replace(clusterStore, "name: sample-cluster-store", "name: default-clusterbuildpack-2", 1), `
 apiVersion: kpack.io/v1alpha2
 kind: Builder
 metadata: {name: b, namespace: apps}
 spec:
   tag: gcr.io/sample/b
   stack: {name: base, kind: ClusterStack}
-  store: {name: default, kind: ClusterStore}
+  store: {name: default-clusterbuildpack, kind: ClusterStore}
   order:
   - group:
     - {name: default, kind: ClusterBuildpack, id: paketo-buildpacks/nodejs}
-    - {name: default-clusterbuildpack, kind: ClusterBuildpack, id: paketo-buildpacks/npm}
 `),
-		want: docs(strings.Replace(wantNodeStore, "name: nodejs", "name: default-clusterbuildpack-2", 1),
-			strings.Replace(wantNodeStore, "name: nodejs", "name: default-clusterbuildpack", 1), `
+		want: docs(strings.Replace(wantNodeStore, "name: nodejs-clusterbuildpack", "name: default-clusterbuildpack-3", 1),
+			strings.Replace(wantClusterStore, "name: sample-cluster-store", "name: default-clusterbuildpack-2", 1), `
 apiVersion: buildsmith.dev/v1alpha1
 kind: Builder
 metadata: {name: b, namespace: apps}
 spec:
   tag: gcr.io/sample/b
   stack: {kind: ClusterStack, name: base}
-  store: {kind: ClusterStore, name: default}
+  store: {kind: ClusterStore, name: default-clusterbuildpack}
   sources:
-  - {kind: ClusterStore, name: default-clusterbuildpack-2}
-  - {kind: ClusterStore, name: default-clusterbuildpack}
+  - {kind: ClusterStore, name: default-clusterbuildpack-3}
   order:
   - group:
     - id: paketo-buildpacks/nodejs
-    - id: paketo-buildpacks/npm
 `),
 		warnings: []string{
-			"ClusterBuildpack/default: metadata.name: a ClusterStore of the input has this name, or a builder of the input names a store of it: " +
-				"becomes ClusterStore default-clusterbuildpack-2",
+			"ClusterBuildpack/default: metadata.name: a ClusterStore of the input, or a store a builder of the input names, has the name default-clusterbuildpack: " +
+				"becomes ClusterStore default-clusterbuildpack-3",
 			"Builder/apps/b: spec.order[0].group[0]: ClusterBuildpack/default replaced by buildpack id paketo-buildpacks/nodejs, " +
-				"which buildsmith looks up in spec.store and spec.sources; spec.sources names ClusterStore default-clusterbuildpack-2",
+				"which buildsmith looks up in spec.store and spec.sources; spec.sources names ClusterStore default-clusterbuildpack-3",
 			floating("Builder/apps/b: spec.order[0].group[0]", "the input holds no status of ClusterBuildpack/default listing its buildpacks",
 				"paketo-buildpacks/nodejs", "ClusterBuildpack/default"),
-			"Builder/apps/b: spec.order[0].group[1]: ClusterBuildpack/default-clusterbuildpack replaced by buildpack id paketo-buildpacks/npm, " +
-				"which buildsmith looks up in spec.store and spec.sources; spec.sources names ClusterStore default-clusterbuildpack",
-			floating("Builder/apps/b: spec.order[0].group[1]", "the input holds no status of ClusterBuildpack/default-clusterbuildpack listing its buildpacks",
-				"paketo-buildpacks/npm", "ClusterBuildpack/default-clusterbuildpack"),
 		},
 	}, {
 		name: "an entry naming a ClusterBuildpack without a version is pinned to the version its status lists, not the store's higher one",
@@ -1177,7 +1174,7 @@ spec:
   stack: {kind: ClusterStack, name: base}
   store: {kind: ClusterStore, name: default}
   sources:
-  - {kind: ClusterStore, name: nodejs-1}
+  - {kind: ClusterStore, name: nodejs-1-clusterbuildpack}
   order:
   - group:
     - {id: paketo-buildpacks/nodejs, version: 1.0.0}
@@ -1188,13 +1185,13 @@ spec:
 `),
 		warnings: []string{
 			"Builder/apps/web: spec.order[0].group[0]: ClusterBuildpack/nodejs-1 replaced by buildpack id paketo-buildpacks/nodejs, version 1.0.0 " +
-				"(the version from its status), which buildsmith looks up in spec.store and spec.sources; spec.sources names ClusterStore nodejs-1",
+				"(the version from its status), which buildsmith looks up in spec.store and spec.sources; spec.sources names ClusterStore nodejs-1-clusterbuildpack",
 			"Builder/apps/web: spec.order[1].group[0]: ClusterBuildpack/nodejs-1 replaced by buildpack id paketo-buildpacks/nodejs, version 1.0.0 " +
-				"(both from its status), which buildsmith looks up in spec.store and spec.sources; spec.sources names ClusterStore nodejs-1",
+				"(both from its status), which buildsmith looks up in spec.store and spec.sources; spec.sources names ClusterStore nodejs-1-clusterbuildpack",
 			// The highest of the versions the status lists, as semantic
 			// versions: 1.10.0 over 1.9.0.
 			"Builder/apps/web: spec.order[2].group[0]: ClusterBuildpack/nodejs-1 replaced by buildpack id paketo-buildpacks/node-engine, version 1.10.0 " +
-				"(the version from its status), which buildsmith looks up in spec.store and spec.sources; spec.sources names ClusterStore nodejs-1",
+				"(the version from its status), which buildsmith looks up in spec.store and spec.sources; spec.sources names ClusterStore nodejs-1-clusterbuildpack",
 		},
 	}, {
 		name: "an entry naming a ClusterBuildpack whose status does not tell its version keeps the id alone, and says the version floats",
@@ -1224,7 +1221,7 @@ spec:
 		want: docs(wantDefaultStoreNode2, strings.Replace(wantNodeStore, "name: nodejs", "name: nodejs-1", 1), `
 apiVersion: buildsmith.dev/v1alpha1
 kind: ClusterStore
-metadata: {name: other}
+metadata: {name: other-clusterbuildpack}
 spec:
   sources:
   - image: gcr.io/example/other:1.0.0
@@ -1237,8 +1234,8 @@ spec:
   stack: {kind: ClusterStack, name: base}
   store: {kind: ClusterStore, name: default}
   sources:
-  - {kind: ClusterStore, name: nodejs-1}
-  - {kind: ClusterStore, name: other}
+  - {kind: ClusterStore, name: nodejs-1-clusterbuildpack}
+  - {kind: ClusterStore, name: other-clusterbuildpack}
   order:
   - group:
     - id: paketo-buildpacks/nodejs
@@ -1247,11 +1244,11 @@ spec:
 `),
 		warnings: []string{
 			"Builder/apps/web: spec.order[0].group[0]: ClusterBuildpack/nodejs-1 replaced by buildpack id paketo-buildpacks/nodejs, " +
-				"which buildsmith looks up in spec.store and spec.sources; spec.sources names ClusterStore nodejs-1",
+				"which buildsmith looks up in spec.store and spec.sources; spec.sources names ClusterStore nodejs-1-clusterbuildpack",
 			floating("Builder/apps/web: spec.order[0].group[0]", "the input holds no status of ClusterBuildpack/nodejs-1 listing its buildpacks",
 				"paketo-buildpacks/nodejs", "ClusterBuildpack/nodejs-1"),
 			"Builder/apps/web: spec.order[1].group[0]: ClusterBuildpack/other replaced by buildpack id paketo-buildpacks/nodejs, " +
-				"which buildsmith looks up in spec.store and spec.sources; spec.sources names ClusterStore other",
+				"which buildsmith looks up in spec.store and spec.sources; spec.sources names ClusterStore other-clusterbuildpack",
 			floating("Builder/apps/web: spec.order[1].group[0]", "the status of ClusterBuildpack/other does not list paketo-buildpacks/nodejs (kpack would not find it there)",
 				"paketo-buildpacks/nodejs", "ClusterBuildpack/other"),
 		},
@@ -1305,7 +1302,7 @@ spec:
   sources:
   - {kind: Buildpack, name: node}
   - {kind: Buildpack, name: node-too}
-  - {kind: ClusterStore, name: nodejs-2}
+  - {kind: ClusterStore, name: nodejs-2-clusterbuildpack}
   order:
   - group:
     - id: paketo-buildpacks/nodejs
@@ -1321,7 +1318,7 @@ spec:
   sources:
   - {kind: Buildpack, name: node}
   - {kind: Buildpack, name: node-too}
-  - {kind: ClusterStore, name: nodejs-2}
+  - {kind: ClusterStore, name: nodejs-2-clusterbuildpack}
   order:
   - group:
     - id: paketo-buildpacks/nodejs
@@ -1334,7 +1331,7 @@ spec:
   stack: {kind: ClusterStack, name: base}
   store: {kind: ClusterStore, name: default}
   sources:
-  - {kind: ClusterStore, name: nodejs-2}
+  - {kind: ClusterStore, name: nodejs-2-clusterbuildpack}
   order:
   - group:
     - id: paketo-buildpacks/nodejs
@@ -1343,17 +1340,17 @@ spec:
 			"Builder/apps/web: spec.order[0].group[0]: buildpack paketo-buildpacks/nodejs: kpack finds it in " +
 				"Buildpack/apps/node (1.0.0), Buildpack/apps/node-too (1.0.0), ClusterBuildpack/nodejs-2 (2.0.0), " +
 				"and takes the highest version, as buildsmith does from spec.store and spec.sources; " +
-				"spec.sources names Buildpack node, Buildpack node-too, ClusterStore nodejs-2",
+				"spec.sources names Buildpack node, Buildpack node-too, ClusterStore nodejs-2-clusterbuildpack",
 			// A version: only the objects holding it.
 			"Builder/apps/web: spec.order[1].group[0]: buildpack paketo-buildpacks/nodejs 1.0.0: kpack finds it in Buildpack/apps/node, Buildpack/apps/node-too; " +
 				"spec.sources names Buildpack node, Buildpack node-too",
 			"Builder/apps/storeless: spec.order[0].group[0]: buildpack paketo-buildpacks/nodejs: kpack finds it in " +
 				"Buildpack/apps/node (1.0.0), Buildpack/apps/node-too (1.0.0), ClusterBuildpack/nodejs-2 (2.0.0), " +
 				"and takes the highest version, as buildsmith does from spec.store and spec.sources; " +
-				"spec.sources names Buildpack node, Buildpack node-too, ClusterStore nodejs-2",
+				"spec.sources names Buildpack node, Buildpack node-too, ClusterStore nodejs-2-clusterbuildpack",
 			// No Buildpack for a ClusterBuilder.
 			"ClusterBuilder/base: spec.order[0].group[0]: buildpack paketo-buildpacks/nodejs: kpack finds it in ClusterBuildpack/nodejs-2; " +
-				"spec.sources names ClusterStore nodejs-2",
+				"spec.sources names ClusterStore nodejs-2-clusterbuildpack",
 		},
 	}, {
 		name: "an entry naming a ClusterBuildpack with a version keeps it, though the status lists a higher one",
@@ -1379,14 +1376,14 @@ spec:
   stack: {kind: ClusterStack, name: base}
   store: {kind: ClusterStore, name: default}
   sources:
-  - {kind: ClusterStore, name: nodejs-1}
+  - {kind: ClusterStore, name: nodejs-1-clusterbuildpack}
   order:
   - group:
     - {id: paketo-buildpacks/nodejs, version: 1.0.0}
 `),
 		warnings: []string{
 			"Builder/apps/web: spec.order[0].group[0]: ClusterBuildpack/nodejs-1 replaced by buildpack id paketo-buildpacks/nodejs, " +
-				"which buildsmith looks up in spec.store and spec.sources; spec.sources names ClusterStore nodejs-1",
+				"which buildsmith looks up in spec.store and spec.sources; spec.sources names ClusterStore nodejs-1-clusterbuildpack",
 		},
 	}, {
 		name: "bad order entries",

@@ -238,7 +238,7 @@ func checkAccounted(t *testing.T, in, out []byte, warnings []Warning) {
 		inOutput[keyOf(d.obj)]++
 	}
 	// renamed is the name of a ClusterBuildpack's ClusterStore, as a
-	// warning on it gives it; its own name when none does.
+	// warning on it gives it; <name>-clusterbuildpack when none does.
 	renamed := func(k key) string {
 		const becomes = ": becomes ClusterStore "
 		for _, w := range warnings {
@@ -246,7 +246,7 @@ func checkAccounted(t *testing.T, in, out []byte, warnings []Warning) {
 				return w.Message[strings.LastIndex(w.Message, becomes)+len(becomes):]
 			}
 		}
-		return k.name
+		return k.name + clusterBuildpackSuffix
 	}
 	omitted := func(k key) bool {
 		for _, w := range warnings {
