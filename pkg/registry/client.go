@@ -48,10 +48,6 @@ type Options struct {
 	// every request with Steps 0). Default: 3 tries, sleeping ≈200ms and
 	// ≈600ms in between.
 	Retry remote.Backoff
-	// RetryStatusCodes are retried in-call, unless the answer carries a
-	// Retry-After (see MaxRetryAfterWait). Default 408, 429, 500, 502, 503,
-	// 504.
-	RetryStatusCodes []int
 	// MaxRetryAfterWait is the longest Retry-After waited out within a
 	// call (when its deadline allows), by it and by every other call to
 	// the same registry; a longer one fails the call, for the caller's
@@ -141,12 +137,6 @@ func (o Options) withDefaults() Options {
 	}
 	if o.Retry.Steps < 1 {
 		o.Retry = remote.Backoff{Duration: 200 * time.Millisecond, Factor: 3, Jitter: 0.1, Steps: 3}
-	}
-	if o.RetryStatusCodes == nil {
-		o.RetryStatusCodes = []int{
-			http.StatusRequestTimeout, http.StatusTooManyRequests, http.StatusInternalServerError,
-			http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout,
-		}
 	}
 	if o.MaxRetryAfterWait == 0 {
 		o.MaxRetryAfterWait = 10 * time.Second

@@ -36,4 +36,28 @@
 // Errors the package cannot place are Transient with reason RegistryError: a
 // retry with backoff is cheap, and a wrong Stalled would leave a builder
 // broken until someone notices.
+//
+// # What a status means, and who retries
+//
+// meaningOf (statuses.go) is the one table of what each HTTP status means:
+// whether it is an outage, whether it is retried within the call, whether
+// its Retry-After counts, and its class and reason. Four mechanisms retry,
+// each owning one horizon:
+//
+//   - Within the call (session.go retryInCall, for ggcr's reads and for
+//     pushes): a status the table retries, or a connection cut short, a few
+//     times within a second (Options.Retry). Not on a host with an open
+//     circuit, nor once the call met a Retry-After.
+//   - Retry-After holds (retryafter.go): a 429 or 503 naming a wait up to
+//     Options.MaxRetryAfterWait is waited out and the request sent again;
+//     every call to the same place waits with it. A longer one fails the
+//     call, and the error carries it.
+//   - Circuits (circuit.go, prober.go): an outage opens its place's circuit;
+//     calls to it fail at once, Transient with the reason that opened it and
+//     a PlaceError naming the place, and one prober per place asks again
+//     with a growing delay, closing the circuit, and waking every caller
+//     waiting on it, at the first answer that is not an outage.
+//   - The caller's requeue (reconciler.Policy), by the error's class:
+//     Transient with a growing delay (never before its Retry-After),
+//     Waiting as a slow poll, Permanent not at all.
 package registry

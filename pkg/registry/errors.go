@@ -107,21 +107,8 @@ func classifyResponse(te *transport.Error) (failure.Class, string) {
 			}
 		}
 	}
-	switch code := te.StatusCode; {
-	case code == http.StatusTooManyRequests:
-		return failure.Transient, ReasonRateLimited
-	case code == http.StatusRequestTimeout || code >= 500:
-		return failure.Transient, ReasonRegistryUnavailable
-	case code == http.StatusUnauthorized || code == http.StatusForbidden:
-		return failure.Waiting, ReasonUnauthorized
-	case code == http.StatusNotFound:
-		return failure.Waiting, ReasonImageNotFound
-	case code >= 400:
-		return failure.Permanent, ReasonRegistryRejected
-	}
-	// A 2xx or 3xx that ggcr did not expect (say 200 where it wanted 201):
-	// an odd registry or proxy, most likely passing.
-	return failure.Transient, ReasonRegistryError
+	m := meaningOf(te.StatusCode)
+	return m.class, m.reason
 }
 
 func isCertificateError(err error) bool {

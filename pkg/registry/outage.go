@@ -14,7 +14,8 @@ import (
 
 // isOutage reports whether a request's outcome says its place is failing
 // rather than answering: it could not be reached, reset the connection or
-// did not answer in time, or it answered 408, 429 or 5xx. The caller's own
+// did not answer in time, or it answered a status whose meaning is an
+// outage (408, 429 and 5xx, see meaningOf). The caller's own
 // cancellation or deadline is not an outage, nor is a certificate it does
 // not trust (that needs a person), nor any other answer.
 func isOutage(ctx context.Context, resp *http.Response, err error) bool {
@@ -24,12 +25,7 @@ func isOutage(ctx context.Context, resp *http.Response, err error) bool {
 		}
 		return isNetworkError(err)
 	}
-	return outageStatus(resp.StatusCode)
-}
-
-// outageStatus says whether an answer's status is its place failing.
-func outageStatus(code int) bool {
-	return code == http.StatusRequestTimeout || code == http.StatusTooManyRequests || code >= 500
+	return meaningOf(resp.StatusCode).outage
 }
 
 // isRefusal reports errors this client made without a request: an open
@@ -61,11 +57,7 @@ func outageError(req *http.Request, resp *http.Response, err error) *failure.Err
 	if err != nil {
 		return newError(req.URL.Host, 0, err)
 	}
-	reason := ReasonRegistryUnavailable
-	if resp.StatusCode == http.StatusTooManyRequests {
-		reason = ReasonRateLimited
-	}
-	return newError(req.URL.Host, 0, &failure.Error{Class: failure.Transient, Reason: reason,
+	return newError(req.URL.Host, 0, &failure.Error{Class: failure.Transient, Reason: meaningOf(resp.StatusCode).reason,
 		Err: fmt.Errorf("%s %s: %s", req.Method, redactURL(req.URL), resp.Status)})
 }
 

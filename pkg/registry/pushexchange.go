@@ -17,6 +17,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+
+	"github.com/buildsmith/buildsmith/pkg/failure"
 )
 
 // The registry API exchanges of a push (the distribution spec's blob and
@@ -255,28 +257,23 @@ func (t *pushTurns) end(err error) {
 }
 
 // repositoryAnswered says whether an exchange's outcome is the repository
-// answering (success, or a refusal), not failing (isOutage's statuses, or
-// no answer at all).
+// answering (success, or a refusal), not failing (a status meaning an
+// outage, or no answer at all).
 func repositoryAnswered(err error) bool {
 	if err == nil {
 		return true
 	}
 	var te *transport.Error
-	return errors.As(err, &te) && !outageStatus(te.StatusCode)
+	return errors.As(err, &te) && !meaningOf(te.StatusCode).outage
 }
 
 // refusedAsClient says whether err is a registry refusing a request for
-// what it is (4xx), not for the credentials, the repository or the rate.
+// what it is (a status meaning a permanent error: a 4xx other than 401,
+// 403, 404, 408 and 429), not for the credentials, the repository or the
+// rate.
 func refusedAsClient(err error) bool {
 	var te *transport.Error
-	if !errors.As(err, &te) {
-		return false
-	}
-	switch te.StatusCode {
-	case http.StatusUnauthorized, http.StatusForbidden, http.StatusNotFound, http.StatusTooManyRequests, http.StatusRequestTimeout:
-		return false
-	}
-	return te.StatusCode >= 400 && te.StatusCode < 500
+	return errors.As(err, &te) && meaningOf(te.StatusCode).class == failure.Permanent
 }
 
 // refusedForMissing says whether err is a registry refusing a manifest PUT

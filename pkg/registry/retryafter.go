@@ -90,10 +90,7 @@ func (h *retryAfterHolds) note(host, repo string, status int, d time.Duration) {
 	if d <= 0 {
 		return
 	}
-	reason := ReasonRegistryUnavailable
-	if status == http.StatusTooManyRequests {
-		reason = ReasonRateLimited
-	}
+	reason := meaningOf(status).reason
 	until := h.clock.Now().Add(d)
 	key := holdKey{host, repo}
 	h.mu.Lock()
@@ -276,10 +273,10 @@ func rewound(req *http.Request) (*http.Request, bool) {
 	return again, true
 }
 
-// parseRetryAfter reads Retry-After (seconds or an HTTP date) from a 429 or
-// 503 answer, the two statuses for which RFC 9110 gives it this meaning.
+// parseRetryAfter reads Retry-After (seconds or an HTTP date) from an
+// answer whose status gives it a meaning (429 and 503, see meaningOf).
 func parseRetryAfter(resp *http.Response, now time.Time) time.Duration {
-	if resp.StatusCode != http.StatusTooManyRequests && resp.StatusCode != http.StatusServiceUnavailable {
+	if !meaningOf(resp.StatusCode).retryAfter {
 		return 0
 	}
 	v := resp.Header.Get("Retry-After")

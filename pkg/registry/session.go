@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"slices"
 	"syscall"
 	"time"
 
@@ -94,7 +93,7 @@ func (c *Client) session(kc authn.Keychain) (*session, error) {
 		remote.WithAuthFromKeychain(kc),
 		remote.WithTransport(c.transport),
 		remote.WithRetryBackoff(c.opts.Retry),
-		remote.WithRetryStatusCodes(c.opts.RetryStatusCodes...),
+		remote.WithRetryStatusCodes(retriedStatusCodes...),
 		remote.WithRetryPredicate(c.retryInCall),
 		remote.WithUserAgent(c.opts.UserAgent),
 	}
@@ -104,7 +103,7 @@ func (c *Client) session(kc authn.Keychain) (*session, error) {
 	}
 	// As remote wraps WithTransport's.
 	base := transport.NewUserAgent(transport.NewRetry(c.transport, transport.WithRetryBackoff(c.opts.Retry),
-		transport.WithRetryPredicate(c.retryInCall), transport.WithRetryStatusCodes(c.opts.RetryStatusCodes...)), c.opts.UserAgent)
+		transport.WithRetryPredicate(c.retryInCall), transport.WithRetryStatusCodes(retriedStatusCodes...)), c.opts.UserAgent)
 	s := &session{puller: puller, options: opts, keychain: kc, base: base, readers: lru.New(sessionReaders)}
 	if cacheable {
 		c.sessions.Add(keyer.CacheKey(), s)
@@ -145,8 +144,8 @@ func orAnonymous(kc authn.Keychain) authn.Keychain {
 }
 
 // retryInCall decides ggcr's in-call retries. It replaces ggcr's default
-// predicate: answers with a status of Options.RetryStatusCodes (ggcr's write
-// path asks the predicate about those too), and connections cut short. An
+// predicate: answers with a status meaningOf retries (ggcr's write path asks
+// the predicate about those too), and connections cut short. An
 // answer with Retry-After is not retried by ggcr, whose sleep would ignore
 // it: the transport waits out short ones itself (see retryAfterHolds), and
 // the caller requeues after long ones. Refused connections, DNS failures
@@ -163,7 +162,7 @@ func (c *Client) retryInCall(err error) bool {
 				return false
 			}
 		}
-		return slices.Contains(c.opts.RetryStatusCodes, te.StatusCode)
+		return meaningOf(te.StatusCode).retried
 	}
 	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
 		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) || errors.Is(err, net.ErrClosed)
