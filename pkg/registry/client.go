@@ -240,51 +240,49 @@ type Client struct {
 // health probes run, until lifetime is done.
 func New(lifetime context.Context, opts Options) *Client {
 	opts = opts.withDefaults()
-	names := newHostNames(opts.NamedHosts, opts.MetricHosts)
-	held := &retryAfterTransport{holds: newRetryAfterHolds(opts.Clock, max(opts.MaxRetryAfterWait, 0))}
 	c := &Client{
 		opts:     opts,
 		lifetime: lifetime,
-		counts:   newCountingTransport(names),
 		hosts:    newHostPolicy(opts),
-		// Probes are sent once, below the gate and the holds' waits.
-		circuits: newCircuits(lifetime, opts.Clock, opts.Circuits, held.holds, held.sendOnce, names),
-		holds:    held.holds,
+		holds:    newRetryAfterHolds(opts.Clock, max(opts.MaxRetryAfterWait, 0)),
 		sessions: lru.New(opts.Sessions),
 		images:   newBoundedCache(opts.CachedImageBytes),
 		blobs:    newBlobMemory(opts.RememberedBlobs),
 		traits:   newRegistryTraits(opts.Clock),
 	}
-	held.failing = c.circuits.isOpen
-	c.transport = c.layers(held)
+	c.transport = c.layers(newHostNames(opts.NamedHosts, opts.MetricHosts))
 	return c
 }
 
-// layers builds the transport under ggcr's auth and retry, top-down: a
-// request passes each layer in turn, and every layer from the holds down
-// sees each attempt ggcr makes.
-func (c *Client) layers(held *retryAfterTransport) http.RoundTripper {
+// layers builds the transport under ggcr's auth and retry, from the wire
+// up: each layer wraps the one below it, and a request passes them from
+// the last to the first. Every layer from the Retry-After waits down sees
+// each attempt ggcr makes. It makes the counts and the circuits on the way,
+// whose probes are sent from the middle of the stack.
+func (c *Client) layers(names *hostNames) http.RoundTripper {
 	o := c.opts
-	// Nothing, credentials included, to a host the operator did not allow,
-	// nor in clear text where that is not allowed.
-	policy := &hostPolicyTransport{policy: c.hosts}
-	// /v2/ answered from memory for a while.
-	pings := newPingCache(o.Clock)
+	rt := o.Transport
+	// A registry that stops answering, or taking bytes, cut.
+	rt = &stallTransport{next: rt, answer: o.AnswerTimeout, writeAnswer: o.WriteAnswerTimeout, idle: o.StallTimeout}
+	// Manifests and configs over their size limit cut.
+	rt = &limitTransport{next: rt, maxHeaderBytes: o.MaxHeaderBytes}
+	// Every request on the wire counted, with its bytes.
+	c.counts = newCountingTransport(rt, names)
+	// Every answer's Retry-After noted. The circuits' probes go from here:
+	// once, noted, but neither gated nor held.
+	rt = &retryAfterNotes{next: c.counts, holds: c.holds}
+	c.circuits = newCircuits(c.lifetime, o.Clock, o.Circuits, c.holds, rt.RoundTrip, names)
+	// Nothing before a Retry-After; a short one waited out and the request
+	// sent again.
+	rt = &retryAfterWaits{next: rt, holds: c.holds, failing: c.circuits.isOpen}
 	// Nothing into an open circuit; what answers say told to the circuits
 	// and the call.
-	gate := &gateTransport{circuits: c.circuits}
-	// held (made with the circuits, whose probes go through it once):
-	// nothing before a Retry-After; a short one waited out and the request
-	// sent again.
-	// c.counts: every request on the wire counted, with its bytes.
-	// Manifests and configs over their size limit cut.
-	limit := &limitTransport{maxHeaderBytes: o.MaxHeaderBytes}
-	// A registry that stops answering, or taking bytes, cut.
-	stalls := &stallTransport{answer: o.AnswerTimeout, writeAnswer: o.WriteAnswerTimeout, idle: o.StallTimeout}
-
-	policy.next, pings.next, gate.next, held.next, c.counts.next, limit.next, stalls.next =
-		pings, gate, held, c.counts, limit, stalls, o.Transport
-	return policy
+	rt = &gateTransport{next: rt, circuits: c.circuits}
+	// /v2/ answered from memory for a while.
+	rt = newPingCache(rt, o.Clock)
+	// Nothing, credentials included, to a host the operator did not allow,
+	// nor in clear text where that is not allowed.
+	return &hostPolicyTransport{next: rt, policy: c.hosts}
 }
 
 // Circuits returns the circuits of failing places, to wait on after a

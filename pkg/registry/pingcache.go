@@ -87,8 +87,8 @@ func (a pingAnswer) challenge() string {
 	return a.challenges[0]
 }
 
-func newPingCache(clk clock.PassiveClock) *pingCache {
-	return &pingCache{clock: clk, answers: map[pingKey]pingAnswer{}, inFlight: map[pingKey]*pingInFlight{}}
+func newPingCache(next http.RoundTripper, clk clock.PassiveClock) *pingCache {
+	return &pingCache{next: next, clock: clk, answers: map[pingKey]pingAnswer{}, inFlight: map[pingKey]*pingInFlight{}}
 }
 
 func (p *pingCache) RoundTrip(req *http.Request) (*http.Response, error) {

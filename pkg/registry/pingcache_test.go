@@ -173,8 +173,7 @@ func TestPingAnswersBounded(t *testing.T) {
 		}
 		return &http.Response{StatusCode: http.StatusUnauthorized, Header: header, Body: http.NoBody, Request: req}, nil
 	})
-	p := newPingCache(clock.RealClock{})
-	p.next = answer
+	p := newPingCache(answer, clock.RealClock{})
 	ping := func(key pingKey) {
 		t.Helper()
 		req, err := http.NewRequest(http.MethodGet, "http://"+key.host+"/v2/", nil)
@@ -248,11 +247,10 @@ func TestAnswerHeadersBounded(t *testing.T) {
 // may be the old one), and leaves pings to other registries alone.
 func TestPingStaleOnlyForItsHost(t *testing.T) {
 	release := make(chan struct{})
-	p := newPingCache(clock.RealClock{})
-	p.next = roundTripFunc(func(req *http.Request) (*http.Response, error) {
+	p := newPingCache(roundTripFunc(func(req *http.Request) (*http.Response, error) {
 		<-release
 		return &http.Response{StatusCode: http.StatusOK, Header: http.Header{}, Body: http.NoBody, Request: req}, nil
-	})
+	}), clock.RealClock{})
 	kept := pingAnswer{status: http.StatusUnauthorized, at: time.Now(), challenges: []string{`Bearer realm="https://auth.b.example/token"`}}
 	p.answers[pingKey{"http", "b.example"}] = kept
 	var wg sync.WaitGroup

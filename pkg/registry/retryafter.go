@@ -195,11 +195,28 @@ func repositoryOf(path string) string {
 	return ""
 }
 
-// retryAfterTransport keeps requests from a place until the Retry-After it
+// retryAfterNotes notes the Retry-After of every answer in the holds
+// (retryAfterHolds). The circuits' probes are sent through it: noted, but
+// neither held nor sent again.
+type retryAfterNotes struct {
+	next  http.RoundTripper
+	holds *retryAfterHolds
+}
+
+func (t *retryAfterNotes) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := t.next.RoundTrip(req)
+	if err == nil {
+		place := heldPlace(req)
+		t.holds.note(place.host, place.repo, resp.StatusCode, parseRetryAfter(resp, t.holds.clock.Now()))
+	}
+	return resp, err
+}
+
+// retryAfterWaits keeps requests from a place until the Retry-After it
 // asked for (retryAfterHolds), waits out a short one and sends the request
 // again, and notes on the call the Retry-After it gave up on, for the
-// call's error.
-type retryAfterTransport struct {
+// call's error. It sits above retryAfterNotes, which notes the holds.
+type retryAfterWaits struct {
 	next  http.RoundTripper
 	holds *retryAfterHolds
 	// failing reports whether a circuit covering place is open: a request
@@ -212,14 +229,14 @@ type retryAfterTransport struct {
 // waiting out a Retry-After.
 const maxRetryAfterResends = 10
 
-func (t *retryAfterTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+func (t *retryAfterWaits) RoundTrip(req *http.Request) (*http.Response, error) {
 	place := heldPlace(req)
 	host, repo := place.host, place.repo
 	for resends := 0; ; resends++ {
 		if err := t.holds.wait(req.Context(), host, repo); err != nil {
 			return nil, err
 		}
-		resp, err := t.sendOnce(req)
+		resp, err := t.next.RoundTrip(req)
 		if err != nil {
 			return nil, err
 		}
@@ -241,17 +258,6 @@ func (t *retryAfterTransport) RoundTrip(req *http.Request) (*http.Response, erro
 		_ = resp.Body.Close()
 		req = replay
 	}
-}
-
-// sendOnce sends req once, as the circuits' probes do, noting its
-// Retry-After: it is neither held nor sent again.
-func (t *retryAfterTransport) sendOnce(req *http.Request) (*http.Response, error) {
-	resp, err := t.next.RoundTrip(req)
-	if err == nil {
-		place := heldPlace(req)
-		t.holds.note(place.host, place.repo, resp.StatusCode, parseRetryAfter(resp, t.holds.clock.Now()))
-	}
-	return resp, err
 }
 
 // rewound returns req ready to be sent again: as it is when it has no body,

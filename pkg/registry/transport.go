@@ -125,8 +125,8 @@ func (n *hostNames) of(host string, answered bool) string {
 	return OtherHosts
 }
 
-func newCountingTransport(names *hostNames) *countingTransport {
-	return &countingTransport{names: names,
+func newCountingTransport(next http.RoundTripper, names *hostNames) *countingTransport {
+	return &countingTransport{next: next, names: names,
 		requests: map[RequestKey]int64{}, bytesUp: map[string]int64{}, bytesDown: map[string]int64{}}
 }
 
