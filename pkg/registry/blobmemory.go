@@ -20,25 +20,25 @@ import (
 type blobMemory struct {
 	mu    sync.Mutex
 	max   int
-	order *list.List                           // of *heldBlob, most recent first
+	order *list.List                           // of *rememberedBlob, most recent first
 	repos map[string]map[v1.Hash]*list.Element // repository ("host/path") → its entries
-	// holders indexes the same entries by blob, to find a repository to
+	// repositoriesWith indexes the same entries by blob, to find a repository to
 	// mount one from.
-	holders map[v1.Hash]map[string]struct{}
+	repositoriesWith map[v1.Hash]map[string]struct{}
 }
 
-type heldBlob struct {
+type rememberedBlob struct {
 	repo string
 	blob v1.Hash
 }
 
 func newBlobMemory(max int) *blobMemory {
 	return &blobMemory{max: max, order: list.New(), repos: map[string]map[v1.Hash]*list.Element{},
-		holders: map[v1.Hash]map[string]struct{}{}}
+		repositoriesWith: map[v1.Hash]map[string]struct{}{}}
 }
 
-// holds says whether repo was seen holding key.
-func (m *blobMemory) holds(repo string, key v1.Hash) bool {
+// has says whether repo was seen having key.
+func (m *blobMemory) has(repo string, key v1.Hash) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	e, ok := m.repos[repo][key]
@@ -48,28 +48,28 @@ func (m *blobMemory) holds(repo string, key v1.Hash) bool {
 	return ok
 }
 
-// remember records that repo holds keys.
+// remember records that repo has keys.
 func (m *blobMemory) remember(repo string, keys ...v1.Hash) {
 	if m.max <= 0 {
 		return
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	held := m.repos[repo]
-	if held == nil {
-		held = map[v1.Hash]*list.Element{}
-		m.repos[repo] = held
+	blobs := m.repos[repo]
+	if blobs == nil {
+		blobs = map[v1.Hash]*list.Element{}
+		m.repos[repo] = blobs
 	}
 	for _, key := range keys {
-		if e, ok := held[key]; ok {
+		if e, ok := blobs[key]; ok {
 			m.order.MoveToFront(e)
 			continue
 		}
-		held[key] = m.order.PushFront(&heldBlob{repo: repo, blob: key})
-		if m.holders[key] == nil {
-			m.holders[key] = map[string]struct{}{}
+		blobs[key] = m.order.PushFront(&rememberedBlob{repo: repo, blob: key})
+		if m.repositoriesWith[key] == nil {
+			m.repositoriesWith[key] = map[string]struct{}{}
 		}
-		m.holders[key][repo] = struct{}{}
+		m.repositoriesWith[key][repo] = struct{}{}
 	}
 	for m.order.Len() > m.max {
 		m.remove(m.order.Back())
@@ -86,12 +86,12 @@ func (m *blobMemory) forget(repo string) {
 	}
 }
 
-// holder returns a repository of host ("host/path"), other than not, seen
+// repositoryWith returns a repository of host ("host/path"), other than not, seen
 // holding blob.
-func (m *blobMemory) holder(host string, blob v1.Hash, not string) (string, bool) {
+func (m *blobMemory) repositoryWith(host string, blob v1.Hash, not string) (string, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	for repo := range m.holders[blob] {
+	for repo := range m.repositoriesWith[blob] {
 		if repo != not && strings.HasPrefix(repo, host+"/") {
 			return repo, true
 		}
@@ -107,14 +107,14 @@ func (m *blobMemory) len() int {
 }
 
 func (m *blobMemory) remove(e *list.Element) {
-	b := m.order.Remove(e).(*heldBlob)
-	held := m.repos[b.repo]
-	delete(held, b.blob)
-	if len(held) == 0 {
+	b := m.order.Remove(e).(*rememberedBlob)
+	blobs := m.repos[b.repo]
+	delete(blobs, b.blob)
+	if len(blobs) == 0 {
 		delete(m.repos, b.repo)
 	}
-	delete(m.holders[b.blob], b.repo)
-	if len(m.holders[b.blob]) == 0 {
-		delete(m.holders, b.blob)
+	delete(m.repositoriesWith[b.blob], b.repo)
+	if len(m.repositoriesWith[b.blob]) == 0 {
+		delete(m.repositoriesWith, b.blob)
 	}
 }

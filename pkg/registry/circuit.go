@@ -17,23 +17,6 @@ import (
 	"github.com/buildsmith/buildsmith/pkg/worker"
 )
 
-// Place is where requests fail: a registry host, or one repository of it.
-type Place struct {
-	Host string
-	// Repository is "" when the failure is about the registry as a whole
-	// (it cannot be reached, or its /v2/ endpoint fails too).
-	Repository string
-}
-
-func (p Place) String() string {
-	if p.Repository == "" {
-		return p.Host
-	}
-	return p.Host + "/" + p.Repository
-}
-
-func (p Place) hostPlace() Place { return Place{Host: p.Host} }
-
 // CircuitOptions tunes the circuits. The zero value of a field means its
 // default.
 type CircuitOptions struct {
@@ -212,9 +195,9 @@ func (e *circuitOpenError) Error() string {
 // Unwrap is deliberately absent: the cause's class is the circuit's, and
 // nothing below should be mistaken for this call's own network error.
 
-// open opens place's circuit (or refreshes an open one) with the failure
+// trip opens place's circuit (or refreshes an open one) with the failure
 // err and the read to probe it with.
-func (c *Circuits) open(place Place, err *failure.Error, probe *http.Request) {
+func (c *Circuits) trip(place Place, err *failure.Error, probe *http.Request) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	hc := c.hosts[place.Host]

@@ -778,7 +778,7 @@ func TestNoResendIntoAnOpenCircuit(t *testing.T) {
 		t.Fatal(err)
 	}
 	place := Place{Host: f.Addr, Repository: "team/app"}
-	c.circuits.open(place, placed(place, failure.Transient, ReasonRegistryUnavailable, 0, errors.New("503")), probe)
+	c.circuits.trip(place, placed(place, failure.Transient, ReasonRegistryUnavailable, 0, errors.New("503")), probe)
 	if c.Circuits().Wait(f.Addr, "team/app", Waiter{Key: "ns/other"}, func() {}) != Waiting {
 		t.Fatal("no circuit")
 	}
@@ -824,7 +824,7 @@ func TestRegistryCheckTimeout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.open(Place{Host: "registry.example", Repository: "team/app"},
+	c.trip(Place{Host: "registry.example", Repository: "team/app"},
 		placed(Place{Host: "registry.example"}, failure.Transient, ReasonRegistryUnavailable, 0, errors.New("no answer")), failed)
 	check := <-sent
 	if check.URL.Path != "/v2/" {

@@ -60,4 +60,22 @@
 //   - The caller's requeue (reconciler.Policy), by the error's class:
 //     Transient with a growing delay (never before its Retry-After),
 //     Waiting as a slow poll, Permanent not at all.
+//
+// # Where things are
+//
+//   - client.go: Options, New, and the transport chain (Client.layers),
+//     built from the wire up, one line per layer; session.go: Client.do,
+//     which every operation runs in, and the in-call retry; call.go: what a
+//     call's requests met.
+//   - statuses.go: what each HTTP status means; errors.go: Classify.
+//   - The layers, bottom up: stall.go (stalls cut), limits.go (sizes cut),
+//     stats.go (requests and bytes counted), retryafter.go (Retry-After
+//     noted, then waited out), gate.go (nothing into an open circuit),
+//     pingcache.go, hostpolicy.go; place.go: the place a request is about.
+//   - Circuits: circuit.go (trip, refuse, Open), circuitstate.go
+//     (the state machine, pure), circuittick.go (the prober's half of it),
+//     prober.go (the probes sent), waiters.go (Wait: who waits on what).
+//   - Operations: read.go, image.go, imagecache.go (reads); push.go,
+//     pushexchange.go, blobmemory.go, traits.go, write.go (pushes); copy.go,
+//     referrers.go, tags.go; keychain.go (credentials); flags.go.
 package registry

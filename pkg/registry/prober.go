@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"net/url"
 	"time"
 
 	"k8s.io/utils/clock"
@@ -158,4 +159,42 @@ func (c *Circuits) probe(ctx context.Context, req *http.Request) *failure.Error 
 		return nil
 	}
 	return outageError(req, resp, err)
+}
+
+// repositoryProbe is a read of repo's tag list with req's credentials.
+func repositoryProbe(req *http.Request, repo string) *http.Request {
+	u := url.URL{Scheme: req.URL.Scheme, Host: req.URL.Host, Path: "/v2/" + repo + "/tags/list"}
+	return newProbe(req, http.MethodGet, &u)
+}
+
+// probeFor returns the read that tells whether place answers again after
+// req failed there: req itself when it is a read (GET and HEAD, bodiless),
+// the repository's tag list for a failed write, /v2/ for the registry.
+func probeFor(req *http.Request, place Place) *http.Request {
+	req = addressed(req)
+	if place.Repository == "" {
+		return registryProbe(req)
+	}
+	if req.Method != http.MethodGet && req.Method != http.MethodHead {
+		return repositoryProbe(req, place.Repository)
+	}
+	u := *req.URL
+	return newProbe(req, req.Method, &u)
+}
+
+// registryProbe is GET /v2/ on req's registry: does it answer at all.
+func registryProbe(req *http.Request) *http.Request {
+	u := url.URL{Scheme: req.URL.Scheme, Host: req.URL.Host, Path: "/v2/"}
+	return newProbe(req, http.MethodGet, &u)
+}
+
+// newProbe is a bodiless request with req's credentials and manners.
+func newProbe(req *http.Request, method string, u *url.URL) *http.Request {
+	probe := (&http.Request{Method: method, URL: u, Header: http.Header{}, Host: u.Host}).WithContext(context.Background())
+	for _, h := range []string{"Authorization", "Accept", "User-Agent"} {
+		if v := req.Header.Values(h); len(v) > 0 {
+			probe.Header[h] = v
+		}
+	}
+	return probe
 }

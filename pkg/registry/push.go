@@ -37,7 +37,7 @@ type push struct {
 	checked bool
 	skipped atomic.Bool        // a blob was taken as held on the memory's word
 	blobs   singleflight.Group // one transfer per digest, however many images name it
-	turns   pushTurns
+	pacing  pushPacing
 	// subjects are the OCI-Subject headers of the manifest PUTs, by
 	// reference: a registry with the referrers API answers one for a
 	// manifest with a subject, which it then lists.
@@ -58,7 +58,7 @@ func (c *Client) newPush(ctx context.Context, kc authn.Keychain, repo name.Repos
 	if err != nil {
 		return nil, err
 	}
-	p := &push{c: c, repo: repo, key: repo.Name(), turns: newPushTurns()}
+	p := &push{c: c, repo: repo, key: repo.Name(), pacing: newPushPacing()}
 	scopes := []string{repo.Scope(transport.PushScope)}
 	sources, err := p.mountSources(a)
 	if err != nil {
@@ -137,13 +137,13 @@ func (p *push) artifact(ctx context.Context, ref name.Reference, a remote.Taggab
 		}
 		g.Go(func() error { return p.artifact(gctx, p.repo.Digest(digest.String()), child) })
 	}
-	held := make([]v1.Hash, len(layers))
+	digests := make([]v1.Hash, len(layers))
 	for i, l := range layers {
 		digest, err := l.Digest()
 		if err != nil {
 			return err
 		}
-		held[i] = digest
+		digests[i] = digest
 		g.Go(func() error {
 			_, err, _ := p.blobs.Do(digest.String(), func() (any, error) { return nil, p.blob(gctx, digest, l, trusted) })
 			return err
@@ -155,7 +155,7 @@ func (p *push) artifact(ctx context.Context, ref name.Reference, a remote.Taggab
 	if err := p.putManifest(ctx, ref, a); err != nil {
 		return err
 	}
-	p.c.blobs.remember(p.key, held...)
+	p.c.blobs.remember(p.key, digests...)
 	return nil
 }
 
@@ -227,7 +227,7 @@ func imageBlobs(img v1.Image) ([]v1.Layer, error) {
 
 // blob makes sure the repository holds l. trusted: the memory may say so.
 func (p *push) blob(ctx context.Context, digest v1.Hash, l v1.Layer, trusted bool) error {
-	if trusted && p.c.blobs.holds(p.key, digest) {
+	if trusted && p.c.blobs.has(p.key, digest) {
 		p.skipped.Store(true)
 		return nil
 	}
@@ -267,9 +267,9 @@ func (p *push) mount(ctx context.Context, digest v1.Hash, from *name.Repository)
 // ask is set.
 func (p *push) upload(ctx context.Context, digest v1.Hash, l v1.Layer, ask bool) error {
 	if ask {
-		held, err := p.headBlob(ctx, digest)
-		if err != nil || held {
-			if held {
+		has, err := p.headBlob(ctx, digest)
+		if err != nil || has {
+			if has {
 				p.c.blobs.remember(p.key, digest)
 			}
 			return err
@@ -319,11 +319,11 @@ func (p *push) mountSource(l v1.Layer, digest v1.Hash) *name.Repository {
 		}
 		return nil
 	}
-	holder, ok := p.c.blobs.holder(p.repo.RegistryStr(), digest, p.key)
+	source, ok := p.c.blobs.repositoryWith(p.repo.RegistryStr(), digest, p.key)
 	if !ok {
 		return nil
 	}
-	from, err := name.NewRepository(holder, p.nameOptions()...)
+	from, err := name.NewRepository(source, p.nameOptions()...)
 	if err != nil {
 		return nil
 	}

@@ -186,18 +186,18 @@ func TestBlobMemoryBounded(t *testing.T) {
 	h := func(i int) v1.Hash { return v1.Hash{Algorithm: "sha256", Hex: fmt.Sprintf("%064d", i)} }
 	m.remember("r/a", h(1), h(2))
 	m.remember("r/b", h(3))
-	m.holds("r/a", h(1)) // used: h(2) is now the oldest
+	m.has("r/a", h(1)) // used: h(2) is now the oldest
 	m.remember("r/b", h(4))
-	if m.len() != 3 || m.holds("r/a", h(2)) || !m.holds("r/a", h(1)) || !m.holds("r/b", h(4)) {
-		t.Errorf("after eviction: len %d, holds h2 %v, h1 %v, h4 %v", m.len(), m.holds("r/a", h(2)), m.holds("r/a", h(1)), m.holds("r/b", h(4)))
+	if m.len() != 3 || m.has("r/a", h(2)) || !m.has("r/a", h(1)) || !m.has("r/b", h(4)) {
+		t.Errorf("after eviction: len %d, has h2 %v, h1 %v, h4 %v", m.len(), m.has("r/a", h(2)), m.has("r/a", h(1)), m.has("r/b", h(4)))
 	}
 	m.forget("r/b")
-	if m.len() != 1 || m.holds("r/b", h(3)) || !m.holds("r/a", h(1)) {
+	if m.len() != 1 || m.has("r/b", h(3)) || !m.has("r/a", h(1)) {
 		t.Errorf("after forget: len %d", m.len())
 	}
 	none := newBlobMemory(-1)
 	none.remember("r/a", h(1))
-	if none.holds("r/a", h(1)) {
+	if none.has("r/a", h(1)) {
 		t.Error("a memory of size -1 remembered")
 	}
 }

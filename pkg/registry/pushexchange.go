@@ -55,13 +55,13 @@ func (p *push) send(ctx context.Context, method string, u *url.URL, body io.Read
 }
 
 func (p *push) headBlob(ctx context.Context, digest v1.Hash) (bool, error) {
-	var held bool
+	var has bool
 	err := p.retry(ctx, func() error {
 		resp, err := p.send(ctx, http.MethodHead, p.url("blobs/"+digest.String()), nil, 0, nil, http.StatusOK, http.StatusNotFound)
-		held = err == nil && resp.StatusCode == http.StatusOK
+		has = err == nil && resp.StatusCode == http.StatusOK
 		return err
 	})
-	return held, err
+	return has, err
 }
 
 // startUpload opens the upload of digest: a mount from from (when not nil),
@@ -152,15 +152,15 @@ func (p *push) putManifest(ctx context.Context, ref name.Reference, m remote.Tag
 // Options.Retry's backoff; each try sends its body anew. Until the
 // repository has answered the push, and while one of its exchanges
 // retries, the push's exchanges go one at a time; once one has failed for
-// good without an answer, the others send nothing (pushTurns).
+// good without an answer, the others send nothing (pushPacing).
 func (p *push) retry(ctx context.Context, op func() error) error {
-	held, err := p.turns.take(ctx, true)
+	mine, err := p.pacing.take(ctx, true)
 	if err != nil {
 		return err
 	}
 	defer func() {
-		if held {
-			p.turns.give()
+		if mine {
+			p.pacing.give()
 		}
 	}()
 	backoff := p.c.opts.Retry
@@ -168,16 +168,16 @@ func (p *push) retry(ctx context.Context, op func() error) error {
 		err := op()
 		answered := repositoryAnswered(err)
 		if answered {
-			p.turns.answered()
+			p.pacing.answered()
 		}
 		if err == nil || try >= p.c.opts.Retry.Steps || !p.c.retryInCall(err) {
 			if !answered {
-				p.turns.end(err)
+				p.pacing.end(err)
 			}
 			return err
 		}
-		if !held {
-			if held, _ = p.turns.take(ctx, false); !held {
+		if !mine {
+			if mine, _ = p.pacing.take(ctx, false); !mine {
 				return err
 			}
 		}
@@ -191,15 +191,15 @@ func (p *push) retry(ctx context.Context, op func() error) error {
 	}
 }
 
-// pushTurns paces a push's exchanges by what the repository says. Until it
+// pushPacing paces a push's exchanges by what the repository says. Until it
 // has answered one, they go one at a time: a push into a failing
 // repository costs its first exchange's tries, not those of every blob
 // moving at once. While one retries, they go one at a time again (the
 // blobs in flight have each met the failure). Once one has failed for good
 // without an answer, the push is over and the others send nothing: its
 // error fails them, before the push's context is cancelled.
-type pushTurns struct {
-	turn         chan struct{} // held by the exchange going alone
+type pushPacing struct {
+	turn         chan struct{} // taken by the exchange going alone
 	answeredOnce sync.Once
 	answeredCh   chan struct{} // closed when the repository first answers
 	overOnce     sync.Once
@@ -207,14 +207,14 @@ type pushTurns struct {
 	err          error
 }
 
-func newPushTurns() pushTurns {
-	return pushTurns{turn: make(chan struct{}, 1), answeredCh: make(chan struct{}), overCh: make(chan struct{})}
+func newPushPacing() pushPacing {
+	return pushPacing{turn: make(chan struct{}, 1), answeredCh: make(chan struct{}), overCh: make(chan struct{})}
 }
 
-// take waits for the turn, and reports whether it holds it; unlessAnswered:
+// take waits for the turn, and reports whether it has it; unlessAnswered:
 // not once the repository has answered (then it returns false at once).
 // It fails when the push is over or ctx ends.
-func (t *pushTurns) take(ctx context.Context, unlessAnswered bool) (bool, error) {
+func (t *pushPacing) take(ctx context.Context, unlessAnswered bool) (bool, error) {
 	var answered <-chan struct{} // nil: never ready
 	if unlessAnswered {
 		answered = t.answeredCh
@@ -244,12 +244,12 @@ func (t *pushTurns) take(ctx context.Context, unlessAnswered bool) (bool, error)
 	}
 }
 
-func (t *pushTurns) give() { <-t.turn }
+func (t *pushPacing) give() { <-t.turn }
 
-func (t *pushTurns) answered() { t.answeredOnce.Do(func() { close(t.answeredCh) }) }
+func (t *pushPacing) answered() { t.answeredOnce.Do(func() { close(t.answeredCh) }) }
 
 // end makes the push over, failing with err.
-func (t *pushTurns) end(err error) {
+func (t *pushPacing) end(err error) {
 	t.overOnce.Do(func() {
 		t.err = err
 		close(t.overCh)

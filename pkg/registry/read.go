@@ -299,11 +299,11 @@ func (c *Client) readImage(ctx context.Context, ref name.Reference, platform *v1
 	}
 	// The repository holds what its manifest names: a push there need
 	// not ask about it.
-	held := []v1.Hash{out.Manifest.Config.Digest}
+	digests := []v1.Hash{out.Manifest.Config.Digest}
 	for _, l := range out.Manifest.Layers {
-		held = append(held, l.Digest)
+		digests = append(digests, l.Digest)
 	}
-	c.blobs.remember(out.Ref.Context().Name(), held...)
+	c.blobs.remember(out.Ref.Context().Name(), digests...)
 	return out, nil
 }
 

@@ -6,7 +6,6 @@ import (
 	"io"
 	"net/http"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -178,21 +177,6 @@ func (h *retryAfterHolds) heldError(host string, left time.Duration, hold retryA
 	return placed(Place{Host: host}, failure.Transient, hold.reason, left,
 		fmt.Errorf("%s asked not to be called for another %s (Retry-After); not calling it until then",
 			hold.place, left.Round(100*time.Millisecond)))
-}
-
-// repositoryOf returns the repository a registry API path is about
-// ("/v2/team/app/manifests/1" → "team/app"), "" for other paths.
-func repositoryOf(path string) string {
-	rest, ok := strings.CutPrefix(path, "/v2/")
-	if !ok {
-		return ""
-	}
-	for _, kind := range []string{"/manifests/", "/blobs/", "/tags/"} {
-		if i := strings.LastIndex(rest, kind); i > 0 {
-			return rest[:i]
-		}
-	}
-	return ""
 }
 
 // retryAfterNotes notes the Retry-After of every answer in the holds

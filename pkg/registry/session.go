@@ -68,7 +68,7 @@ func (c *Client) do(ctx context.Context, repo name.Repository, timeout time.Dura
 		e := newError(target.Host, state.RetryAfter(), err)
 		if failed := state.outage(); failed != nil && e.Class == failure.Transient {
 			e = at(failed.place, e)
-			c.circuits.open(failed.place, e, failed.probe)
+			c.circuits.trip(failed.place, e, failed.probe)
 		}
 		return e
 	}

@@ -111,7 +111,7 @@ func (m *registryTraits) trusted(ctx context.Context, p *push, mediaType types.M
 // exchanges pace themselves, and their failure (the probe is inconclusive)
 // does not end p.
 func (p *push) prober() *push {
-	return &push{c: p.c, repo: p.repo, key: p.key, http: p.http, turns: newPushTurns()}
+	return &push{c: p.c, repo: p.repo, key: p.key, http: p.http, pacing: newPushPacing()}
 }
 
 // probeBlob is uploaded for the probe; probeMissing is a blob no registry
