@@ -62,7 +62,7 @@ test: tools verify-codegen verify-tracked-sizes vet fmt-check ## everything CI r
 
 # What the demo runs: the control plane, kubectl, the registry and the
 # lifecycle (both platforms); not controller-gen, helm, ko, cosign, promtool or krew,
-# which only the tests need (about 11 of a cold build's 20 minutes, see README).
+# which only the tests need (about 11 of a cold build's 20 minutes, see docs/development.md).
 DEMO_TOOLS = etcd kube-apiserver kubectl lifecycle lifecycle-linux-arm64 registry
 
 .PHONY: demo-tools

@@ -53,6 +53,9 @@ rm -rf charts/buildsmith/files/crds
 mkdir -p charts/buildsmith/files/crds
 cp config/crd/*.yaml charts/buildsmith/files/crds/
 
+echo "codegen: docs/api.md (the API reference)"
+go run ./hack/apidocs pkg/apis/build/v1alpha1 >docs/api.md
+
 echo "codegen: config/install (rendered from the chart)"
 HELM="${HELM:-${ROOT}/bin/helm}"
 [[ -x "${HELM}" ]] || "${ROOT}/hack/tools.sh" helm

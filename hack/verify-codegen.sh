@@ -5,7 +5,7 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-GENERATED=(pkg/apis pkg/client config/crd charts/buildsmith/files/crds config/install)
+GENERATED=(pkg/apis pkg/client config/crd charts/buildsmith/files/crds config/install docs/api.md)
 
 "${ROOT}/hack/tools.sh" controller-gen helm
 
