@@ -278,7 +278,8 @@ func verifyAttestations(t *testing.T, keys, image string, environ ...string) {
 // checkSBOMDigests reads the SBOM out of the builder's signed SBOM
 // attestation and checks, with ggcr (no buildsmith code), that every image
 // it names by digest is in the registry, and every layer it names is in the
-// repository of the buildpackage it names.
+// repository of the buildpackage it names; and that it declares the license
+// the buildpackage's label gives.
 func checkSBOMDigests(t *testing.T, b *v1alpha1.Builder, auth authn.Authenticator) {
 	t.Helper()
 	var referrer string
@@ -312,6 +313,7 @@ func checkSBOMDigests(t *testing.T, b *v1alpha1.Builder, auth authn.Authenticato
 		Predicate struct {
 			Packages []struct {
 				Name, VersionInfo, SourceInfo string
+				LicenseDeclared               string
 				Checksums                     []struct{ ChecksumValue string }
 				ExternalRefs                  []struct{ ReferenceType, ReferenceLocator string }
 			}
@@ -320,8 +322,11 @@ func checkSBOMDigests(t *testing.T, b *v1alpha1.Builder, auth authn.Authenticato
 	if err := json.Unmarshal(payload, &statement); err != nil {
 		t.Fatal(err)
 	}
-	checked, sboms := 0, 0
+	checked, sboms, licensed := 0, 0, false
 	for _, p := range statement.Predicate.Packages {
+		if p.Name == helloBuildpack.ID {
+			licensed = p.LicenseDeclared == helloBuildpack.Licenses[0]
+		}
 		for _, r := range p.ExternalRefs {
 			if r.ReferenceType == attest.BaseSBOMReferenceType {
 				checkBaseSBOM(t, r.ReferenceLocator, auth)
@@ -355,6 +360,9 @@ func checkSBOMDigests(t *testing.T, b *v1alpha1.Builder, auth authn.Authenticato
 			continue
 		}
 		checked++
+	}
+	if !licensed {
+		t.Errorf("the SBOM does not declare %s's license %s, which its package's label gives: %+v", helloBuildpack.ID, helloBuildpack.Licenses[0], statement.Predicate.Packages)
 	}
 	if checked < 5 { // the builder, the build and run images, the lifecycle image, the buildpack's layer
 		t.Errorf("checked %d of the SBOM's packages: %+v", checked, statement.Predicate.Packages)

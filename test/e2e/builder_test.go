@@ -119,8 +119,9 @@ func push(t *testing.T, f *registrytest.Registry, repo string, img v1.Image, err
 }
 
 // helloBuildpack passes detection when the app has hello.txt, and writes a
-// launch layer whose marker file lists the app's files.
-var helloBuildpack = sampleimages.Buildpack{ID: "example/hello", Version: "1.0.0",
+// launch layer whose marker file lists the app's files. Its license is in
+// its package's labels, as pack writes them.
+var helloBuildpack = sampleimages.Buildpack{ID: "example/hello", Version: "1.0.0", Licenses: []string{"Apache-2.0"},
 	Detect: "[ -f hello.txt ] && exit 0\nexit 100\n",
 	Build: `layer="$CNB_LAYERS_DIR/hello"
 mkdir -p "$layer"

@@ -158,6 +158,12 @@ type Buildpack struct {
 	ID, Version string
 	// Detect and Build are the bodies of bin/detect and bin/build (sh).
 	Detect, Build string
+	// Licenses are the types of its [[buildpack.licenses]]. A package of
+	// one buildpack with licenses carries them in its
+	// io.buildpacks.buildpackage.metadata label too, as pack copies them;
+	// without, the label is left out, so that the images made before
+	// licenses were stay byte for byte the same.
+	Licenses []string
 }
 
 // Buildpackage makes a linux/amd64 buildpackage holding the buildpacks, one
@@ -198,7 +204,11 @@ func buildpackage(platform v1.Platform, withArch bool, buildpacks []Buildpack) (
 	layers := make([]BuildpackLayer, 0, len(buildpacks))
 	for _, bp := range buildpacks {
 		dir := "cnb/buildpacks/" + strings.ReplaceAll(bp.ID, "/", "_") + "/"
-		descriptor := fmt.Sprintf("api = \"0.10\"\n\n[buildpack]\n  id = %q\n  version = %q\n\n", bp.ID, bp.Version) + targetTOML
+		descriptor := fmt.Sprintf("api = \"0.10\"\n\n[buildpack]\n  id = %q\n  version = %q\n\n", bp.ID, bp.Version)
+		for _, l := range bp.Licenses {
+			descriptor += fmt.Sprintf("[[buildpack.licenses]]\n  type = %q\n\n", l)
+		}
+		descriptor += targetTOML
 		layer, err := Layer(
 			File{Path: "cnb/", Mode: 0o755}, File{Path: "cnb/buildpacks/", Mode: 0o755},
 			File{Path: dir, Mode: 0o755}, File{Path: dir + bp.Version + "/", Mode: 0o755},
@@ -213,7 +223,31 @@ func buildpackage(platform v1.Platform, withArch bool, buildpacks []Buildpack) (
 		layers = append(layers, BuildpackLayer{ID: bp.ID, Version: bp.Version, Layer: layer,
 			Metadata: map[string]any{"api": "0.10", "targets": []map[string]string{target}}})
 	}
-	return BuildpackageOfLayers(platform, layers...)
+	img, err := BuildpackageOfLayers(platform, layers...)
+	if err != nil || len(buildpacks) != 1 || len(buildpacks[0].Licenses) == 0 {
+		return img, err
+	}
+	return withPackageMetadata(img, buildpacks[0])
+}
+
+// withPackageMetadata is img with the io.buildpacks.buildpackage.metadata
+// label pack writes for a package of bp: its id, version and licenses.
+func withPackageMetadata(img v1.Image, bp Buildpack) (v1.Image, error) {
+	licenses := make([]map[string]string, len(bp.Licenses))
+	for i, l := range bp.Licenses {
+		licenses[i] = map[string]string{"type": l}
+	}
+	raw, err := json.Marshal(map[string]any{"id": bp.ID, "version": bp.Version, "licenses": licenses})
+	if err != nil {
+		return nil, err
+	}
+	cf, err := img.ConfigFile()
+	if err != nil {
+		return nil, err
+	}
+	config := cf.Config.DeepCopy()
+	config.Labels["io.buildpacks.buildpackage.metadata"] = string(raw)
+	return mutate.Config(img, *config)
 }
 
 // Extension is an image extension of buildpack API 0.10 for linux.

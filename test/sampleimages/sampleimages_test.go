@@ -8,11 +8,15 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+
+	"github.com/buildsmith/buildsmith/pkg/apis/build/v1alpha1"
+	"github.com/buildsmith/buildsmith/pkg/cnb"
 )
 
 var (
@@ -464,6 +468,37 @@ func TestBuildpackageTargets(t *testing.T) {
 			t.Errorf("the %s and %s layers are the same", name, other)
 		}
 		diffIDs[id] = name
+	}
+}
+
+// TestBuildpackageLicenses: a buildpack's licenses are in its
+// buildpack.toml and, as pack copies them, in the package's metadata
+// label, which a store reads them from.
+func TestBuildpackageLicenses(t *testing.T) {
+	licensed := hello
+	licensed.Licenses = []string{"Apache-2.0", "MIT"}
+	img, err := Buildpackage(licensed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, err := Files(img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := files["cnb/buildpacks/example_hello/1.0.0/buildpack.toml"]; !strings.Contains(got,
+		"[[buildpack.licenses]]\n  type = \"Apache-2.0\"\n\n[[buildpack.licenses]]\n  type = \"MIT\"\n") {
+		t.Errorf("buildpack.toml:\n%s", got)
+	}
+	cf, _ := img.ConfigFile()
+	m, _ := img.Manifest()
+	digest, _ := img.Digest()
+	pkg, err := cnb.ReadPackage("r/bp@"+digest.String(), cf, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []v1alpha1.BuildpackLicense{{Type: "Apache-2.0"}, {Type: "MIT"}}
+	if len(pkg.Buildpacks) != 1 || !slices.Equal(pkg.Buildpacks[0].Licenses, want) {
+		t.Errorf("a store reads %+v, want the licenses %v", pkg.Buildpacks, want)
 	}
 }
 
