@@ -491,3 +491,36 @@ func TestAssembleBuilderLayerBudget(t *testing.T) {
 		}
 	}
 }
+
+// TestAssembleExecEnv: an order entry's execution environments are written
+// as pack writes them, under exec-env, into /cnb/order.toml and the order
+// label; entries without them are written as before.
+func TestAssembleExecEnv(t *testing.T) {
+	spec := builderSpec(t)
+	spec.Order[0].Group[0].ExecEnv = []string{"production", "*"}
+	img, err := AssembleBuilder(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cf, _ := img.ConfigFile()
+	if want := `[{"group":[{"id":"example/go","version":"1.0.0","exec-env":["production","*"]},{"id":"example/procfile","version":"2.0.0","optional":true}]},` +
+		`{"group":[{"id":"example/procfile","version":"2.0.0"}]}]`; cf.Config.Labels[LabelBuildpackOrder] != want {
+		t.Errorf("order label %s\nwant %s", cf.Config.Labels[LabelBuildpackOrder], want)
+	}
+	layers, _ := img.Layers()
+	var order string
+	for _, l := range layers {
+		rc, _ := l.Uncompressed()
+		tr := tar.NewReader(rc)
+		for h, err := tr.Next(); err == nil; h, err = tr.Next() {
+			if h.Name == "cnb/order.toml" {
+				b, _ := io.ReadAll(tr)
+				order = string(b)
+			}
+		}
+		rc.Close()
+	}
+	if !strings.Contains(order, "  [[order.group]]\n    id = \"example/go\"\n    version = \"1.0.0\"\n    exec-env = [\"production\", \"*\"]\n") {
+		t.Errorf("order.toml:\n%s", order)
+	}
+}

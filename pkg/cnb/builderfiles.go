@@ -130,9 +130,10 @@ type groupTOML struct {
 }
 
 type refTOML struct {
-	ID       string `toml:"id"`
-	Version  string `toml:"version"`
-	Optional bool   `toml:"optional,omitempty"`
+	ID       string   `toml:"id"`
+	Version  string   `toml:"version"`
+	Optional bool     `toml:"optional,omitempty"`
+	ExecEnv  []string `toml:"exec-env,omitempty"`
 }
 
 type runTOML struct {
@@ -187,7 +188,7 @@ func tomlOrder(order []v1alpha1.OrderEntry) []groupTOML {
 	out := make([]groupTOML, len(order))
 	for i, entry := range order {
 		for _, ref := range entry.Group {
-			out[i].Group = append(out[i].Group, refTOML(ref))
+			out[i].Group = append(out[i].Group, refTOML{ID: ref.ID, Version: ref.Version, Optional: ref.Optional, ExecEnv: ref.ExecEnv})
 		}
 	}
 	return out

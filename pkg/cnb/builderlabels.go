@@ -125,13 +125,13 @@ func builderLabels(spec BuilderSpec) (map[string]string, error) {
 	extensionLayers := layersOf(spec.Extensions, &meta.Extensions)
 	values := map[string]any{
 		LabelBuilderMetadata: meta,
-		LabelBuildpackOrder:  spec.Order,
+		LabelBuildpackOrder:  labelOrder(spec.Order),
 		LabelBuildpackLayers: buildpackLayers,
 		LabelLifecycleAPIs:   labelAPIs(spec.Lifecycle.APIs),
 	}
 	if len(spec.Extensions) > 0 {
 		values[LabelExtensionLayers] = extensionLayers
-		values[LabelOrderExtensions] = spec.OrderExtensions
+		values[LabelOrderExtensions] = labelOrder(spec.OrderExtensions)
 	}
 	if system := systemOf(spec.System); system != nil {
 		values[LabelBuildpackSystem] = system
@@ -169,4 +169,31 @@ func apiLess(a, b string) bool {
 		return am < bm
 	}
 	return an < bn
+}
+
+// labelGroup is an order group as pack writes it into a label: exec-env
+// under its TOML name, not the API's execEnv.
+type labelGroup struct {
+	Group []labelRef `json:"group"`
+}
+
+type labelRef struct {
+	ID       string   `json:"id"`
+	Version  string   `json:"version,omitempty"`
+	Optional bool     `json:"optional,omitempty"`
+	ExecEnv  []string `json:"exec-env,omitempty"`
+}
+
+func labelOrder(order []v1alpha1.OrderEntry) []labelGroup {
+	if order == nil {
+		return nil
+	}
+	out := make([]labelGroup, len(order))
+	for i, entry := range order {
+		out[i].Group = make([]labelRef, len(entry.Group))
+		for j, ref := range entry.Group {
+			out[i].Group[j] = labelRef{ID: ref.ID, Version: ref.Version, Optional: ref.Optional, ExecEnv: ref.ExecEnv}
+		}
+	}
+	return out
 }

@@ -50,7 +50,7 @@ func ResolveOrder(order []v1alpha1.OrderEntry, system *v1alpha1.SystemBuildpacks
 			if err := r.use(bp, nil); err != nil {
 				return nil, err
 			}
-			out.Order[i].Group[j] = v1alpha1.BuildpackRef{ID: bp.ID, Version: bp.Version, Optional: ref.Optional}
+			out.Order[i].Group[j] = v1alpha1.BuildpackRef{ID: bp.ID, Version: bp.Version, Optional: ref.Optional, ExecEnv: ref.ExecEnv}
 		}
 	}
 	if system != nil && len(system.Pre)+len(system.Post) > 0 {
@@ -96,7 +96,7 @@ func ResolveExtensions(order []v1alpha1.OrderEntry, pool Pool) (*ResolvedOrder, 
 				return nil, fmt.Errorf("orderExtensions: %w", err)
 			}
 			r.used[ext.ID+"@"+ext.Version] = ext
-			out.Order[i].Group = append(out.Order[i].Group, v1alpha1.BuildpackRef{ID: ext.ID, Version: ext.Version, Optional: ref.Optional})
+			out.Order[i].Group = append(out.Order[i].Group, v1alpha1.BuildpackRef{ID: ext.ID, Version: ext.Version, Optional: ref.Optional, ExecEnv: ref.ExecEnv})
 		}
 	}
 	for _, ext := range r.used {

@@ -50,6 +50,11 @@ func TestResolveOrder(t *testing.T) {
 		wantOrder: []v1alpha1.OrderEntry{group(ref("go", "1.10.0"), v1alpha1.BuildpackRef{ID: "procfile", Version: "1.0.0", Optional: true})},
 		wantUsed:  []string{"go@1.10.0", "procfile@1.0.0"},
 	}, {
+		name:      "an entry's execution environments kept",
+		order:     []v1alpha1.OrderEntry{group(v1alpha1.BuildpackRef{ID: "go", ExecEnv: []string{"test"}})},
+		wantOrder: []v1alpha1.OrderEntry{group(v1alpha1.BuildpackRef{ID: "go", Version: "1.10.0", ExecEnv: []string{"test"}})},
+		wantUsed:  []string{"go@1.10.0"},
+	}, {
 		name:      "pinned version",
 		order:     []v1alpha1.OrderEntry{group(ref("go", "1.9.0"))},
 		wantOrder: []v1alpha1.OrderEntry{group(ref("go", "1.9.0"))},

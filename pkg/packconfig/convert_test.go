@@ -1,6 +1,7 @@
 package packconfig
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -109,6 +110,28 @@ func TestConvert(t *testing.T) {
 			if b.Name != "base" || b.Spec.Stack.Name != "base" || b.Spec.Store.Name != "base" || b.Spec.Lifecycle.Name != "lifecycle-0.21.0" ||
 				b.Spec.ServiceAccountRef != nil || b.Spec.Tag != cluster.Tag {
 				t.Errorf("builder: %+v", b)
+			}
+		},
+	}, {
+		name: "an order entry's exec-env (RFC 0134), what the API would refuse left out",
+		in: withStack + `
+[[buildpacks]]
+uri = "docker://registry.example.com/bp/go:1"
+[[order]]
+[[order.group]]
+id = "example/go"
+exec-env = ["production", "Test", "production", "*"]
+` + lifecycleVersion,
+		opts:  cluster,
+		kinds: []string{"ClusterStore", "ClusterStack", "ClusterLifecycle", "ClusterBuilder"},
+		warnings: []string{
+			`warning: builder.toml: order[0].group[0].exec-env[1]: "Test" is not an execution environment's name (lower-case letters, digits and dashes, or *); dropped`,
+			"warning: builder.toml: order[0].group[0].exec-env[2]: production is listed already; dropped",
+		},
+		check: func(t *testing.T, objects []any) {
+			b := objects[3].(*v1alpha1.ClusterBuilder)
+			if got := b.Spec.Order[0].Group[0].ExecEnv; !slices.Equal(got, []string{"production", "*"}) {
+				t.Errorf("exec-env %q", got)
 			}
 		},
 	}, {

@@ -2,6 +2,7 @@ package packconfig
 
 import (
 	"fmt"
+	"regexp"
 	"slices"
 	"strings"
 
@@ -16,7 +17,7 @@ func (c *converter) order(root *table, key, what string) (order []v1alpha1.Order
 		var groupPaths []string
 		first := map[string]string{}
 		for _, ref := range entry.tables("group") {
-			r := v1alpha1.BuildpackRef{ID: ref.str("id"), Version: ref.str("version"), Optional: ref.boolean("optional")}
+			r := v1alpha1.BuildpackRef{ID: ref.str("id"), Version: ref.str("version"), Optional: ref.boolean("optional"), ExecEnv: c.execEnv(ref)}
 			if r.ID == "" {
 				c.warn(ref.path, "no id: an order names each %s by id; dropped", what)
 				continue
@@ -41,6 +42,33 @@ func (c *converter) order(root *table, key, what string) (order []v1alpha1.Order
 		order, paths = order[:maxExtensions], paths[:maxExtensions]
 	}
 	return order, paths
+}
+
+// maxExecEnv bounds an entry's exec-env, as the API does.
+const maxExecEnv = 8
+
+// execEnvName is what an execution environment may be called (RFC 0134's
+// names: production, test, development, or any; "*" for all).
+var execEnvName = regexp.MustCompile(`^(\*|[a-z0-9]([-a-z0-9]*[a-z0-9])?)$`)
+
+// execEnv takes an order entry's exec-env, leaving out what the API would
+// refuse, with a warning each.
+func (c *converter) execEnv(ref *table) []string {
+	var out []string
+	for i, env := range ref.strs("exec-env") {
+		at := fmt.Sprintf("%s[%d]", ref.at("exec-env"), i)
+		switch {
+		case len(env) > 63 || !execEnvName.MatchString(env):
+			c.warn(at, "%q is not an execution environment's name (lower-case letters, digits and dashes, or *); dropped", env)
+		case slices.Contains(out, env):
+			c.warn(at, "%s is listed already; dropped", env)
+		case len(out) == maxExecEnv:
+			c.warn(at, "more than buildsmith's %d execution environments an entry; dropped", maxExecEnv)
+		default:
+			out = append(out, env)
+		}
+	}
+	return out
 }
 
 // inferVersions gives an order entry without a version the version its id

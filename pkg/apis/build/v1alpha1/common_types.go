@@ -139,6 +139,18 @@ type BuildpackRef struct {
 	Version string `json:"version,omitempty"`
 	// +optional
 	Optional bool `json:"optional,omitempty"`
+	// ExecEnv are the execution environments (RFC 0134: "production",
+	// "test", "*") the entry is for, as pack's builder.toml gives them on an
+	// order group's entries; written into /cnb/order.toml and the order
+	// label as pack writes them. The lifecycle (0.21) chooses by the
+	// buildpack's own buildpack.toml exec-env and CNB_EXEC_ENV, and does
+	// not read these yet.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=8
+	// +kubebuilder:validation:items:MaxLength=63
+	// +kubebuilder:validation:items:Pattern=`^(\*|[a-z0-9]([-a-z0-9]*[a-z0-9])?)$`
+	ExecEnv []string `json:"execEnv,omitempty"`
 }
 
 // BuildpackStack is a stack a buildpack declares it runs on ([[stacks]] in

@@ -3,6 +3,7 @@ package v1alpha1
 import (
 	"context"
 	"fmt"
+	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -232,9 +233,28 @@ func validateOrder(order []OrderEntry) *apis.FieldError {
 			default:
 				first[ref.ID] = j
 			}
+			if err := validateExecEnv(ref.ExecEnv); err != nil {
+				list.add(i, err.ViaFieldIndex("group", j))
+			}
 		}
 	}
 	return list.result()
+}
+
+// execEnvName is an execution environment's name (RFC 0134), or "*".
+var execEnvName = regexp.MustCompile(`^(\*|[a-z0-9]([-a-z0-9]*[a-z0-9])?)$`)
+
+// validateExecEnv checks an order entry's execEnv as the CRD does.
+func validateExecEnv(envs []string) *apis.FieldError {
+	if len(envs) > 8 {
+		return apis.ErrGeneric(fmt.Sprintf("%d execution environments, more than 8", len(envs)), "execEnv")
+	}
+	for k, env := range envs {
+		if len(env) > 63 || !execEnvName.MatchString(env) {
+			return apis.ErrInvalidArrayValue(env, "execEnv", k)
+		}
+	}
+	return nil
 }
 
 // validate checks that every system buildpack has an id, and no id comes

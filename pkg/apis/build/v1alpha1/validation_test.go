@@ -140,6 +140,19 @@ func TestValidate(t *testing.T) {
 			}),
 		},
 		{
+			name: "builder order entries for execution environments",
+			obj: builder(func(s *NamespacedBuilderSpec) {
+				s.Order[0].Group[0].ExecEnv = []string{"production", "*", "dev-1"}
+			}),
+		},
+		{
+			name: "builder order entry for an execution environment of no name's shape",
+			obj: builder(func(s *NamespacedBuilderSpec) {
+				s.Order[0].Group[0].ExecEnv = []string{"production", "Test"}
+			}),
+			want: []string{"invalid value: Test: spec.order[0].group[0].execEnv[1]"},
+		},
+		{
 			name: "builder signing in a format of its own",
 			obj:  builder(func(s *NamespacedBuilderSpec) { s.Signing = &Signing{Format: "cosign"} }),
 			want: []string{"invalid value: cosign: spec.signing.format"},
