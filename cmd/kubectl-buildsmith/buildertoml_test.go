@@ -71,7 +71,7 @@ func TestConvertBuilderTOML(t *testing.T) {
 		name:       "builder.toml flags without it",
 		args:       []string{"-f", file, "-n", "apps"},
 		wantStatus: 1,
-		wantStderr: []string{"--tag, --name, -n, --stack-id and --service-account are for --builder-toml"},
+		wantStderr: []string{"--tag, --name, -n, --stack-id, --service-account and --flatten are for --builder-toml"},
 	}, {
 		name:       "not TOML",
 		args:       []string{"--builder-toml", "-", "--tag", "r.example.com/b:1"},

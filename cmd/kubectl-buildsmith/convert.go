@@ -36,8 +36,9 @@ pack builder create) and writes a ClusterStore of its buildpackage images, a
 ClusterStack of its build and run images, a ClusterLifecycle of
 buildpacksio/lifecycle:X.Y.Z for [lifecycle] version = "X.Y.Z", and a
 ClusterBuilder (a Builder with -n) with its description, order, order of
-extensions, system buildpacks, build env and targets, pushed to --tag. They are
-named --name (by default the last part of the tag's repository; a namespaced
+extensions, system buildpacks, build env and targets, pushed to --tag, and with
+the layers --flatten asks for (pack builder create's flag, repeated: one group
+of id@version,id@version per value). They are named --name (by default the last part of the tag's repository; a namespaced
 Builder's cluster objects <namespace>-<name>). Buildpacks that are not images
 (paths, https archives, urn:cnb:registry ids) are warnings, not errors.
 
@@ -53,7 +54,7 @@ type convertOptions struct {
 	file          string // -f: kpack manifests
 	builderTOML   string // --builder-toml: a pack builder.toml instead
 	maxInputBytes int64
-	pack          packconfig.Options // what --tag, --name, -n, --stack-id and --service-account give
+	pack          packconfig.Options // what --tag, --name, -n, --stack-id, --service-account and --flatten give
 }
 
 // input is the path of the input: a file, or - for stdin.
@@ -89,6 +90,7 @@ func newConvertCommand(streams genericiooptions.IOStreams) *cobra.Command {
 	flags.StringVar(&pack.Name, "name", "", "with --builder-toml: the objects' name (default: the last part of the tag's repository)")
 	flags.StringVarP(&pack.Namespace, "namespace", "n", "", "with --builder-toml: make a Builder in this namespace instead of a ClusterBuilder")
 	flags.StringVar(&pack.StackID, "stack-id", "", "with --builder-toml: the ClusterStack's id when builder.toml has no stack id")
+	flags.StringArrayVar(&pack.Flatten, "flatten", nil, "with --builder-toml: buildpacks put in one layer, as pack builder create's --flatten: id@version,id@version (repeat for more groups)")
 	flags.StringVar(&pack.ServiceAccount, "service-account", "", "with --builder-toml: the ServiceAccount that pushes the builder: NAME for a Builder, NAMESPACE/NAME for a ClusterBuilder")
 	_ = cmd.MarkFlagFilename("filename", "yaml", "yml", "json")
 	_ = cmd.MarkFlagFilename("builder-toml", "toml")
@@ -120,12 +122,12 @@ func runConvert(opts *convertOptions, streams genericiooptions.IOStreams) error 
 // two), if they do not.
 func checkConvertFlags(opts *convertOptions) error {
 	file, builderTOML, pack := opts.file, opts.builderTOML, opts.pack
-	packFlags := pack.Tag != "" || pack.Name != "" || pack.Namespace != "" || pack.StackID != "" || pack.ServiceAccount != ""
+	packFlags := pack.Tag != "" || pack.Name != "" || pack.Namespace != "" || pack.StackID != "" || pack.ServiceAccount != "" || len(pack.Flatten) > 0
 	switch {
 	case (file == "") == (builderTOML == ""):
 		return usageError("give exactly one input, with -f FILE (or -f - for stdin) or --builder-toml FILE (or --builder-toml -)")
 	case file != "" && packFlags:
-		return usageError("--tag, --name, -n, --stack-id and --service-account are for --builder-toml")
+		return usageError("--tag, --name, -n, --stack-id, --service-account and --flatten are for --builder-toml")
 	case builderTOML != "" && pack.Tag == "":
 		return usageError("--builder-toml needs --tag, the image the builder is pushed to (builder.toml does not say)")
 	case opts.maxInputBytes <= 0:

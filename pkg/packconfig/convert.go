@@ -90,6 +90,10 @@ type Options struct {
 	// pack reads a naked buildpack uri as a path when it does. nil: none
 	// does.
 	IsLocalPath func(path string) bool
+	// Flatten are the values of pack builder create's --flatten, each a
+	// group of buildpacks put in one layer ("id@version,id@version"):
+	// pack takes them from its command line, not from builder.toml.
+	Flatten []string
 }
 
 // Warning is something of the builder.toml that the output does not carry
@@ -125,6 +129,10 @@ func Convert(in io.Reader, opts Options) (out []byte, warnings []Warning, err er
 	if err != nil {
 		return nil, nil, err
 	}
+	flatten, err := flattenOf(opts.Flatten)
+	if err != nil {
+		return nil, nil, err
+	}
 	text, err := io.ReadAll(in)
 	if err != nil {
 		return nil, nil, fmt.Errorf("%s: reading the input: %w", opts.Source, err)
@@ -137,7 +145,7 @@ func Convert(in io.Reader, opts Options) (out []byte, warnings []Warning, err er
 	if _, err := toml.NewDecoder(bytes.NewReader(text)).Decode(&raw); err != nil {
 		return nil, nil, fmt.Errorf("%s: not a builder.toml: %s", opts.Source, oneLine(err.Error()))
 	}
-	c := &converter{opts: opts, names: names}
+	c := &converter{opts: opts, names: names, flatten: flatten}
 	c.root = &table{c: c, m: raw}
 	objects := c.convert()
 	if len(c.errs) > 0 {
@@ -222,6 +230,8 @@ type converter struct {
 	root     *table
 	warnings []Warning
 	errs     []string
+	// flatten is what Options.Flatten asks for; nil: nothing.
+	flatten *v1alpha1.Flatten
 }
 
 func (c *converter) warn(field, format string, args ...any) {
@@ -297,6 +307,11 @@ func (c *converter) convert() []object {
 		Env:             env,
 		Targets:         targets,
 		Description:     description,
+		Flatten:         c.flatten,
+	}
+	if root.has("flatten") {
+		root.take("flatten")
+		c.warn("flatten", "pack has no flatten key in builder.toml (it refuses a file with one): give its groups as pack's --flatten instead; dropped")
 	}
 	if lifecycle != nil {
 		spec.Lifecycle = &v1alpha1.LifecycleRef{Kind: "ClusterLifecycle", Name: lifecycle.Name}
@@ -336,4 +351,26 @@ func write(objects []object) ([]byte, error) {
 		out = append(out, text...)
 	}
 	return out, nil
+}
+
+// flattenOf reads pack's --flatten values as pack does: each a group of
+// id@version entries joined by commas, both parts given.
+func flattenOf(values []string) (*v1alpha1.Flatten, error) {
+	if len(values) == 0 {
+		return nil, nil
+	}
+	f := &v1alpha1.Flatten{}
+	for _, value := range values {
+		var group v1alpha1.FlattenGroup
+		for _, entry := range strings.Split(value, ",") {
+			id, version, ok := strings.Cut(strings.TrimSpace(entry), "@")
+			id, version = strings.TrimSpace(id), strings.TrimSpace(version)
+			if !ok || id == "" || version == "" || strings.Contains(version, "@") {
+				return nil, fmt.Errorf("--flatten %q: %q is not <buildpack-id>@<buildpack-version>", value, entry)
+			}
+			group.Buildpacks = append(group.Buildpacks, id+"@"+version)
+		}
+		f.Groups = append(f.Groups, group)
+	}
+	return f, nil
 }

@@ -135,6 +135,20 @@ exec-env = ["production", "Test", "production", "*"]
 			}
 		},
 	}, {
+		name:  "pack's --flatten groups, and a flatten key pack would refuse",
+		in:    "flatten = [\"example/go\"]\n" + withStack + oneBuildpack + lifecycleVersion,
+		opts:  Options{Tag: cluster.Tag, Flatten: []string{"example/go@1.0.0, example/node@2.0.0", "example/procfile@3.0.0"}},
+		kinds: []string{"ClusterStore", "ClusterStack", "ClusterLifecycle", "ClusterBuilder"},
+		warnings: []string{"warning: builder.toml: flatten: pack has no flatten key in builder.toml (it refuses a file with one): " +
+			"give its groups as pack's --flatten instead; dropped"},
+		check: func(t *testing.T, objects []any) {
+			want := &v1alpha1.Flatten{Groups: []v1alpha1.FlattenGroup{{Buildpacks: []string{"example/go@1.0.0", "example/node@2.0.0"}},
+				{Buildpacks: []string{"example/procfile@3.0.0"}}}}
+			if diff := cmp.Diff(want, objects[3].(*v1alpha1.ClusterBuilder).Spec.Flatten); diff != "" {
+				t.Errorf("flatten (-want +got):\n%s", diff)
+			}
+		},
+	}, {
 		name:  "no stack id (RFC 0096): a ClusterStack without one",
 		in:    stackless + oneBuildpack + lifecycleVersion,
 		opts:  cluster,
@@ -443,6 +457,11 @@ func TestConvertErrors(t *testing.T) {
 		in:      "[stack\nid = 1\n",
 		opts:    Options{Tag: "registry.example.com/b:1"},
 		wantErr: "builder.toml: not a builder.toml: toml: line 2: ",
+	}, {
+		name:    "a --flatten entry without a version, as pack refuses it",
+		in:      valid,
+		opts:    Options{Tag: "registry.example.com/b:1", Flatten: []string{"example/go@1.0.0,example/node"}},
+		wantErr: `--flatten "example/go@1.0.0,example/node": "example/node" is not <buildpack-id>@<buildpack-version>`,
 	}, {
 		name:    "a string for a boolean",
 		in:      withStack + lifecycleVersion + oneBuildpack + "optional = \"yes\"\n",

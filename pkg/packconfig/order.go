@@ -142,8 +142,11 @@ func (c *converter) system(t *table) *v1alpha1.SystemBuildpacks {
 			case dup:
 				c.warn(ref.path, "%s is a system buildpack already (%s), and the lifecycle would run it twice; dropped", r.ID, at)
 			case optional:
-				// Required, it would fail every group whose app it does not detect.
-				c.warn(ref.path, "optional: the lifecycle runs every system buildpack as required (a required one that does not pass detection fails every group); dropped")
+				// Required, it would fail every group whose app it does not
+				// detect. pack writes optional = true into system.toml, but
+				// lifecycle 0.21 does not read it (files.SystemBuildpack is
+				// an id and a version).
+				c.warn(ref.path, "optional: the lifecycle (0.21) reads no optional in /cnb/system.toml and runs every system buildpack as required, so one that does not pass detection would fail every group; dropped")
 			case len(*part.refs) == maxSystem:
 				c.warn(ref.path, "more than buildsmith's %d system buildpacks in %s; dropped", maxSystem, part.key)
 			default:
