@@ -33,16 +33,16 @@ type moduleLicenses struct {
 // layers (where buildpack.toml comes after the buildpack's binaries).
 func addLicenses(storeImage string, config *v1.ConfigFile, p *Package) error {
 	labels := config.Config.Labels
+	buildpacks, extensions := byIDVersion(p.Buildpacks), byIDVersion(p.Extensions)
 	if raw, ok := labels[LabelBuildpackageMetadata]; ok {
 		var own moduleLicenses
 		if err := decodeLabel(storeImage, LabelBuildpackageMetadata, raw, &own); err != nil {
 			return err
 		}
-		if err := setLicenses(storeImage, LabelBuildpackageMetadata, p.Buildpacks, own); err != nil {
-			return err
-		}
-		if err := setLicenses(storeImage, LabelBuildpackageMetadata, p.Extensions, own); err != nil {
-			return err
+		for _, modules := range []map[string]*v1alpha1.StoreBuildpack{buildpacks, extensions} {
+			if err := setLicenses(storeImage, LabelBuildpackageMetadata, modules, own); err != nil {
+				return err
+			}
 		}
 	}
 	if raw, ok := labels[LabelBuilderMetadata]; ok {
@@ -53,18 +53,28 @@ func addLicenses(storeImage string, config *v1.ConfigFile, p *Package) error {
 		if err := decodeLabel(storeImage, LabelBuilderMetadata, raw, &builder); err != nil {
 			return err
 		}
-		for _, m := range builder.Buildpacks {
-			if err := setLicenses(storeImage, LabelBuilderMetadata, p.Buildpacks, m); err != nil {
-				return err
-			}
-		}
-		for _, m := range builder.Extensions {
-			if err := setLicenses(storeImage, LabelBuilderMetadata, p.Extensions, m); err != nil {
-				return err
+		for _, list := range []struct {
+			described []moduleLicenses
+			modules   map[string]*v1alpha1.StoreBuildpack
+		}{{builder.Buildpacks, buildpacks}, {builder.Extensions, extensions}} {
+			for _, m := range list.described {
+				if err := setLicenses(storeImage, LabelBuilderMetadata, list.modules, m); err != nil {
+					return err
+				}
 			}
 		}
 	}
 	return nil
+}
+
+// byIDVersion indexes modules by id@version: a label may describe many
+// modules (up to maxLabelSize of them), each looked up once.
+func byIDVersion(modules []v1alpha1.StoreBuildpack) map[string]*v1alpha1.StoreBuildpack {
+	index := make(map[string]*v1alpha1.StoreBuildpack, len(modules))
+	for i := range modules {
+		index[modules[i].ID+"@"+modules[i].Version] = &modules[i]
+	}
+	return index
 }
 
 func decodeLabel(storeImage, label, raw string, v any) error {
@@ -79,7 +89,7 @@ func decodeLabel(storeImage, label, raw string, v any) error {
 
 // setLicenses sets m's licenses on the module of modules that is m, if
 // any, after checking them against the bounds.
-func setLicenses(storeImage, label string, modules []v1alpha1.StoreBuildpack, m moduleLicenses) error {
+func setLicenses(storeImage, label string, modules map[string]*v1alpha1.StoreBuildpack, m moduleLicenses) error {
 	if len(m.Licenses) == 0 {
 		return nil
 	}
@@ -93,10 +103,8 @@ func setLicenses(storeImage, label string, modules []v1alpha1.StoreBuildpack, m 
 				storeImage, label, m.ID, m.Version, maxLicenseFieldBytes)
 		}
 	}
-	for i := range modules {
-		if modules[i].ID == m.ID && modules[i].Version == m.Version {
-			modules[i].Licenses = m.Licenses
-		}
+	if module, ok := modules[m.ID+"@"+m.Version]; ok {
+		module.Licenses = m.Licenses
 	}
 	return nil
 }
