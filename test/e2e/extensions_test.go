@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -53,7 +54,7 @@ func TestImageExtensions(t *testing.T) {
 	if len(store.Status.Extensions) != 1 || store.Status.Extensions[0].ID != "example/curl" || len(store.Status.Buildpacks) != 1 {
 		t.Errorf("store status: buildpacks %+v, extensions %+v", store.Status.Buildpacks, store.Status.Extensions)
 	}
-	if got := builder.Status.OrderExtensions; len(got) != 1 || got[0].Group[0] != (v1alpha1.BuildpackRef{ID: "example/curl", Version: "1.0.0"}) {
+	if got := builder.Status.OrderExtensions; len(got) != 1 || !reflect.DeepEqual(got[0].Group[0], v1alpha1.BuildpackRef{ID: "example/curl", Version: "1.0.0"}) {
 		t.Errorf("status.orderExtensions: %+v", got)
 	}
 	img := pullImage(t, builder.Status.LatestImage)

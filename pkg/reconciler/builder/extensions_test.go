@@ -1,6 +1,7 @@
 package builder
 
 import (
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -49,7 +50,7 @@ func TestBuilderExtensions(t *testing.T) {
 	got, events, err, _ := x.run(t, withExtensions("example/curl"), lifecycle)
 	rt.Check(t, got, err, events, rt.Outcome{Ready: corev1.ConditionTrue, Requeue: rt.Resync,
 		MinDelay: 8 * time.Minute, MaxDelay: 12 * time.Minute, EventReasons: []string{"Ready"}})
-	if o := got.Status.OrderExtensions; len(o) != 1 || o[0].Group[0] != (v1alpha1.BuildpackRef{ID: "example/curl", Version: "1.0.0"}) {
+	if o := got.Status.OrderExtensions; len(o) != 1 || !reflect.DeepEqual(o[0].Group[0], v1alpha1.BuildpackRef{ID: "example/curl", Version: "1.0.0"}) {
 		t.Errorf("status.orderExtensions: %+v", o)
 	}
 	if got.Status.Fingerprint == plain.Status.Fingerprint {
