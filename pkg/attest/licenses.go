@@ -16,27 +16,32 @@ func declaredLicense(licenses []string) string {
 	}
 	parts := make([]string, len(licenses))
 	for i, l := range licenses {
-		if !isLicenseExpression(l) {
+		tokens := licenseTokens(l)
+		if !isLicenseExpression(tokens) {
 			return noAssertion
 		}
-		parts[i] = l
-		if len(licenses) > 1 && strings.ContainsAny(l, " ") {
-			parts[i] = "(" + l + ")" // "A OR B" keeps its meaning beside another
+		// Written from its tokens, one space apart: what separated them
+		// (tabs, other spaces) is the label's, not the document's.
+		parts[i] = strings.NewReplacer("( ", "(", " )", ")").Replace(strings.Join(tokens, " "))
+		if len(licenses) > 1 && len(tokens) > 1 {
+			parts[i] = "(" + parts[i] + ")" // "A OR B" keeps its meaning beside another
 		}
 	}
 	return strings.Join(parts, " AND ")
 }
 
-// isLicenseExpression reports whether s has the shape of an SPDX 2.3
-// license expression (Annex D): identifiers joined by AND, OR and WITH,
-// grouped by parentheses. It checks the grammar, not that the identifiers are on the
-// SPDX list: a buildpack may name a license the list does not have.
-func isLicenseExpression(s string) bool {
-	p := licenseParser{tokens: licenseTokens(s)}
+// isLicenseExpression reports whether tokens (licenseTokens) make an SPDX
+// 2.3 license expression (Annex D): identifiers joined by AND, OR and
+// WITH, grouped by parentheses. It checks the grammar, not that the
+// identifiers are on the SPDX list: a buildpack may name a license the
+// list does not have.
+func isLicenseExpression(tokens []string) bool {
+	p := licenseParser{tokens: tokens}
 	return p.expression(0) && p.pos == len(p.tokens)
 }
 
-// licenseTokens splits s into parentheses and words.
+// licenseTokens splits s into parentheses and words (strings.Fields: at
+// any white space, Unicode's included).
 func licenseTokens(s string) []string {
 	s = strings.NewReplacer("(", " ( ", ")", " ) ").Replace(s)
 	return strings.Fields(s)

@@ -33,7 +33,12 @@ func TestDeclaredLicense(t *testing.T) {
 		{[]string{"DocumentRef-spdx-tool-1.2:LicenseRef-MIT-Style-2"}, "NOASSERTION"},
 		{[]string{"MIT\"}"}, "NOASSERTION"},
 		{[]string{"((((((((( MIT )))))))))"}, "NOASSERTION"}, // nested deeper than the parser follows
-		{[]string{"(((((((( MIT ))))))))"}, "(((((((( MIT ))))))))"},
+		{[]string{"(((((((( MIT ))))))))"}, "((((((((MIT))))))))"},
+		// Written from the tokens: a separator other than a space cannot
+		// hide an operator from the parentheses that keep its meaning.
+		{[]string{"MIT\tOR\tGPL-3.0-only", "Apache-2.0"}, "(MIT OR GPL-3.0-only) AND Apache-2.0"},
+		{[]string{"(MIT)OR(GPL-3.0-only)", "Apache-2.0"}, "((MIT) OR (GPL-3.0-only)) AND Apache-2.0"},
+		{[]string{"MIT\u00a0OR\u00a0ISC", "0BSD"}, "(MIT OR ISC) AND 0BSD"},
 	} {
 		if got := declaredLicense(tc.licenses); got != tc.want {
 			t.Errorf("declaredLicense(%q) = %q, want %q", tc.licenses, got, tc.want)

@@ -83,9 +83,7 @@ func ReadPackage(storeImage string, config *v1.ConfigFile, manifest *v1.Manifest
 			return Package{}, err
 		}
 	}
-	if err := addLicenses(storeImage, config, &p); err != nil {
-		return Package{}, err
-	}
+	addLicenses(config, &p)
 	return p, nil
 }
 
@@ -126,15 +124,44 @@ func modules(storeImage string, config *v1.ConfigFile, manifest *v1.Manifest, la
 			if info.API == "" && len(info.Order) == 0 {
 				return nil, failure.Permanentf(ReasonInvalidBuildpackage, "%s: %s %s@%s has no api", storeImage, kind, id, version)
 			}
+			order, err := packageOrder(info.Order)
+			if err != nil {
+				return nil, failure.Permanentf(ReasonInvalidBuildpackage, "%s: %s %s@%s: order: %v", storeImage, kind, id, version, err)
+			}
 			out = append(out, v1alpha1.StoreBuildpack{
 				ID: id, Version: version, Homepage: info.Homepage, API: info.API,
 				DiffID: info.LayerDiffID, Digest: layer.Digest.String(), Size: layer.Size,
 				StoreImage: v1alpha1.ImageSource{Image: storeImage},
-				Order:      info.Order, Stacks: info.Stacks, Targets: info.Targets,
+				Order:      order, Stacks: info.Stacks, Targets: info.Targets,
 			})
 		}
 	}
 	SortBuildpacks(out)
+	return out, nil
+}
+
+// packageOrder is a meta-buildpack's order as a label gives it, checked as
+// status takes it: every group with buildpacks, every buildpack with an
+// id. Only id, version and optional are kept: what else the label says
+// (an execEnv, which pack writes as exec-env) is not the store's to record,
+// and unchecked it could make every status write refused.
+func packageOrder(order []v1alpha1.OrderEntry) ([]v1alpha1.OrderEntry, error) {
+	if order == nil {
+		return nil, nil
+	}
+	out := make([]v1alpha1.OrderEntry, len(order))
+	for i, entry := range order {
+		if len(entry.Group) == 0 {
+			return nil, fmt.Errorf("group %d is empty", i)
+		}
+		out[i].Group = make([]v1alpha1.BuildpackRef, len(entry.Group))
+		for j, ref := range entry.Group {
+			if ref.ID == "" {
+				return nil, fmt.Errorf("group %d, entry %d has no id", i, j)
+			}
+			out[i].Group[j] = v1alpha1.BuildpackRef{ID: ref.ID, Version: ref.Version, Optional: ref.Optional}
+		}
+	}
 	return out, nil
 }
 

@@ -264,15 +264,30 @@ func TestReadPackage(t *testing.T) {
 				"extensions": [{"id": "example/curl", "version": "1.0.0", "licenses": [{"type": "curl"}]}], "stack": {"runImage": {"image": "r"}}}`},
 			want: Package{Buildpacks: []v1alpha1.StoreBuildpack{withLicenses(goBP, "BSD-3-Clause", "")},
 				Extensions: []v1alpha1.StoreBuildpack{withLicenses(curl, "curl", "")}}},
+		// Licenses are optional: a label that does not parse, or
+		// licenses past the bounds, leave them unasserted, never failing
+		// the package.
 		{name: "licenses of no shape", labels: map[string]string{LabelBuildpackLayers: bps,
 			LabelBuildpackageMetadata: `{"id": "example/go", "version": "1.0.0", "licenses": "MIT"}`},
-			wantErr: storeImage + ": label io.buildpacks.buildpackage.metadata: not valid JSON of the expected shape: json: cannot unmarshal string into Go struct field moduleLicenses.licenses of type []v1alpha1.BuildpackLicense"},
+			want: Package{Buildpacks: []v1alpha1.StoreBuildpack{goBP}}},
 		{name: "too many licenses", labels: map[string]string{LabelBuildpackLayers: bps,
 			LabelBuildpackageMetadata: `{"id": "example/go", "version": "1.0.0", "licenses": [` + strings.Repeat(`{"type": "MIT"},`, MaxModuleLicenses) + `{"type": "MIT"}]}`},
-			wantErr: storeImage + ": label io.buildpacks.buildpackage.metadata gives example/go@1.0.0 17 licenses, more than 16"},
+			want: Package{Buildpacks: []v1alpha1.StoreBuildpack{goBP}}},
 		{name: "a license too long", labels: map[string]string{LabelBuildpackLayers: bps,
 			LabelBuilderMetadata: `{"buildpacks": [{"id": "example/go", "version": "1.0.0", "licenses": [{"uri": "` + strings.Repeat("x", 1025) + `"}]}]}`},
-			wantErr: storeImage + ": label io.buildpacks.builder.metadata gives example/go@1.0.0 a license longer than 1024 bytes"},
+			want: Package{Buildpacks: []v1alpha1.StoreBuildpack{goBP}}},
+		// A meta-buildpack's order is kept as status takes it.
+		{name: "an order's entries without what status does not keep", labels: map[string]string{LabelBuildpackLayers: `{"example/meta": {"1.0.0": {"layerDiffID": "` + a +
+			`", "order": [{"group": [{"id": "example/go", "version": "1.0.0", "optional": true, "execEnv": ["Not a name"], "exec-env": ["x"]}]}]}}}`},
+			want: Package{Buildpacks: []v1alpha1.StoreBuildpack{{ID: "example/meta", Version: "1.0.0", DiffID: a, Digest: hash("c").String(), Size: 10,
+				StoreImage: v1alpha1.ImageSource{Image: storeImage},
+				Order:      []v1alpha1.OrderEntry{{Group: []v1alpha1.BuildpackRef{{ID: "example/go", Version: "1.0.0", Optional: true}}}}}}}},
+		{name: "an order's group without buildpacks", labels: map[string]string{LabelBuildpackLayers: `{"example/meta": {"1.0.0": {"layerDiffID": "` + a +
+			`", "order": [{"group": []}]}}}`},
+			wantErr: storeImage + ": buildpack example/meta@1.0.0: order: group 0 is empty"},
+		{name: "an order's entry without an id", labels: map[string]string{LabelBuildpackLayers: `{"example/meta": {"1.0.0": {"layerDiffID": "` + a +
+			`", "order": [{"group": [{"version": "1"}]}]}}}`},
+			wantErr: storeImage + ": buildpack example/meta@1.0.0: order: group 0, entry 0 has no id"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			config, manifest := buildpackage("")

@@ -4,7 +4,6 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
 	"github.com/buildsmith/buildsmith/pkg/apis/build/v1alpha1"
-	"github.com/buildsmith/buildsmith/pkg/failure"
 )
 
 // LabelBuildpackageMetadata describes a package's own module (the one
@@ -31,40 +30,29 @@ type moduleLicenses struct {
 // its own module's licenses, a builder's metadata those of every module it
 // holds. They are the only place licenses are found without reading the
 // layers (where buildpack.toml comes after the buildpack's binaries).
-func addLicenses(storeImage string, config *v1.ConfigFile, p *Package) error {
+// Licenses are optional metadata: a label that does not parse, or a
+// module's licenses past the bounds, leaves those licenses unasserted and
+// the package as it is, never failing a store over them.
+func addLicenses(config *v1.ConfigFile, p *Package) {
 	labels := config.Config.Labels
 	buildpacks, extensions := byIDVersion(p.Buildpacks), byIDVersion(p.Extensions)
-	if raw, ok := labels[LabelBuildpackageMetadata]; ok {
-		var own moduleLicenses
-		if err := decodeLabel(storeImage, LabelBuildpackageMetadata, raw, &own); err != nil {
-			return err
+	var own moduleLicenses
+	if decodeLabel(labels[LabelBuildpackageMetadata], &own) {
+		setLicenses(buildpacks, own)
+		setLicenses(extensions, own)
+	}
+	var builder struct {
+		Buildpacks []moduleLicenses `json:"buildpacks"`
+		Extensions []moduleLicenses `json:"extensions"`
+	}
+	if decodeLabel(labels[LabelBuilderMetadata], &builder) {
+		for _, m := range builder.Buildpacks {
+			setLicenses(buildpacks, m)
 		}
-		for _, modules := range []map[string]*v1alpha1.StoreBuildpack{buildpacks, extensions} {
-			if err := setLicenses(storeImage, LabelBuildpackageMetadata, modules, own); err != nil {
-				return err
-			}
+		for _, m := range builder.Extensions {
+			setLicenses(extensions, m)
 		}
 	}
-	if raw, ok := labels[LabelBuilderMetadata]; ok {
-		var builder struct {
-			Buildpacks []moduleLicenses `json:"buildpacks"`
-			Extensions []moduleLicenses `json:"extensions"`
-		}
-		if err := decodeLabel(storeImage, LabelBuilderMetadata, raw, &builder); err != nil {
-			return err
-		}
-		for _, list := range []struct {
-			described []moduleLicenses
-			modules   map[string]*v1alpha1.StoreBuildpack
-		}{{builder.Buildpacks, buildpacks}, {builder.Extensions, extensions}} {
-			for _, m := range list.described {
-				if err := setLicenses(storeImage, LabelBuilderMetadata, list.modules, m); err != nil {
-					return err
-				}
-			}
-		}
-	}
-	return nil
 }
 
 // byIDVersion indexes modules by id@version: a label may describe many
@@ -77,34 +65,24 @@ func byIDVersion(modules []v1alpha1.StoreBuildpack) map[string]*v1alpha1.StoreBu
 	return index
 }
 
-func decodeLabel(storeImage, label, raw string, v any) error {
-	if len(raw) > maxLabelSize {
-		return failure.Permanentf(ReasonInvalidBuildpackage, "%s: label %s is larger than %d bytes", storeImage, label, maxLabelSize)
-	}
-	if err := decodeStrict(raw, v); err != nil {
-		return failure.Permanentf(ReasonInvalidBuildpackage, "%s: label %s: %v", storeImage, label, err)
-	}
-	return nil
+// decodeLabel decodes raw into v, reporting whether it could: not when
+// absent, larger than maxLabelSize or not of the shape.
+func decodeLabel(raw string, v any) bool {
+	return raw != "" && len(raw) <= maxLabelSize && decodeStrict(raw, v) == nil
 }
 
-// setLicenses sets m's licenses on the module of modules that is m, if
-// any, after checking them against the bounds.
-func setLicenses(storeImage, label string, modules map[string]*v1alpha1.StoreBuildpack, m moduleLicenses) error {
-	if len(m.Licenses) == 0 {
-		return nil
-	}
-	if len(m.Licenses) > MaxModuleLicenses {
-		return failure.Permanentf(ReasonInvalidBuildpackage, "%s: label %s gives %s@%s %d licenses, more than %d",
-			storeImage, label, m.ID, m.Version, len(m.Licenses), MaxModuleLicenses)
+// setLicenses gives the module of modules that m describes, if any, m's
+// licenses when they are within the bounds.
+func setLicenses(modules map[string]*v1alpha1.StoreBuildpack, m moduleLicenses) {
+	if len(m.Licenses) == 0 || len(m.Licenses) > MaxModuleLicenses {
+		return
 	}
 	for _, l := range m.Licenses {
 		if len(l.Type) > maxLicenseFieldBytes || len(l.URI) > maxLicenseFieldBytes {
-			return failure.Permanentf(ReasonInvalidBuildpackage, "%s: label %s gives %s@%s a license longer than %d bytes",
-				storeImage, label, m.ID, m.Version, maxLicenseFieldBytes)
+			return
 		}
 	}
 	if module, ok := modules[m.ID+"@"+m.Version]; ok {
 		module.Licenses = m.Licenses
 	}
-	return nil
 }

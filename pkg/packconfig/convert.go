@@ -354,23 +354,47 @@ func write(objects []object) ([]byte, error) {
 }
 
 // flattenOf reads pack's --flatten values as pack does: each a group of
-// id@version entries joined by commas, both parts given.
+// id@version entries joined by commas, both parts given. What the API
+// would refuse (more groups or entries than it takes, a buildpack in two
+// groups) is an error here rather than a builder left out.
 func flattenOf(values []string) (*v1alpha1.Flatten, error) {
 	if len(values) == 0 {
 		return nil, nil
 	}
+	if len(values) > maxFlattenGroups {
+		return nil, fmt.Errorf("--flatten: %d groups, more than buildsmith's %d", len(values), maxFlattenGroups)
+	}
 	f := &v1alpha1.Flatten{}
+	in := map[string]string{} // id@version → the value that named it
 	for _, value := range values {
 		var group v1alpha1.FlattenGroup
-		for _, entry := range strings.Split(value, ",") {
+		entries := strings.Split(value, ",")
+		if len(entries) > maxFlattenEntries {
+			return nil, fmt.Errorf("--flatten %.64q…: %d buildpacks, more than buildsmith's %d a group", value, len(entries), maxFlattenEntries)
+		}
+		for _, entry := range entries {
 			id, version, ok := strings.Cut(strings.TrimSpace(entry), "@")
 			id, version = strings.TrimSpace(id), strings.TrimSpace(version)
-			if !ok || id == "" || version == "" || strings.Contains(version, "@") {
+			name := id + "@" + version
+			switch {
+			case !ok || id == "" || version == "" || strings.Contains(version, "@"):
 				return nil, fmt.Errorf("--flatten %q: %q is not <buildpack-id>@<buildpack-version>", value, entry)
+			case len(name) > maxFlattenName:
+				return nil, fmt.Errorf("--flatten: %.64q… is longer than buildsmith's %d characters", name, maxFlattenName)
+			case in[name] != "":
+				return nil, fmt.Errorf("--flatten %q: %s is in --flatten %q already", value, name, in[name])
 			}
-			group.Buildpacks = append(group.Buildpacks, id+"@"+version)
+			in[name] = value
+			group.Buildpacks = append(group.Buildpacks, name)
 		}
 		f.Groups = append(f.Groups, group)
 	}
 	return f, nil
 }
+
+// The API's bounds on spec.flatten.groups.
+const (
+	maxFlattenGroups  = 64
+	maxFlattenEntries = 256
+	maxFlattenName    = 512
+)

@@ -463,6 +463,16 @@ func TestConvertErrors(t *testing.T) {
 		opts:    Options{Tag: "registry.example.com/b:1", Flatten: []string{"example/go@1.0.0,example/node"}},
 		wantErr: `--flatten "example/go@1.0.0,example/node": "example/node" is not <buildpack-id>@<buildpack-version>`,
 	}, {
+		name:    "a buildpack in two --flatten groups",
+		in:      valid,
+		opts:    Options{Tag: "registry.example.com/b:1", Flatten: []string{"example/go@1.0.0", "example/node@2.0.0,example/go@1.0.0"}},
+		wantErr: `--flatten "example/node@2.0.0,example/go@1.0.0": example/go@1.0.0 is in --flatten "example/go@1.0.0" already`,
+	}, {
+		name:    "more --flatten groups than the API takes",
+		in:      valid,
+		opts:    Options{Tag: "registry.example.com/b:1", Flatten: strings.Split(strings.Repeat("a@1;", 65)[:4*65-1], ";")},
+		wantErr: "--flatten: 65 groups, more than buildsmith's 64",
+	}, {
 		name:    "a string for a boolean",
 		in:      withStack + lifecycleVersion + oneBuildpack + "optional = \"yes\"\n",
 		opts:    Options{Tag: "registry.example.com/b:1", Source: "my/builder.toml"},

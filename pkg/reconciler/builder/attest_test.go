@@ -99,11 +99,24 @@ func TestBuilderAttested(t *testing.T) {
 			anew.Status.Attestations, anew.Status.AttestedDocuments, got.Status.AttestedDocuments)
 	}
 
-	// No keys: the SBOM alone, unsigned. It declares the licenses the
-	// store found in its packages' labels.
+	// Licenses found in the store's packages' labels (after an upgrade,
+	// say): the image is the same, not pushed again, but its SBOM is not:
+	// attested anew.
 	for i := range x.store.Status.Buildpacks {
 		x.store.Status.Buildpacks[i].Licenses = []v1alpha1.BuildpackLicense{{Type: "Apache-2.0"}, {Type: "MIT OR ISC", URI: "https://example.com/l"}}
 	}
+	x.f.ForgetRequests()
+	licensed, events, err, _, _ := x.runWith(t, cfg, anew, lifecycle, signer, cosigntest.Secret("apps", "key", private, "pass"))
+	rt.Check(t, licensed, err, events, rt.Outcome{Ready: corev1.ConditionTrue, Requeue: rt.Resync, MinDelay: 8 * time.Minute, MaxDelay: 12 * time.Minute})
+	if licensed.Status.Fingerprint != anew.Status.Fingerprint || x.f.Count("PUT", "/manifests/latest") != 0 {
+		t.Errorf("licenses changed the builder: fingerprint %s (was %s), requests %v", licensed.Status.Fingerprint, anew.Status.Fingerprint, x.f.Requests())
+	}
+	if licensed.Status.AttestedDocuments == anew.Status.AttestedDocuments {
+		t.Errorf("licenses did not change the attested documents (%s)", licensed.Status.AttestedDocuments)
+	}
+
+	// No keys: the SBOM alone, unsigned. It declares the licenses the
+	// store found.
 	unsigned := x.builder(func(b *v1alpha1.Builder) { b.Name, b.Spec.Tag = "plain", x.f.Addr+"/builders/plain:latest" })
 	plain, events, err, _, _ := x.runWith(t, cfg, unsigned, lifecycle)
 	rt.Check(t, plain, err, events, ready)

@@ -65,6 +65,9 @@ func fingerprinted(modules []v1alpha1.StoreBuildpack) []v1alpha1.StoreBuildpack 
 		// platforms built (below): a platform the builder does not build
 		// changes nothing.
 		bp.Platforms = nil
+		// Licenses go into the SBOM, not the image: the attestations are
+		// made anew when they change (status.attestedDocuments).
+		bp.Licenses = nil
 		out[i] = bp
 	}
 	return out

@@ -146,7 +146,10 @@ type BuilderSpec struct {
 	// +optional
 	Flatten *Flatten `json:"flatten,omitempty"`
 	// Signing says how the builder's images are signed with the cosign
-	// keys of its ServiceAccount. Empty: as kpack signs (format sig).
+	// keys of its ServiceAccount. Set (even empty), the builder must be
+	// signed: without a key it stalls, NoSigningKeys, before a push.
+	// Unset: signed as kpack signs (format sig) when the ServiceAccount
+	// holds keys, pushed unsigned when it holds none.
 	// +optional
 	Signing *Signing `json:"signing,omitempty"`
 }
