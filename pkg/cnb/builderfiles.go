@@ -125,15 +125,17 @@ type orderTOML struct {
 	OrderExtensions []groupTOML `toml:"order-extensions,omitempty"`
 }
 
+// groupTOML is an order group of /cnb/order.toml; its JSON is the group
+// as pack writes it into the order labels.
 type groupTOML struct {
-	Group []refTOML `toml:"group"`
+	Group []refTOML `toml:"group" json:"group"`
 }
 
 type refTOML struct {
-	ID       string   `toml:"id"`
-	Version  string   `toml:"version"`
-	Optional bool     `toml:"optional,omitempty"`
-	ExecEnv  []string `toml:"exec-env,omitempty"`
+	ID       string   `toml:"id" json:"id"`
+	Version  string   `toml:"version" json:"version,omitempty"`
+	Optional bool     `toml:"optional,omitempty" json:"optional,omitempty"`
+	ExecEnv  []string `toml:"exec-env,omitempty" json:"exec-env,omitempty"`
 }
 
 type runTOML struct {

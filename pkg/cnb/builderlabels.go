@@ -171,29 +171,11 @@ func apiLess(a, b string) bool {
 	return an < bn
 }
 
-// labelGroup is an order group as pack writes it into a label: exec-env
-// under its TOML name, not the API's execEnv.
-type labelGroup struct {
-	Group []labelRef `json:"group"`
-}
-
-type labelRef struct {
-	ID       string   `json:"id"`
-	Version  string   `json:"version,omitempty"`
-	Optional bool     `json:"optional,omitempty"`
-	ExecEnv  []string `json:"exec-env,omitempty"`
-}
-
-func labelOrder(order []v1alpha1.OrderEntry) []labelGroup {
+// labelOrder is an order as pack writes it into a label: order.toml's
+// groups, exec-env under its TOML name, not the API's execEnv.
+func labelOrder(order []v1alpha1.OrderEntry) []groupTOML {
 	if order == nil {
 		return nil
 	}
-	out := make([]labelGroup, len(order))
-	for i, entry := range order {
-		out[i].Group = make([]labelRef, len(entry.Group))
-		for j, ref := range entry.Group {
-			out[i].Group[j] = labelRef{ID: ref.ID, Version: ref.Version, Optional: ref.Optional, ExecEnv: ref.ExecEnv}
-		}
-	}
-	return out
+	return tomlOrder(order)
 }

@@ -2,7 +2,6 @@ package packconfig
 
 import (
 	"fmt"
-	"regexp"
 	"slices"
 	"strings"
 
@@ -47,10 +46,6 @@ func (c *converter) order(root *table, key, what string) (order []v1alpha1.Order
 // maxExecEnv bounds an entry's exec-env, as the API does.
 const maxExecEnv = 8
 
-// execEnvName is what an execution environment may be called (RFC 0134's
-// names: production, test, development, or any; "*" for all).
-var execEnvName = regexp.MustCompile(`^(\*|[a-z0-9]([-a-z0-9]*[a-z0-9])?)$`)
-
 // execEnv takes an order entry's exec-env, leaving out what the API would
 // refuse, with a warning each.
 func (c *converter) execEnv(ref *table) []string {
@@ -58,7 +53,7 @@ func (c *converter) execEnv(ref *table) []string {
 	for i, env := range ref.strs("exec-env") {
 		at := fmt.Sprintf("%s[%d]", ref.at("exec-env"), i)
 		switch {
-		case len(env) > 63 || !execEnvName.MatchString(env):
+		case !v1alpha1.IsExecEnvName(env):
 			c.warn(at, "%q is not an execution environment's name (lower-case letters, digits and dashes, or *); dropped", env)
 		case slices.Contains(out, env):
 			c.warn(at, "%s is listed already; dropped", env)

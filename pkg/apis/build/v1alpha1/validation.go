@@ -244,13 +244,16 @@ func validateOrder(order []OrderEntry) *apis.FieldError {
 // execEnvName is an execution environment's name (RFC 0134), or "*".
 var execEnvName = regexp.MustCompile(`^(\*|[a-z0-9]([-a-z0-9]*[a-z0-9])?)$`)
 
+// IsExecEnvName says whether name may be in an order entry's execEnv.
+func IsExecEnvName(name string) bool { return len(name) <= 63 && execEnvName.MatchString(name) }
+
 // validateExecEnv checks an order entry's execEnv as the CRD does.
 func validateExecEnv(envs []string) *apis.FieldError {
 	if len(envs) > 8 {
 		return apis.ErrGeneric(fmt.Sprintf("%d execution environments, more than 8", len(envs)), "execEnv")
 	}
 	for k, env := range envs {
-		if len(env) > 63 || !execEnvName.MatchString(env) {
+		if !IsExecEnvName(env) {
 			return apis.ErrInvalidArrayValue(env, "execEnv", k)
 		}
 	}
