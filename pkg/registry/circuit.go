@@ -8,10 +8,7 @@ import (
 	"net/http"
 	"sort"
 	"sync"
-	"sync/atomic"
 	"time"
-
-	"k8s.io/utils/clock"
 
 	"github.com/buildsmith/buildsmith/pkg/failure"
 	"github.com/buildsmith/buildsmith/pkg/worker"
@@ -92,18 +89,14 @@ func (o CircuitOptions) withDefaults() CircuitOptions {
 type Circuits struct {
 	rules    circuitRules
 	lifetime context.Context
-	clock    clock.WithDelayedExecution
 	// send sends one request on the wire, counted, noting its Retry-After;
 	// it bypasses the circuits, the ping cache and the holds.
 	send  func(*http.Request) (*http.Response, error)
 	names *hostNames // what ProbeResults counts hosts under
-	// Work started and not done, which tests on a fake clock wait for:
-	// ticks a prober was nudged for, and probes (their waiters woken).
-	ticksPending, probesRunning atomic.Int64
 
 	mu      sync.Mutex
 	hosts   map[string]*hostCircuits
-	probers map[string]*prober // by registry, while it runs
+	probers map[string]chan struct{} // each running prober's nudge, by registry
 	probes  map[ProbeResult]int64
 	// waits indexes the waiters by key; tenantHosts counts, per tenant
 	// and host, the tenant's waiters on the host's circuits.
@@ -117,15 +110,15 @@ type ProbeResult struct {
 	Answered bool
 }
 
-func newCircuits(lifetime context.Context, clk clock.WithDelayedExecution, opts CircuitOptions, holds *retryAfterHolds,
+func newCircuits(lifetime context.Context, opts CircuitOptions, holds *retryAfterHolds,
 	send func(*http.Request) (*http.Response, error), names *hostNames) *Circuits {
 	holdLeft := func(p Place) time.Duration {
 		left, _ := holds.left(p.Host, p.Repository)
 		return left
 	}
 	return &Circuits{rules: circuitRules{opts: opts.withDefaults(), jitter: rand.Float64, holdLeft: holdLeft},
-		lifetime: lifetime, clock: clk, send: send, names: names,
-		hosts: map[string]*hostCircuits{}, probers: map[string]*prober{}, probes: map[ProbeResult]int64{},
+		lifetime: lifetime, send: send, names: names,
+		hosts: map[string]*hostCircuits{}, probers: map[string]chan struct{}{}, probes: map[ProbeResult]int64{},
 		waits: map[string]wait{}, tenantHosts: map[string]map[string]int{}}
 }
 
@@ -135,16 +128,9 @@ func newCircuits(lifetime context.Context, clk clock.WithDelayedExecution, opts 
 // repository that answers must not be failed because another one did not.
 func (c *Circuits) refuse(ctx context.Context, place Place) *failure.Error {
 	for {
-		open, checkEnded := c.covering(place, callFrom(ctx))
-		if open == nil {
-			return nil
-		}
+		refusal, checkEnded := c.covering(place, callFrom(ctx))
 		if checkEnded == nil {
-			left := c.rules.holdLeft(open.place)
-			widespread := open.state == circuitWidespread
-			return &failure.Error{Class: failure.Transient, Reason: open.err.Reason, RetryAfter: left,
-				Err: &PlaceError{Place: open.place, Untried: widespread && open.place.Repository != place.Repository,
-					Err: &circuitOpenError{place: open.place, cause: open.err, widespread: widespread}}}
+			return refusal
 		}
 		waited := worker.Wait(ctx)
 		select {
@@ -152,29 +138,52 @@ func (c *Circuits) refuse(ctx context.Context, place Place) *failure.Error {
 			waited()
 		case <-ctx.Done():
 			waited()
-			return placed(open.place, failure.Transient, open.err.Reason, 0,
-				fmt.Errorf("gave up waiting for %s to answer whether it answers at all: %w", open.place, ctx.Err()))
+			registry := place.hostPlace() // only a registry is checked
+			return placed(registry, failure.Transient, refusal.Reason, 0,
+				fmt.Errorf("gave up waiting for %s to answer whether it answers at all: %w", registry, ctx.Err()))
 		}
 	}
 }
 
 // isOpen reports whether a circuit covering place is open (or checking).
 func (c *Circuits) isOpen(place Place) bool {
-	open, _ := c.covering(place, nil)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	hc := c.hosts[place.Host]
+	if hc == nil {
+		return false
+	}
+	open, _ := hc.covering(place, nil, time.Now())
 	return open != nil
 }
 
-// covering returns the open circuit covering place, if any, and while it
-// is a registry check, a channel closed when that ends; see
-// hostCircuits.covering.
-func (c *Circuits) covering(place Place, call *call) (*circuit, <-chan struct{}) {
+// covering returns the error of the open circuit covering place, if any,
+// for call (nil: none), and while that circuit is a registry check, a
+// channel closed when the check ends; see hostCircuits.covering.
+func (c *Circuits) covering(place Place, call *call) (*failure.Error, <-chan struct{}) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	hc := c.hosts[place.Host]
 	if hc == nil {
 		return nil, nil
 	}
-	return hc.covering(place, call, c.clock.Now())
+	open, letThrough := hc.covering(place, call, time.Now())
+	if letThrough {
+		call.admit(hc.host)
+	}
+	if open == nil {
+		return nil, nil
+	}
+	widespread := open.state == circuitWidespread
+	refusal := &failure.Error{Class: failure.Transient, Reason: open.err.Reason, RetryAfter: c.rules.holdLeft(open.place),
+		Err: &PlaceError{Place: open.place, Untried: widespread && open.place.Repository != place.Repository,
+			Err: &circuitOpenError{place: open.place, cause: open.err, widespread: widespread}}}
+	if open.state != circuitChecking {
+		return refusal, nil
+	}
+	ended := make(chan struct{})
+	open.checkWaiters = append(open.checkWaiters, func() { close(ended) })
+	return refusal, ended
 }
 
 // circuitOpenError is what a call refused by an open circuit fails with.
@@ -205,7 +214,7 @@ func (c *Circuits) trip(place Place, err *failure.Error, probe *http.Request) {
 		hc = newHostCircuits(place.Host, &c.rules)
 		c.hosts[place.Host] = hc
 	}
-	if check := hc.openAt(place, err, probe, c.clock.Now()); check != nil {
+	if check := hc.openAt(place, err, probe, time.Now()); check != nil {
 		c.sendProbe(hc, *check)
 	}
 	c.startProber(hc)
@@ -220,7 +229,7 @@ func (c *Circuits) answered(place Place) {
 		c.mu.Unlock()
 		return
 	}
-	wake := c.takeWaiters(hc, hc.answered(place, c.clock.Now()))
+	wake := c.takeWaiters(hc, hc.answered(place, time.Now()))
 	c.mu.Unlock()
 	for _, w := range wake {
 		w()
@@ -240,7 +249,9 @@ func (c *Circuits) takeWaiters(hc *hostCircuits, taken []woken) []func() {
 func (c *Circuits) unindexTaken(taken []woken) []func() {
 	var wake []func()
 	for _, w := range taken {
-		c.unindex(w.key)
+		if w.key != "" { // an object's wait, not a call's for a check
+			c.unindex(w.key)
+		}
 		if w.wake != nil {
 			wake = append(wake, w.wake)
 		}

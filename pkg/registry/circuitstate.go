@@ -94,8 +94,9 @@ type circuit struct {
 	failedProbes int
 	streak       int // quick reopenings in a row (see flapWindow)
 	waiters      map[string]waiter
-	// checkEnded is closed when a check ends (circuitChecking only).
-	checkEnded chan struct{}
+	// checkWaiters are the calls waiting for a check to end
+	// (circuitChecking only): woken when it does, whatever its outcome.
+	checkWaiters []func()
 }
 
 // waiter is an object waiting on a circuit: woken once when it closes,
@@ -105,7 +106,8 @@ type waiter struct {
 	since time.Time
 }
 
-// woken is a waiter taken off a circuit, by key.
+// woken is a waiter taken off a circuit, by key; a call that waited for a
+// check has none.
 type woken struct {
 	key  string
 	wake func() // nil: dropped, not to be woken
@@ -162,21 +164,17 @@ func newHostCircuits(host string, rules *circuitRules) *hostCircuits {
 }
 
 func (hc *hostCircuits) newCircuit(place Place, state circuitState, err *failure.Error, probe *http.Request, due, now time.Time) *circuit {
-	cb := &circuit{place: place, state: state, err: err, probe: probe, opened: now, due: due, idleSince: now,
+	return &circuit{place: place, state: state, err: err, probe: probe, opened: now, due: due, idleSince: now,
 		waiters: map[string]waiter{}}
-	if state == circuitChecking {
-		cb.checkEnded = make(chan struct{})
-	}
-	return cb
 }
 
-// covering returns the open circuit covering place, if any, and while it
-// is a registry check, a channel closed when that ends. A call (nil: none)
-// to a repository without a circuit of its own may be let through a
-// widespread failure of its registry: see admit. A circuit nobody waits on
-// is dropped.
-func (hc *hostCircuits) covering(place Place, call *call, now time.Time) (*circuit, <-chan struct{}) {
-	open := hc.open[""]
+// covering returns the open circuit covering place, if any. A call (nil:
+// none) to a repository without a circuit of its own may be let through a
+// widespread failure of its registry: letThrough says this one is now,
+// and the caller is to remember it on the call (see admit). A circuit
+// nobody waits on is dropped.
+func (hc *hostCircuits) covering(place Place, call *call, now time.Time) (open *circuit, letThrough bool) {
+	open = hc.open[""]
 	if open != nil && open.state == circuitWidespread {
 		own := hc.open[place.Repository]
 		switch {
@@ -185,33 +183,32 @@ func (hc *hostCircuits) covering(place Place, call *call, now time.Time) (*circu
 		case call != nil && call.admittedTo(hc.host):
 			// Let through, or begun before the failure was widespread:
 			// its pings and token requests (about no repository) too.
-			return nil, nil
-		case place.Repository != "" && hc.admit(call, now):
-			return nil, nil
+			return nil, false
+		case place.Repository != "" && call != nil && hc.admit(now):
+			return nil, true
 		}
 	}
 	if open == nil && place.Repository != "" {
 		open = hc.open[place.Repository]
 	}
 	if open == nil {
-		return nil, nil
+		return nil, false
 	}
 	if hc.lapsed(open, now) {
 		delete(hc.open, open.place.Repository) // the next call finds out afresh
-		return nil, nil
+		return nil, false
 	}
-	return open, open.checkEnded
+	return open, false
 }
 
-// admit reports whether call may go through the registry's widespread
-// failure: one call per probe interval is (a probe of a place nobody has
-// tried), and once let through, all its requests to the registry are.
-func (hc *hostCircuits) admit(call *call, now time.Time) bool {
-	if call == nil || now.Sub(hc.lastAdmitted) < hc.rules.opts.ProbeInterval {
+// admit reports whether a call may go through the registry's widespread
+// failure now: one call per probe interval is (a probe of a place nobody
+// has tried), and once let through, all its requests to the registry are.
+func (hc *hostCircuits) admit(now time.Time) bool {
+	if now.Sub(hc.lastAdmitted) < hc.rules.opts.ProbeInterval {
 		return false
 	}
 	hc.lastAdmitted = now
-	call.admit(hc.host)
 	return true
 }
 
@@ -312,8 +309,7 @@ func (hc *hostCircuits) closeCircuit(repo string, sweep bool, now time.Time) []w
 	if cb.state != circuitChecking { // a check that answered is no flap
 		hc.closed[repo] = closure{at: now, streak: cb.streak}
 	}
-	cb.endCheck()
-	wake := make([]woken, 0, len(cb.waiters))
+	wake := cb.endCheck()
 	for key, w := range cb.waiters {
 		wake = append(wake, woken{key: key, wake: w.wake})
 	}
@@ -325,14 +321,19 @@ func (hc *hostCircuits) closeCircuit(repo string, sweep bool, now time.Time) []w
 
 func sweepFrom(now time.Time) sweep { return sweep{on: true, started: now} }
 
-// endCheck ends a registry check: its circuit stays open, and calls
-// waiting for the check look again.
-func (cb *circuit) endCheck() {
-	if cb.state == circuitChecking {
-		cb.state = circuitOpen
-		close(cb.checkEnded)
-		cb.checkEnded = nil
+// endCheck ends a registry check: its circuit stays open, and the calls
+// waiting for the check, returned to be woken, look again.
+func (cb *circuit) endCheck() []woken {
+	if cb.state != circuitChecking {
+		return nil
 	}
+	cb.state = circuitOpen
+	wake := make([]woken, 0, len(cb.checkWaiters))
+	for _, w := range cb.checkWaiters {
+		wake = append(wake, woken{wake: w})
+	}
+	cb.checkWaiters = nil
+	return wake
 }
 
 // addWaiter makes key wait on the circuit covering repository (or the

@@ -44,7 +44,7 @@ func (hc *hostCircuits) probed(job probeJob, fail *failure.Error, now time.Time)
 		}
 		return wake
 	}
-	cb.endCheck()
+	wake := cb.endCheck()
 	cb.due = now.Add(hc.rules.jittered(hc.rules.opts.ProbeInterval))
 	if fail.Reason != cb.err.Reason {
 		cb.err = fail
@@ -57,7 +57,7 @@ func (hc *hostCircuits) probed(job probeJob, fail *failure.Error, now time.Time)
 			hc.sweep.on = false // the registry has not recovered as a whole
 		}
 	}
-	return nil
+	return wake
 }
 
 // tick is the prober's turn: it drops the waits nobody renewed and the

@@ -35,8 +35,8 @@ func faultPath(write bool) string {
 // ggcr made (in-call retries for transient answers, none for 401/404), and
 // that a hung registry cannot park the caller past its deadline.
 func TestFaults(t *testing.T) {
-	// Longer than the in-call retries (sleeps of ≈200ms and ≈600ms), short
-	// enough to keep the hang case quick.
+	// Longer than the in-call retries (sleeps of ≈200ms and ≈600ms); in
+	// the bubble, the hang cases take no real time.
 	const timeout = 2 * time.Second
 	type op int
 	const (
@@ -163,65 +163,67 @@ func TestFaults(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			f := registrytest.New(t)
-			tag := "team/app:1"
-			if tc.fault != nil {
-				f.Push(tag)
-				times := tc.times
-				if times == 0 {
-					times = -1
+			inBubble(t, func(t *testing.T, network *registrytest.Network) {
+				f := registrytest.NewOn(t, network)
+				tag := "team/app:1"
+				if tc.fault != nil {
+					f.Push(tag)
+					times := tc.times
+					if times == 0 {
+						times = -1
+					}
+					// Reads fault on every method, so that a HEAD failure's
+					// follow-up GET meets the same fault; writes only on theirs.
+					faultMethod := ""
+					if tc.op == write {
+						faultMethod = tc.method
+					}
+					f.Inject(faultMethod, faultPath(tc.op == write), times, tc.fault(f))
 				}
-				// Reads fault on every method, so that a HEAD failure's
-				// follow-up GET meets the same fault; writes only on theirs.
-				faultMethod := ""
-				if tc.op == write {
-					faultMethod = tc.method
+				f.ForgetRequests()
+				c := newBubbleClient(t, network, Options{Timeout: timeout})
+
+				start := time.Now()
+				var err error
+				switch tc.op {
+				case resolve:
+					_, err = c.As(nil).Resolve(context.Background(), f.Ref(tag))
+				case read:
+					_, err = c.As(nil).ReadImage(context.Background(), f.Ref(tag), nil)
+				case write:
+					img, _ := random.Image(256, 1)
+					err = func() error {
+						_, err := c.As(nil).Write(context.Background(), f.Ref("team/out:1").(name.Tag), img)
+						return err
+					}()
 				}
-				f.Inject(faultMethod, faultPath(tc.op == write), times, tc.fault(f))
-			}
-			f.ForgetRequests()
-			c := newTestClient(t, Options{Timeout: timeout})
+				elapsed := time.Since(start)
 
-			start := time.Now()
-			var err error
-			switch tc.op {
-			case resolve:
-				_, err = c.As(nil).Resolve(context.Background(), f.Ref(tag))
-			case read:
-				_, err = c.As(nil).ReadImage(context.Background(), f.Ref(tag), nil)
-			case write:
-				img, _ := random.Image(256, 1)
-				err = func() error {
-					_, err := c.As(nil).Write(context.Background(), f.Ref("team/out:1").(name.Tag), img)
-					return err
-				}()
-			}
-			elapsed := time.Since(start)
-
-			var got failure.Error // the zero value for no error
-			if err != nil {
-				got = *Classify(err)
-			}
-			if got.Class != tc.class {
-				t.Fatalf("Class = %v, want %v (err: %v)", got.Class, tc.class, err)
-			}
-			if got.Reason != tc.reason {
-				t.Errorf("Reason = %q, want %q (err: %v)", got.Reason, tc.reason, err)
-			}
-			if got.RetryAfter < tc.retryAfter || got.RetryAfter > tc.retryAfter+2*time.Second || (tc.retryAfter == 0 && got.RetryAfter != 0) {
-				t.Errorf("RetryAfter = %v, want %v", got.RetryAfter, tc.retryAfter)
-			}
-			if err != nil && errPlace(err).Host != f.Addr {
-				t.Errorf("Host = %q, want %q", errPlace(err).Host, f.Addr)
-			}
-			if got := f.Count(tc.method, faultPath(tc.op == write)); got != tc.requests {
-				t.Errorf("%d %s requests to manifests, want %d (all: %v)", got, tc.method, tc.requests, f.Requests())
-			}
-			// A deadline is a promise: no operation outlives it by more
-			// than ggcr's last uninterruptible retry sleep.
-			if elapsed > timeout+time.Second {
-				t.Errorf("returned after %v, deadline %v", elapsed, timeout)
-			}
+				var got failure.Error // the zero value for no error
+				if err != nil {
+					got = *Classify(err)
+				}
+				if got.Class != tc.class {
+					t.Fatalf("Class = %v, want %v (err: %v)", got.Class, tc.class, err)
+				}
+				if got.Reason != tc.reason {
+					t.Errorf("Reason = %q, want %q (err: %v)", got.Reason, tc.reason, err)
+				}
+				if got.RetryAfter < tc.retryAfter || got.RetryAfter > tc.retryAfter+2*time.Second || (tc.retryAfter == 0 && got.RetryAfter != 0) {
+					t.Errorf("RetryAfter = %v, want %v", got.RetryAfter, tc.retryAfter)
+				}
+				if err != nil && errPlace(err).Host != f.Addr {
+					t.Errorf("Host = %q, want %q", errPlace(err).Host, f.Addr)
+				}
+				if got := f.Count(tc.method, faultPath(tc.op == write)); got != tc.requests {
+					t.Errorf("%d %s requests to manifests, want %d (all: %v)", got, tc.method, tc.requests, f.Requests())
+				}
+				// A deadline is a promise: no operation outlives it by more
+				// than ggcr's last uninterruptible retry sleep.
+				if elapsed > timeout+time.Second {
+					t.Errorf("returned after %v, deadline %v", elapsed, timeout)
+				}
+			})
 		})
 	}
 }

@@ -14,7 +14,6 @@ import (
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"golang.org/x/sync/singleflight"
-	"k8s.io/utils/clock"
 	"k8s.io/utils/lru"
 )
 
@@ -99,10 +98,6 @@ type Options struct {
 	// pushes (see blobMemory): each about 200 bytes. Default 65,536;
 	// negative: remember none.
 	RememberedBlobs int
-	// Clock is the time of the circuits, their probes, the Retry-After
-	// holds and the caches of answers. Default: the real clock; tests step
-	// a fake one.
-	Clock clock.WithDelayedExecution
 	// NamedHosts bounds the registries whose requests, bytes and probes are
 	// counted under their own name (Stats, ProbeResults, HostLabel: the
 	// metrics' host label); the rest are counted as OtherHosts. Hosts are tenants' choice (a builder's
@@ -146,9 +141,6 @@ func (o Options) withDefaults() Options {
 	}
 	if o.Transport == nil {
 		o.Transport = defaultTransport(o.CACertificates, newHostPolicy(o), o.MaxHeaderBytes)
-	}
-	if o.Clock == nil {
-		o.Clock = clock.RealClock{}
 	}
 	if o.UserAgent == "" {
 		o.UserAgent = "buildsmith"
@@ -244,11 +236,11 @@ func New(lifetime context.Context, opts Options) *Client {
 		opts:     opts,
 		lifetime: lifetime,
 		hosts:    newHostPolicy(opts),
-		holds:    newRetryAfterHolds(opts.Clock, max(opts.MaxRetryAfterWait, 0)),
+		holds:    newRetryAfterHolds(max(opts.MaxRetryAfterWait, 0)),
 		sessions: lru.New(opts.Sessions),
 		images:   newBoundedCache(opts.CachedImageBytes),
 		blobs:    newBlobMemory(opts.RememberedBlobs),
-		traits:   newRegistryTraits(opts.Clock),
+		traits:   newRegistryTraits(),
 	}
 	c.transport = c.layers(newHostNames(opts.NamedHosts, opts.MetricHosts))
 	return c
@@ -271,7 +263,7 @@ func (c *Client) layers(names *hostNames) http.RoundTripper {
 	// Every answer's Retry-After noted. The circuits' probes go from here:
 	// once, noted, but neither gated nor held.
 	rt = &retryAfterNotes{next: c.counts, holds: c.holds}
-	c.circuits = newCircuits(c.lifetime, o.Clock, o.Circuits, c.holds, rt.RoundTrip, names)
+	c.circuits = newCircuits(c.lifetime, o.Circuits, c.holds, rt.RoundTrip, names)
 	// Nothing before a Retry-After; a short one waited out and the request
 	// sent again.
 	rt = &retryAfterWaits{next: rt, holds: c.holds, failing: c.circuits.isOpen}
@@ -279,7 +271,7 @@ func (c *Client) layers(names *hostNames) http.RoundTripper {
 	// and the call.
 	rt = &gateTransport{next: rt, circuits: c.circuits}
 	// /v2/ answered from memory for a while.
-	rt = newPingCache(rt, o.Clock)
+	rt = newPingCache(rt)
 	// Nothing, credentials included, to a host the operator did not allow,
 	// nor in clear text where that is not allowed.
 	return &hostPolicyTransport{next: rt, policy: c.hosts}

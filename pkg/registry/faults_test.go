@@ -3,9 +3,10 @@ package registry
 import (
 	"context"
 	"testing"
+	"testing/synctest"
 	"time"
 
-	testingclock "k8s.io/utils/clock/testing"
+	"github.com/buildsmith/buildsmith/test/registrytest"
 )
 
 // newTestClient returns a Client whose probes stop when the test ends.
@@ -16,61 +17,30 @@ func newTestClient(t testing.TB, opts Options) *Client {
 	return New(ctx, opts)
 }
 
-// fakeTime is the time of a test client's circuits: it moves only when the
-// test advances it, and probes are not jittered. The wire keeps real time
-// (a hang is still cut by the answer timeout).
-type fakeTime struct {
-	t     testing.TB
-	c     *Client
-	clock *testingclock.FakeClock
+// inBubble runs test in a synctest bubble, on an in-memory network: time
+// moves only when every goroutine of the test waits (on a timer, a channel,
+// an answer on the network), so what falls due happens in order, a hang
+// lasts until its timeout without a real second passing, and
+// synctest.Wait returns once the circuits, their probers and the probes
+// in flight have done what is due now.
+func inBubble(t *testing.T, test func(t *testing.T, network *registrytest.Network)) {
+	synctest.Test(t, func(t *testing.T) { test(t, registrytest.NewNetwork()) })
 }
 
-// newFakeTimeClient returns a test client on a fake clock.
-func newFakeTimeClient(t testing.TB, opts Options) (*Client, *fakeTime) {
-	clock := testingclock.NewFakeClock(time.Now())
-	opts.Clock = clock
+// newBubbleClient returns a test client of the registries on network, its
+// probes not jittered.
+func newBubbleClient(t testing.TB, network *registrytest.Network, opts Options) *Client {
+	opts.Transport = network.Transport()
 	c := newTestClient(t, opts)
 	c.circuits.rules.jitter = func() float64 { return 0.5 }
-	return c, &fakeTime{t: t, c: c, clock: clock}
+	return c
 }
 
-// advance moves the time on by d, in steps of 10ms, letting the circuits
-// do what falls due at each before the next, as real time would.
-func (ft *fakeTime) advance(d time.Duration) {
-	ft.t.Helper()
-	// What the test did before (a circuit opened, a waiter added) nudges
-	// probers: they tick before the clock moves. A prober ticking while it
-	// moves would arm its timer past the time it records as its next, and
-	// settle would wait for a tick that never comes.
-	ft.settle(false)
-	for d > 0 {
-		step := min(d, 10*time.Millisecond)
-		ft.clock.Step(step)
-		d -= step
-		ft.settle(false)
-	}
-}
-
-// settle waits until the circuits have done what is due now: every prober
-// has ticked and waits for a later time, and, unless hung allows probes
-// that wait on a hang, every probe has been answered and its waiters woken.
-func (ft *fakeTime) settle(hung bool) {
-	ft.t.Helper()
-	c := ft.c.circuits
-	eventually(ft.t, "the circuits settle", func() bool {
-		c.mu.Lock()
-		now := c.clock.Now()
-		for _, p := range c.probers {
-			if !p.next.After(now) {
-				c.mu.Unlock()
-				return false
-			}
-		}
-		c.mu.Unlock()
-		// Read after the probers' times: a tick that ended before has
-		// counted the probes it started.
-		return c.ticksPending.Load() == 0 && (hung || c.probesRunning.Load() == 0)
-	})
+// advance moves the bubble's time on by d, and waits until what fell due
+// meanwhile is done.
+func advance(d time.Duration) {
+	time.Sleep(d)
+	synctest.Wait()
 }
 
 // eventually waits until cond holds, checking every millisecond for up to

@@ -134,68 +134,70 @@ func TestHostsPerTenantBounded(t *testing.T) {
 // when their circuit closes (the waiters woken), and when nobody renews
 // them for WaitExpiry (an object deleted, or handed to another replica,
 // while it waited); and a registry that answered again is forgotten once
-// its closure has expired. On the fake clock: the probes, the expiry and
+// its closure has expired. In a synctest bubble: the probes, the expiry and
 // the forgetting are the circuits' timers, not the test's waits.
 func TestTenantWaitsEnd(t *testing.T) {
-	first, second, third := registrytest.New(t), registrytest.New(t), registrytest.New(t)
-	opts := CircuitOptions{HostsPerTenant: 1, WaitExpiry: 2 * time.Second}
-	c, ft := newFakeTimeClient(t, Options{Circuits: opts})
-	ctx := context.Background()
-	fail := func(f *registrytest.Registry) {
-		t.Helper()
-		f.Down()
-		if _, err := c.As(nil).Resolve(ctx, f.Ref("team/app:1")); err == nil {
-			t.Fatalf("%s answered while down", f.Addr)
+	inBubble(t, func(t *testing.T, network *registrytest.Network) {
+		first, second, third := registrytest.NewOn(t, network), registrytest.NewOn(t, network), registrytest.NewOn(t, network)
+		opts := CircuitOptions{HostsPerTenant: 1, WaitExpiry: 2 * time.Second}
+		c := newBubbleClient(t, network, Options{Circuits: opts})
+		ctx := context.Background()
+		fail := func(f *registrytest.Registry) {
+			t.Helper()
+			f.Down()
+			if _, err := c.As(nil).Resolve(ctx, f.Ref("team/app:1")); err == nil {
+				t.Fatalf("%s answered while down", f.Addr)
+			}
 		}
-	}
-	for _, f := range []*registrytest.Registry{first, second, third} {
-		fail(f)
-	}
-	woken := make(chan struct{}, 1)
-	if got := c.Circuits().Wait(first.Addr, "team/app", Waiter{Tenant: "a", Key: "a/1"}, func() { woken <- struct{}{} }); got != Waiting {
-		t.Fatalf("a/1 on %s: %v", first.Addr, got)
-	}
-	if got := c.Circuits().Wait(second.Addr, "team/app", Waiter{Tenant: "a", Key: "a/2"}, func() {}); got != TenantLimit {
-		t.Fatalf("a/2 on %s with a/1 waiting: %v, want %v", second.Addr, got, TenantLimit)
-	}
-	checkWaitIndex(t, c.Circuits())
+		for _, f := range []*registrytest.Registry{first, second, third} {
+			fail(f)
+		}
+		woken := make(chan struct{}, 1)
+		if got := c.Circuits().Wait(first.Addr, "team/app", Waiter{Tenant: "a", Key: "a/1"}, func() { woken <- struct{}{} }); got != Waiting {
+			t.Fatalf("a/1 on %s: %v", first.Addr, got)
+		}
+		if got := c.Circuits().Wait(second.Addr, "team/app", Waiter{Tenant: "a", Key: "a/2"}, func() {}); got != TenantLimit {
+			t.Fatalf("a/2 on %s with a/1 waiting: %v, want %v", second.Addr, got, TenantLimit)
+		}
+		checkWaitIndex(t, c.Circuits())
 
-	first.Up()
-	ft.advance(2 * time.Second) // its probe, every second at most, finds it answering
-	select {
-	case <-woken:
-	default:
-		t.Fatal("a/1 not woken when its registry answered")
-	}
-	fail(second) // its circuit open still, or again (nobody waited on it)
-	if got := c.Circuits().Wait(second.Addr, "team/app", Waiter{Tenant: "a", Key: "a/2"}, func() {}); got != Waiting {
-		t.Errorf("a/2 on %s after a/1's circuit closed: %v, want %v", second.Addr, got, Waiting)
-	}
-	checkWaitIndex(t, c.Circuits())
+		first.Up()
+		advance(2 * time.Second) // its probe, every second at most, finds it answering
+		select {
+		case <-woken:
+		default:
+			t.Fatal("a/1 not woken when its registry answered")
+		}
+		fail(second) // its circuit open still, or again (nobody waited on it)
+		if got := c.Circuits().Wait(second.Addr, "team/app", Waiter{Tenant: "a", Key: "a/2"}, func() {}); got != Waiting {
+			t.Errorf("a/2 on %s after a/1's circuit closed: %v, want %v", second.Addr, got, Waiting)
+		}
+		checkWaitIndex(t, c.Circuits())
 
-	// a/2 is never renewed: after WaitExpiry it no longer counts, and
-	// another object of the tenant may wait elsewhere; before, it does.
-	if !c.Circuits().remembers(first.Addr) {
-		t.Errorf("%s forgotten right after it answered", first.Addr)
-	}
-	ft.advance(opts.WaitExpiry / 2)
-	fail(third)
-	if got := c.Circuits().Wait(third.Addr, "team/app", Waiter{Tenant: "a", Key: "a/3"}, func() {}); got != TenantLimit {
-		t.Errorf("a/3 on %s while a/2 waits: %v, want %v", third.Addr, got, TenantLimit)
-	}
-	ft.advance(opts.WaitExpiry/2 + 2*time.Second)
-	fail(third) // its circuit open still, or again
-	if got := c.Circuits().Wait(third.Addr, "team/app", Waiter{Tenant: "a", Key: "a/3"}, func() {}); got != Waiting {
-		t.Errorf("a/3 on %s: %v; a/2's wait, never renewed for %v, still counts", third.Addr, got, opts.WaitExpiry+2*time.Second)
-	}
-	checkWaitIndex(t, c.Circuits())
+		// a/2 is never renewed: after WaitExpiry it no longer counts, and
+		// another object of the tenant may wait elsewhere; before, it does.
+		if !c.Circuits().remembers(first.Addr) {
+			t.Errorf("%s forgotten right after it answered", first.Addr)
+		}
+		advance(opts.WaitExpiry / 2)
+		fail(third)
+		if got := c.Circuits().Wait(third.Addr, "team/app", Waiter{Tenant: "a", Key: "a/3"}, func() {}); got != TenantLimit {
+			t.Errorf("a/3 on %s while a/2 waits: %v, want %v", third.Addr, got, TenantLimit)
+		}
+		advance(opts.WaitExpiry/2 + 2*time.Second)
+		fail(third) // its circuit open still, or again
+		if got := c.Circuits().Wait(third.Addr, "team/app", Waiter{Tenant: "a", Key: "a/3"}, func() {}); got != Waiting {
+			t.Errorf("a/3 on %s: %v; a/2's wait, never renewed for %v, still counts", third.Addr, got, opts.WaitExpiry+2*time.Second)
+		}
+		checkWaitIndex(t, c.Circuits())
 
-	// The registry that answered is forgotten once its closure expired
-	// (a probe interval, and the flap window).
-	ft.advance(flapWindow + 2*time.Second)
-	if c.Circuits().remembers(first.Addr) {
-		t.Errorf("%s still remembered %v after it answered", first.Addr, flapWindow+2*time.Second)
-	}
+		// The registry that answered is forgotten once its closure expired
+		// (a probe interval, and the flap window).
+		advance(flapWindow + 2*time.Second)
+		if c.Circuits().remembers(first.Addr) {
+			t.Errorf("%s still remembered %v after it answered", first.Addr, flapWindow+2*time.Second)
+		}
+	})
 }
 
 // checkWaitIndex: the index of waits, the tenants' counts and the open

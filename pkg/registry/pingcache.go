@@ -9,8 +9,6 @@ import (
 	"sync"
 	"time"
 
-	"k8s.io/utils/clock"
-
 	"github.com/buildsmith/buildsmith/pkg/worker"
 )
 
@@ -31,8 +29,7 @@ const pingTTL = 5 * time.Minute
 // registry a ping each time). Registries are tenants' choice, and a
 // tenant's may answer with megabytes of headers.
 type pingCache struct {
-	next  http.RoundTripper
-	clock clock.PassiveClock
+	next http.RoundTripper
 
 	mu       sync.Mutex
 	answers  map[pingKey]pingAnswer
@@ -87,8 +84,8 @@ func (a pingAnswer) challenge() string {
 	return a.challenges[0]
 }
 
-func newPingCache(next http.RoundTripper, clk clock.PassiveClock) *pingCache {
-	return &pingCache{next: next, clock: clk, answers: map[pingKey]pingAnswer{}, inFlight: map[pingKey]*pingInFlight{}}
+func newPingCache(next http.RoundTripper) *pingCache {
+	return &pingCache{next: next, answers: map[pingKey]pingAnswer{}, inFlight: map[pingKey]*pingInFlight{}}
 }
 
 func (p *pingCache) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -126,7 +123,7 @@ func (p *pingCache) lookup(key pingKey) (answer pingAnswer, ok bool, wait chan s
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if answer, ok := p.answers[key]; ok {
-		if p.clock.Now().Sub(answer.at) < pingTTL {
+		if time.Now().Sub(answer.at) < pingTTL {
 			return answer, true, nil
 		}
 		p.drop(key)
@@ -147,7 +144,7 @@ func (p *pingCache) ping(req *http.Request, key pingKey) (*http.Response, error)
 	defer p.mu.Unlock()
 	ping := p.inFlight[key]
 	if err == nil && (resp.StatusCode == http.StatusOK || resp.StatusCode == http.StatusUnauthorized) && !ping.stale {
-		answer := pingAnswer{status: resp.StatusCode, challenges: slices.Clone(resp.Header.Values("WWW-Authenticate")), at: p.clock.Now()}
+		answer := pingAnswer{status: resp.StatusCode, challenges: slices.Clone(resp.Header.Values("WWW-Authenticate")), at: time.Now()}
 		if challengeBytes(answer.challenges) <= maxChallenge {
 			p.makeRoom(answer.cost(key))
 			p.answers[key] = answer
@@ -190,7 +187,7 @@ func (p *pingCache) makeRoom(cost int) {
 	if p.bytes+cost <= maxPingBytes {
 		return
 	}
-	now := p.clock.Now()
+	now := time.Now()
 	for key, answer := range p.answers {
 		if now.Sub(answer.at) >= pingTTL {
 			p.drop(key)

@@ -15,7 +15,6 @@ import (
 	"github.com/buildsmith/buildsmith/test/registrytest"
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/random"
-	"k8s.io/utils/clock"
 )
 
 func pings(f *registrytest.Registry) int {
@@ -173,7 +172,7 @@ func TestPingAnswersBounded(t *testing.T) {
 		}
 		return &http.Response{StatusCode: http.StatusUnauthorized, Header: header, Body: http.NoBody, Request: req}, nil
 	})
-	p := newPingCache(answer, clock.RealClock{})
+	p := newPingCache(answer)
 	ping := func(key pingKey) {
 		t.Helper()
 		req, err := http.NewRequest(http.MethodGet, "http://"+key.host+"/v2/", nil)
@@ -250,7 +249,7 @@ func TestPingStaleOnlyForItsHost(t *testing.T) {
 	p := newPingCache(roundTripFunc(func(req *http.Request) (*http.Response, error) {
 		<-release
 		return &http.Response{StatusCode: http.StatusOK, Header: http.Header{}, Body: http.NoBody, Request: req}, nil
-	}), clock.RealClock{})
+	}))
 	kept := pingAnswer{status: http.StatusUnauthorized, at: time.Now(), challenges: []string{`Bearer realm="https://auth.b.example/token"`}}
 	p.answers[pingKey{"http", "b.example"}] = kept
 	var wg sync.WaitGroup

@@ -7,8 +7,6 @@ import (
 	"net/url"
 	"time"
 
-	"k8s.io/utils/clock"
-
 	"github.com/buildsmith/buildsmith/pkg/failure"
 )
 
@@ -18,12 +16,6 @@ import (
 // through. It ends, and the registry is forgotten, once nothing of it is
 // left to remember.
 
-// prober is a running prober: its nudge, and when it ticks next.
-type prober struct {
-	nudge chan struct{}
-	next  time.Time
-}
-
 // startProber starts hc's prober unless it runs, else nudges it; c.mu must
 // be held.
 func (c *Circuits) startProber(hc *hostCircuits) {
@@ -31,60 +23,43 @@ func (c *Circuits) startProber(hc *hostCircuits) {
 		c.nudge(hc.host)
 		return
 	}
-	p := &prober{nudge: make(chan struct{}, 1)}
-	c.probers[hc.host] = p
-	go c.runProber(hc, p.nudge)
+	nudge := make(chan struct{}, 1)
+	c.probers[hc.host] = nudge
+	go c.runProber(hc, nudge)
 }
 
 // nudge makes host's prober tick now (a circuit opened or closed); c.mu
 // must be held.
 func (c *Circuits) nudge(host string) {
-	p := c.probers[host]
-	if p == nil {
-		return
-	}
 	select {
-	case p.nudge <- struct{}{}:
-		c.ticksPending.Add(1) // done once the prober ticked
+	case c.probers[host] <- struct{}{}: // a nil channel (none running): never
 	default:
 	}
 }
 
 // runProber ticks hc until it is idle or the lifetime ends.
 func (c *Circuits) runProber(hc *hostCircuits, nudge <-chan struct{}) {
-	timer := c.clock.NewTimer(0)
+	timer := time.NewTimer(0)
 	defer timer.Stop()
-	nudged := false
 	for {
 		wake, ok := c.tick(hc, timer)
 		for _, w := range wake {
 			w()
 		}
-		if nudged {
-			c.ticksPending.Add(-1)
-		}
 		if !ok {
-			// Forgotten under the lock: no nudge comes after this one.
-			select {
-			case <-nudge:
-				c.ticksPending.Add(-1)
-			default:
-			}
-			return
+			return // forgotten under the lock: nothing nudges it any more
 		}
-		nudged = false
 		select {
 		case <-c.lifetime.Done():
 			c.mu.Lock()
 			delete(c.probers, hc.host)
 			c.mu.Unlock()
 			return
-		case <-timer.C():
+		case <-timer.C:
 		case <-nudge:
-			nudged = true
 			if !timer.Stop() {
 				select {
-				case <-timer.C():
+				case <-timer.C:
 				default:
 				}
 			}
@@ -95,10 +70,10 @@ func (c *Circuits) runProber(hc *hostCircuits, nudge <-chan struct{}) {
 // tick runs hc's tick under the lock, sends its probes and sets timer for
 // the next. It returns the waiters to wake; false when the registry was
 // forgotten.
-func (c *Circuits) tick(hc *hostCircuits, timer clock.Timer) ([]func(), bool) {
+func (c *Circuits) tick(hc *hostCircuits, timer *time.Timer) ([]func(), bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	now := c.clock.Now()
+	now := time.Now()
 	probes, taken, next, idle := hc.tick(now)
 	if idle {
 		delete(c.probers, hc.host)
@@ -109,10 +84,7 @@ func (c *Circuits) tick(hc *hostCircuits, timer clock.Timer) ([]func(), bool) {
 	for _, job := range probes {
 		c.sendProbe(hc, job)
 	}
-	// Set under the lock, with the time it is set for: a test that saw
-	// next after now knows the timer is armed.
 	next = later(next, now.Add(time.Millisecond))
-	c.probers[hc.host].next = next
 	timer.Reset(next.Sub(now))
 	return wake, true
 }
@@ -120,20 +92,14 @@ func (c *Circuits) tick(hc *hostCircuits, timer clock.Timer) ([]func(), bool) {
 // sendProbe sends job in the background and records its outcome; c.mu
 // must be held.
 func (c *Circuits) sendProbe(hc *hostCircuits, job probeJob) {
-	c.probesRunning.Add(1)
 	go func() {
-		defer c.probesRunning.Add(-1)
-		// The probe's own timeout runs on the circuits' clock, like the
-		// rest of their timing.
-		ctx, cancel := context.WithCancel(c.lifetime)
-		timeout := c.clock.AfterFunc(job.timeout, cancel)
+		ctx, cancel := context.WithTimeout(c.lifetime, job.timeout)
 		fail := c.probe(ctx, job.req)
-		timeout.Stop()
 		cancel()
 
 		c.mu.Lock()
 		c.probes[ProbeResult{Host: c.names.of(hc.host, fail == nil), Answered: fail == nil}]++
-		wake := c.takeWaiters(hc, hc.probed(job, fail, c.clock.Now()))
+		wake := c.takeWaiters(hc, hc.probed(job, fail, time.Now()))
 		c.mu.Unlock()
 		for _, w := range wake {
 			w()

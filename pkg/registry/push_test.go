@@ -310,65 +310,73 @@ func TestFailingPushRetriesOneAtATime(t *testing.T) {
 	}
 	steps := Options{}.withDefaults().Retry.Steps
 	t.Run("the repository keeps failing", func(t *testing.T) {
-		f := registrytest.New(t)
-		c := newTestClient(t, Options{})
-		f.Inject("", "/team/app/", -1, registrytest.Answer(503, nil, ""))
-		f.ForgetRequests()
-		if _, err := c.As(nil).Write(context.Background(), f.Ref("team/app:1").(name.Tag), img); Classify(err).Reason != ReasonRegistryUnavailable {
-			t.Fatalf("Write: %v", err)
-		}
-		// The registry's traits are probed first (its tries), then the
-		// first blob goes alone: its tries fail for good without an
-		// answer, and the push is over. Each blob retrying, it was
-		// steps + pushJobs×steps (15); each blob's first try and one's
-		// retries, steps + pushJobs + steps-1 (9).
-		if n := f.Count("", "/team/app/"); n != 2*steps {
-			t.Errorf("%d requests into the failing repository, want %d (the traits probe's tries, one blob's): %q", n, 2*steps, f.Requests())
-		}
+		inBubble(t, func(t *testing.T, network *registrytest.Network) {
+			f := registrytest.NewOn(t, network)
+			c := newBubbleClient(t, network, Options{})
+			f.Inject("", "/team/app/", -1, registrytest.Answer(503, nil, ""))
+			f.ForgetRequests()
+			if _, err := c.As(nil).Write(context.Background(), f.Ref("team/app:1").(name.Tag), img); Classify(err).Reason != ReasonRegistryUnavailable {
+				t.Fatalf("Write: %v", err)
+			}
+			// The registry's traits are probed first (its tries), then the
+			// first blob goes alone: its tries fail for good without an
+			// answer, and the push is over. Each blob retrying, it was
+			// steps + pushJobs×steps (15); each blob's first try and one's
+			// retries, steps + pushJobs + steps-1 (9).
+			if n := f.Count("", "/team/app/"); n != 2*steps {
+				t.Errorf("%d requests into the failing repository, want %d (the traits probe's tries, one blob's): %q", n, 2*steps, f.Requests())
+			}
+		})
 	})
 	t.Run("the repository fails after the traits are known", func(t *testing.T) {
-		f := registrytest.New(t)
-		c := newTestClient(t, Options{})
-		if _, err := c.As(nil).Write(context.Background(), f.Ref("team/other:1").(name.Tag), img); err != nil {
-			t.Fatal(err)
-		}
-		f.Inject("", "/team/app/", -1, registrytest.Answer(503, nil, ""))
-		f.ForgetRequests()
-		if _, err := c.As(nil).Write(context.Background(), f.Ref("team/app:1").(name.Tag), img); Classify(err).Reason != ReasonRegistryUnavailable {
-			t.Fatalf("Write: %v", err)
-		}
-		// The first blob's mount goes alone, and fails for good.
-		if n := f.Count("", "/team/app/"); n != steps {
-			t.Errorf("%d requests into the failing repository, want %d (one mount's tries): %q", n, steps, f.Requests())
-		}
+		inBubble(t, func(t *testing.T, network *registrytest.Network) {
+			f := registrytest.NewOn(t, network)
+			c := newBubbleClient(t, network, Options{})
+			if _, err := c.As(nil).Write(context.Background(), f.Ref("team/other:1").(name.Tag), img); err != nil {
+				t.Fatal(err)
+			}
+			f.Inject("", "/team/app/", -1, registrytest.Answer(503, nil, ""))
+			f.ForgetRequests()
+			if _, err := c.As(nil).Write(context.Background(), f.Ref("team/app:1").(name.Tag), img); Classify(err).Reason != ReasonRegistryUnavailable {
+				t.Fatalf("Write: %v", err)
+			}
+			// The first blob's mount goes alone, and fails for good.
+			if n := f.Count("", "/team/app/"); n != steps {
+				t.Errorf("%d requests into the failing repository, want %d (one mount's tries): %q", n, steps, f.Requests())
+			}
+		})
 	})
 	t.Run("a repository asking to wait", func(t *testing.T) {
-		f := registrytest.New(t)
-		c := newTestClient(t, Options{})
-		if _, err := c.As(nil).Write(context.Background(), f.Ref("team/other:1").(name.Tag), img); err != nil {
-			t.Fatal(err)
-		}
-		f.Inject("", "/team/app/", -1, registrytest.Answer(429, map[string]string{"Retry-After": "60"}, ""))
-		f.ForgetRequests()
-		if _, err := c.As(nil).Write(context.Background(), f.Ref("team/app:1").(name.Tag), img); Classify(err).Reason != ReasonRateLimited {
-			t.Fatalf("Write: %v", err)
-		}
-		if n := f.Count("", "/team/app/"); n != 1 {
-			t.Errorf("%d requests into the repository after it asked to wait, want 1: %q", n, f.Requests())
-		}
+		inBubble(t, func(t *testing.T, network *registrytest.Network) {
+			f := registrytest.NewOn(t, network)
+			c := newBubbleClient(t, network, Options{})
+			if _, err := c.As(nil).Write(context.Background(), f.Ref("team/other:1").(name.Tag), img); err != nil {
+				t.Fatal(err)
+			}
+			f.Inject("", "/team/app/", -1, registrytest.Answer(429, map[string]string{"Retry-After": "60"}, ""))
+			f.ForgetRequests()
+			if _, err := c.As(nil).Write(context.Background(), f.Ref("team/app:1").(name.Tag), img); Classify(err).Reason != ReasonRateLimited {
+				t.Fatalf("Write: %v", err)
+			}
+			if n := f.Count("", "/team/app/"); n != 1 {
+				t.Errorf("%d requests into the repository after it asked to wait, want 1: %q", n, f.Requests())
+			}
+		})
 	})
 	t.Run("a blip", func(t *testing.T) {
-		f := registrytest.New(t)
-		c := newTestClient(t, Options{})
-		// Fewer failures in a row than one exchange's tries.
-		f.Inject("POST", "/team/app/", steps-1, registrytest.Answer(503, nil, ""))
-		tag := f.Ref("team/app:1").(name.Tag)
-		digest, err := c.As(nil).Write(context.Background(), tag, img)
-		if err != nil {
-			t.Fatalf("Write through a blip: %v", err)
-		}
-		if want, _ := img.Digest(); digest.DigestStr() != want.String() {
-			t.Errorf("pushed %s, want %s", digest.DigestStr(), want)
-		}
+		inBubble(t, func(t *testing.T, network *registrytest.Network) {
+			f := registrytest.NewOn(t, network)
+			c := newBubbleClient(t, network, Options{})
+			// Fewer failures in a row than one exchange's tries.
+			f.Inject("POST", "/team/app/", steps-1, registrytest.Answer(503, nil, ""))
+			tag := f.Ref("team/app:1").(name.Tag)
+			digest, err := c.As(nil).Write(context.Background(), tag, img)
+			if err != nil {
+				t.Fatalf("Write through a blip: %v", err)
+			}
+			if want, _ := img.Digest(); digest.DigestStr() != want.String() {
+				t.Errorf("pushed %s, want %s", digest.DigestStr(), want)
+			}
+		})
 	})
 }

@@ -9,7 +9,6 @@ import (
 	"sync"
 	"time"
 
-	"k8s.io/utils/clock"
 	"k8s.io/utils/lru"
 
 	"github.com/buildsmith/buildsmith/pkg/failure"
@@ -37,7 +36,6 @@ import (
 // maxHolds are kept, the least recently used forgotten first (a forgotten
 // hold costs one early request, answered with the same Retry-After).
 type retryAfterHolds struct {
-	clock   clock.Clock
 	maxWait time.Duration
 
 	mu    sync.Mutex
@@ -62,8 +60,8 @@ const maxHolds = 4096
 // checks). A longer path is not one of ours; its host is held instead.
 const maxHeldRepository = 255
 
-func newRetryAfterHolds(clk clock.Clock, maxWait time.Duration) *retryAfterHolds {
-	return &retryAfterHolds{clock: clk, maxWait: maxWait, holds: lru.New(maxHolds)}
+func newRetryAfterHolds(maxWait time.Duration) *retryAfterHolds {
+	return &retryAfterHolds{maxWait: maxWait, holds: lru.New(maxHolds)}
 }
 
 // heldPlace is the place an answer to req is held against: the request's
@@ -90,7 +88,7 @@ func (h *retryAfterHolds) note(host, repo string, status int, d time.Duration) {
 		return
 	}
 	reason := meaningOf(status).reason
-	until := h.clock.Now().Add(d)
+	until := time.Now().Add(d)
 	key := holdKey{host, repo}
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -112,7 +110,7 @@ func (h *retryAfterHolds) left(host, repo string) (time.Duration, retryAfterHold
 			continue
 		}
 		hold := v.(retryAfterHold)
-		if left := hold.until.Sub(h.clock.Now()); left <= 0 {
+		if left := hold.until.Sub(time.Now()); left <= 0 {
 			h.holds.Remove(key)
 		} else if left > longest {
 			longest, held = left, hold
@@ -157,17 +155,17 @@ func (h *retryAfterHolds) wait(ctx context.Context, host, repo string) error {
 		if left == 0 {
 			return nil
 		}
-		if deadline, ok := ctx.Deadline(); left > h.maxWaitOf(ctx) || (ok && h.clock.Now().Add(left).After(deadline)) {
+		if deadline, ok := ctx.Deadline(); left > h.maxWaitOf(ctx) || (ok && time.Now().Add(left).After(deadline)) {
 			return h.heldError(host, left, hold)
 		}
-		timer := h.clock.NewTimer(left)
+		timer := time.NewTimer(left)
 		waited := worker.Wait(ctx)
 		select {
 		case <-ctx.Done():
 			timer.Stop()
 			waited()
 			return ctx.Err()
-		case <-timer.C():
+		case <-timer.C:
 			waited()
 		}
 	}
@@ -191,7 +189,7 @@ func (t *retryAfterNotes) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp, err := t.next.RoundTrip(req)
 	if err == nil {
 		place := heldPlace(req)
-		t.holds.note(place.host, place.repo, resp.StatusCode, parseRetryAfter(resp, t.holds.clock.Now()))
+		t.holds.note(place.host, place.repo, resp.StatusCode, parseRetryAfter(resp, time.Now()))
 	}
 	return resp, err
 }
@@ -224,7 +222,7 @@ func (t *retryAfterWaits) RoundTrip(req *http.Request) (*http.Response, error) {
 		if err != nil {
 			return nil, err
 		}
-		d := parseRetryAfter(resp, t.holds.clock.Now())
+		d := parseRetryAfter(resp, time.Now())
 		if d <= 0 {
 			return resp, nil
 		}

@@ -5,9 +5,10 @@ import (
 	"errors"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"testing"
 	"time"
+
+	"github.com/buildsmith/buildsmith/test/registrytest"
 )
 
 // TestStallTransport: requests that stop moving are cut after the limit of
@@ -59,48 +60,49 @@ func TestStallTransport(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			srv := httptest.NewServer(tc.handler)
-			defer srv.Close()
-			// Uploads may pause far longer than downloads.
-			rt := &stallTransport{next: http.DefaultTransport, answer: limit, writeAnswer: 4 * limit, idle: 10 * limit}
-			var body io.Reader
-			if tc.body > 0 {
-				// A reader without Len: streamed, like a layer upload.
-				body = io.MultiReader(bytes.NewReader(make([]byte, tc.body<<10)))
-			} else if tc.body < 0 {
-				pr, pw := io.Pipe()
-				go func() {
-					if tc.body == -pausedUpload {
-						trickle(pw, 1)
-						time.Sleep(2 * limit)
-					}
-					trickle(pw, -tc.body)
-					_ = pw.Close()
-				}()
-				body = pr
-			}
-			req, err := http.NewRequest(tc.method, srv.URL+"/v2/team/app/blobs/x", body)
-			if err != nil {
-				t.Fatal(err)
-			}
-			start := time.Now()
-			resp, err := rt.RoundTrip(req)
-			if err == nil {
-				_, err = io.Copy(io.Discard, resp.Body)
-				_ = resp.Body.Close()
-			}
-			took := time.Since(start)
-			var stalled *stallError
-			switch {
-			case tc.stalled == "" && err != nil:
-				t.Fatalf("cut after %v: %v", took, err)
-			case tc.stalled == "":
-				return
-			case !errors.As(err, &stalled) || stalled.what != tc.stalled:
-				t.Fatalf("error %v, want a stall %q", err, tc.stalled)
-			case took > 4*limit+time.Second:
-				t.Errorf("cut after %v, limit %v", took, limit)
-			}
+			inBubble(t, func(t *testing.T, network *registrytest.Network) {
+				url := network.Serve(t, tc.handler)
+				// Uploads may pause far longer than downloads.
+				rt := &stallTransport{next: network.Transport(), answer: limit, writeAnswer: 4 * limit, idle: 10 * limit}
+				var body io.Reader
+				if tc.body > 0 {
+					// A reader without Len: streamed, like a layer upload.
+					body = io.MultiReader(bytes.NewReader(make([]byte, tc.body<<10)))
+				} else if tc.body < 0 {
+					pr, pw := io.Pipe()
+					go func() {
+						if tc.body == -pausedUpload {
+							trickle(pw, 1)
+							time.Sleep(2 * limit)
+						}
+						trickle(pw, -tc.body)
+						_ = pw.Close()
+					}()
+					body = pr
+				}
+				req, err := http.NewRequest(tc.method, url+"/v2/team/app/blobs/x", body)
+				if err != nil {
+					t.Fatal(err)
+				}
+				start := time.Now()
+				resp, err := rt.RoundTrip(req)
+				if err == nil {
+					_, err = io.Copy(io.Discard, resp.Body)
+					_ = resp.Body.Close()
+				}
+				took := time.Since(start)
+				var stalled *stallError
+				switch {
+				case tc.stalled == "" && err != nil:
+					t.Fatalf("cut after %v: %v", took, err)
+				case tc.stalled == "":
+					return
+				case !errors.As(err, &stalled) || stalled.what != tc.stalled:
+					t.Fatalf("error %v, want a stall %q", err, tc.stalled)
+				case took > 4*limit+time.Second:
+					t.Errorf("cut after %v, limit %v", took, limit)
+				}
+			})
 		})
 	}
 }

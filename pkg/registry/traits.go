@@ -14,7 +14,6 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/static"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 	"golang.org/x/sync/singleflight"
-	"k8s.io/utils/clock"
 	"k8s.io/utils/lru"
 )
 
@@ -26,7 +25,6 @@ import (
 // upload (the distribution registry answers 202 and wants the bytes again
 // in a PUT: it is sent no more such bodies).
 type registryTraits struct {
-	clock       clock.PassiveClock
 	mu          sync.Mutex
 	checks      *lru.Cache // checkKey → checkVerdict
 	postIgnored *lru.Cache // host → true: ignores a blob sent in the POST
@@ -54,8 +52,8 @@ const (
 // traitHosts bounds the hosts remembered: a tenant names hosts.
 const traitHosts = 1024
 
-func newRegistryTraits(clk clock.PassiveClock) *registryTraits {
-	return &registryTraits{clock: clk, checks: lru.New(traitHosts), postIgnored: lru.New(traitHosts)}
+func newRegistryTraits() *registryTraits {
+	return &registryTraits{checks: lru.New(traitHosts), postIgnored: lru.New(traitHosts)}
 }
 
 // sendsInPost says whether to send a small blob whole in the POST to host.
@@ -83,16 +81,16 @@ func (m *registryTraits) trusted(ctx context.Context, p *push, mediaType types.M
 	m.mu.Lock()
 	v, ok := m.checks.Get(key)
 	m.mu.Unlock()
-	if ok && m.clock.Now().Before(v.(checkVerdict).until) {
+	if ok && time.Now().Before(v.(checkVerdict).until) {
 		return v.(checkVerdict).checks
 	}
 	probeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), probeWaitTimeout)
 	done := m.probing.DoChan(fmt.Sprint(key), func() (any, error) {
 		defer cancel()
 		checks, known := p.prober().probeChecks(probeCtx, key.docker)
-		verdict := checkVerdict{checks: checks, until: m.clock.Now().Add(checkVerdictFor)}
+		verdict := checkVerdict{checks: checks, until: time.Now().Add(checkVerdictFor)}
 		if !known {
-			verdict.until = m.clock.Now().Add(inconclusiveFor)
+			verdict.until = time.Now().Add(inconclusiveFor)
 		}
 		m.mu.Lock()
 		m.checks.Add(key, verdict)

@@ -1,5 +1,7 @@
 package registry
 
+import "time"
+
 // The waiters of circuits: who waits on which, indexed by key and counted
 // per tenant (CircuitOptions.HostsPerTenant), and when their waits end.
 
@@ -50,7 +52,7 @@ func (c *Circuits) Wait(host, repository string, w Waiter, wake func()) WaitOutc
 		c.tenantHosts[w.Tenant] = hosts
 	}
 	hosts[host]++
-	cb := hc.addWaiter(repository, w.Key, wake, c.clock.Now())
+	cb := hc.addWaiter(repository, w.Key, wake, time.Now())
 	c.waits[w.Key] = wait{tenant: w.Tenant, host: host, cb: cb}
 	c.startProber(hc)
 	return Waiting
@@ -87,6 +89,6 @@ func (c *Circuits) Forget(key string) {
 
 func (c *Circuits) forgetLocked(key string) {
 	if w, ok := c.unindex(key); ok {
-		w.cb.removeWaiter(key, c.clock.Now())
+		w.cb.removeWaiter(key, time.Now())
 	}
 }

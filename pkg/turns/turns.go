@@ -128,11 +128,10 @@ func (t *Turns) Reconcile(ctx context.Context, key string) error {
 	return nil
 }
 
-// ReconcileInline runs one reconcile of key on the caller's goroutine,
-// outside the turns, and returns how it ended (for tests).
-func (t *Turns) ReconcileInline(ctx context.Context, key string) error {
-	return t.leaderAwareReconciler.Reconcile(ctx, key)
-}
+// Unwrap returns the reconciler t runs in turns, as wrappers of an
+// http.ResponseWriter unwrap for http.ResponseController: for whoever
+// must see how a reconcile ends, which Reconcile does not say.
+func (t *Turns) Unwrap() controller.Reconciler { return t.leaderAwareReconciler }
 
 // dispatch starts reconciles while workers are free; t.mu must be held.
 // Once the controller's context ends, none starts: those in flight end,

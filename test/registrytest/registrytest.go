@@ -40,6 +40,9 @@ type Registry struct {
 	Addr    string // host:port
 	// auth is what the helpers that push and resolve log in with.
 	auth authn.Authenticator
+	// network is the in-memory network it listens on (NewOn); nil: a
+	// loopback port.
+	network *Network
 
 	mu       sync.Mutex
 	server   *http.Server
@@ -63,6 +66,13 @@ type faultRule struct {
 func New(t testing.TB) *Registry {
 	t.Helper()
 	return start(t, likeDistribution{next: ggcrregistry.New(ggcrregistry.Logger(log.New(io.Discard, "", 0)))}, authn.Anonymous)
+}
+
+// NewOn is New on the in-memory network n, for tests in a synctest bubble:
+// clients reach it through n.Transport().
+func NewOn(t testing.TB, n *Network) *Registry {
+	t.Helper()
+	return startOn(t, n, likeDistribution{next: ggcrregistry.New(ggcrregistry.Logger(log.New(io.Discard, "", 0)))}, authn.Anonymous)
 }
 
 // NewWithReferrers is New with the OCI 1.1 referrers API (which the
@@ -114,8 +124,12 @@ func InFrontOf(t testing.TB, upstream string, auth authn.Authenticator) *Registr
 }
 
 func start(t testing.TB, handler http.Handler, auth authn.Authenticator) *Registry {
-	f := &Registry{t: t, Handler: handler, auth: auth, stop: make(chan struct{})}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	return startOn(t, nil, handler, auth)
+}
+
+func startOn(t testing.TB, n *Network, handler http.Handler, auth authn.Authenticator) *Registry {
+	f := &Registry{t: t, Handler: handler, auth: auth, network: n, stop: make(chan struct{})}
+	l, err := f.listen("")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,6 +150,23 @@ func (f *Registry) serve(l net.Listener) {
 	go func() { _ = srv.Serve(l) }()
 }
 
+// listen listens on addr ("": a new loopback address).
+func (f *Registry) listen(addr string) (net.Listener, error) {
+	if f.network != nil {
+		return f.network.listen(addr)
+	}
+	return net.Listen("tcp", cmp.Or(addr, "127.0.0.1:0"))
+}
+
+// remoteOptions are the options of the helpers' own requests.
+func (f *Registry) remoteOptions() []remote.Option {
+	opts := []remote.Option{remote.WithAuth(f.auth)}
+	if f.network != nil {
+		opts = append(opts, remote.WithTransport(f.network.Transport()))
+	}
+	return opts
+}
+
 // Down stops listening: connections are refused until up.
 func (f *Registry) Down() {
 	f.mu.Lock()
@@ -149,7 +180,7 @@ func (f *Registry) Down() {
 
 // Up listens again on the same address.
 func (f *Registry) Up() {
-	l, err := net.Listen("tcp", f.Addr)
+	l, err := f.listen(f.Addr)
 	if err != nil {
 		f.t.Fatalf("listening again on %s: %v", f.Addr, err)
 	}
@@ -239,7 +270,7 @@ func (f *Registry) Push(s string) v1.Image {
 // Write pushes img to repo:tag.
 func (f *Registry) Write(s string, img v1.Image) {
 	f.t.Helper()
-	if err := remote.Write(f.Ref(s), img, remote.WithAuth(f.auth)); err != nil {
+	if err := remote.Write(f.Ref(s), img, f.remoteOptions()...); err != nil {
 		f.t.Fatal(err)
 	}
 }
@@ -383,7 +414,7 @@ func (f *Registry) Resolve(ref string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	desc, err := remote.Head(r, remote.WithAuth(f.auth))
+	desc, err := remote.Head(r, f.remoteOptions()...)
 	if err != nil {
 		return "", err
 	}

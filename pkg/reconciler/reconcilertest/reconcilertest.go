@@ -225,13 +225,7 @@ func Controller(ctx context.Context, newController func(context.Context, configm
 // controller, without the turns (turns.Turns), so that a test sees how
 // each reconcile ended.
 func Sync(impl *controller.Impl) controller.Reconciler {
-	return syncReconciler{impl.Reconciler.(*turns.Turns)}
-}
-
-type syncReconciler struct{ t *turns.Turns }
-
-func (s syncReconciler) Reconcile(ctx context.Context, key string) error {
-	return s.t.ReconcileInline(ctx, key)
+	return impl.Reconciler.(*turns.Turns).Unwrap()
 }
 
 // Woken returns the next key put on impl's queue within d (a wake-up by a
