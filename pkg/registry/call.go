@@ -21,7 +21,7 @@ type call struct {
 	retryAfter atomic.Int64 // the longest Retry-After seen, in ns
 	callOutage
 	// admitted: the registries whose widespread failure let this call
-	// through (Circuits.admit).
+	// through (recorded by Circuits.covering).
 	admitted sync.Map // host → true
 }
 

@@ -249,7 +249,7 @@ func (c *Circuits) takeWaiters(hc *hostCircuits, taken []woken) []func() {
 func (c *Circuits) unindexTaken(taken []woken) []func() {
 	var wake []func()
 	for _, w := range taken {
-		if w.key != "" { // an object's wait, not a call's for a check
+		if !w.check {
 			c.unindex(w.key)
 		}
 		if w.wake != nil {

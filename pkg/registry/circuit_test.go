@@ -534,28 +534,30 @@ func TestFlappingCircuitIsDamped(t *testing.T) {
 		}
 		tag := f.Ref("team/app:1").(name.Tag)
 		woken := make(chan struct{}, 1)
-		start := time.Now()
-		pushes := 0
-		for time.Since(start) < 4*time.Second {
-			pushes++
+		// How long each push's waiter waits to be woken by the probe that
+		// closes the circuit: undamped, the first probe delay each time;
+		// damped, twice the last.
+		var waits []time.Duration
+		for push := range 4 {
 			if _, err := c.As(nil).Write(context.Background(), tag, img); Classify(err).Reason != ReasonRegistryUnavailable {
-				t.Fatalf("push %d: %v", pushes, err)
+				t.Fatalf("push %d: %v", push, err)
 			}
+			failed := time.Now()
 			if c.Circuits().Wait(f.Addr, "team/app", Waiter{Key: "ns/a"}, func() { woken <- struct{}{} }) != Waiting {
-				t.Fatalf("push %d: no circuit to wait on", pushes)
+				t.Fatalf("push %d: no circuit to wait on", push)
 			}
-			for waited := time.Duration(0); len(woken) == 0; waited += 10 * time.Millisecond {
-				if waited > 5*time.Second {
-					t.Fatalf("not woken 5s after push %d", pushes)
+			for len(woken) == 0 {
+				if time.Since(failed) > 5*time.Second {
+					t.Fatalf("not woken 5s after push %d", push)
 				}
 				advance(10 * time.Millisecond)
 			}
 			<-woken
+			waits = append(waits, time.Since(failed))
 		}
-		// Undamped: a push every 0.2 s, 20 in 4 s. Damped: first probes after
-		// 0.2, 0.4, 0.8, 1.6, 3.2 s: at most 6.
-		if pushes > 6 {
-			t.Errorf("%d pushes in 4s into the same failure", pushes)
+		ms := time.Millisecond
+		if want := []time.Duration{200 * ms, 400 * ms, 800 * ms, 1600 * ms}; !slices.Equal(waits, want) {
+			t.Errorf("woken %v after each push failed, want %v", waits, want)
 		}
 		for _, p := range f.Requests() {
 			if strings.HasPrefix(p, "GET /v2/team/app/tags/list") {
@@ -782,6 +784,11 @@ func TestNoResendIntoAnOpenCircuit(t *testing.T) {
 		synctest.Wait()
 		if n := f.Count("", "/team/app/"); n != 1 {
 			t.Fatalf("%d requests before the patient call waits out its Retry-After, want 1", n)
+		}
+		select {
+		case err := <-patient:
+			t.Fatalf("the patient call returned without waiting out its Retry-After: %v", err)
+		default:
 		}
 		probe, err := http.NewRequest(http.MethodHead, "http://"+f.Addr+"/v2/team/app/manifests/1", nil)
 		if err != nil {

@@ -106,11 +106,12 @@ type waiter struct {
 	since time.Time
 }
 
-// woken is a waiter taken off a circuit, by key; a call that waited for a
-// check has none.
+// woken is a waiter taken off a circuit, by key, or a call that waited
+// for a check (no key: not in the waiters' index).
 type woken struct {
-	key  string
-	wake func() // nil: dropped, not to be woken
+	key   string
+	wake  func() // nil: dropped, not to be woken
+	check bool
 }
 
 // closure is when a circuit closed, and how many times in a row it had
@@ -330,7 +331,7 @@ func (cb *circuit) endCheck() []woken {
 	cb.state = circuitOpen
 	wake := make([]woken, 0, len(cb.checkWaiters))
 	for _, w := range cb.checkWaiters {
-		wake = append(wake, woken{wake: w})
+		wake = append(wake, woken{wake: w, check: true})
 	}
 	cb.checkWaiters = nil
 	return wake

@@ -122,9 +122,14 @@ func probed(repo string, answered bool) func(*machine) ([]string, []woken) {
 // state of the circuit refusing it.
 func admits(repo, want string) func(*machine) ([]string, []woken) {
 	return func(m *machine) ([]string, []woken) {
-		got := "let through"
-		if cb, _ := m.hc.covering(Place{Host: m.hc.host, Repository: repo}, &call{}, m.now); cb != nil {
+		var got string
+		switch cb, letThrough := m.hc.covering(Place{Host: m.hc.host, Repository: repo}, &call{}, m.now); {
+		case cb != nil:
 			got = fmt.Sprintf("refused by %q, %s", cb.place.Repository, cb.state)
+		case letThrough:
+			got = "let through"
+		default:
+			got = "no circuit"
 		}
 		if got != want {
 			m.t.Errorf("a call to %q at %v: %s, want %s", repo, m.now.Sub(m.start), got, want)

@@ -30,7 +30,9 @@ func inBubble(t *testing.T, test func(t *testing.T, network *registrytest.Networ
 // newBubbleClient returns a test client of the registries on network, its
 // probes not jittered.
 func newBubbleClient(t testing.TB, network *registrytest.Network, opts Options) *Client {
-	opts.Transport = network.Transport()
+	transport := network.Transport()
+	transport.MaxResponseHeaderBytes = opts.withDefaults().MaxHeaderBytes // as the default Transport's
+	opts.Transport = transport
 	c := newTestClient(t, opts)
 	c.circuits.rules.jitter = func() float64 { return 0.5 }
 	return c
@@ -41,22 +43,6 @@ func newBubbleClient(t testing.TB, network *registrytest.Network, opts Options) 
 func advance(d time.Duration) {
 	time.Sleep(d)
 	synctest.Wait()
-}
-
-// eventually waits until cond holds, checking every millisecond for up to
-// 10 s of real time (work on the wire, over loopback), and fails the test
-// if it never does.
-func eventually(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	poll := time.NewTicker(time.Millisecond)
-	defer poll.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within 10s", what)
-		}
-		<-poll.C
-	}
 }
 
 // errPlace is the place err is about; zero when it names none.

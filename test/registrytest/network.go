@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -61,14 +63,14 @@ func (n *Network) dial(ctx context.Context, _, addr string) (net.Conn, error) {
 	if l == nil {
 		return nil, refused
 	}
-	client, server := net.Pipe()
+	client, server := pipe()
 	select {
 	case l.conns <- server:
 		return client, nil
 	case <-l.closed:
 		return nil, refused
 	case <-ctx.Done():
-		return nil, ctx.Err()
+		return nil, &net.OpError{Op: "dial", Net: "tcp", Addr: pipeAddr(addr), Err: ctx.Err()}
 	}
 }
 
@@ -94,13 +96,55 @@ func (l *pipeListener) Close() error {
 	l.once.Do(func() {
 		close(l.closed)
 		l.network.mu.Lock()
-		delete(l.network.listeners, string(l.addr))
+		if l.network.listeners[string(l.addr)] == l { // not a listener since
+			delete(l.network.listeners, string(l.addr))
+		}
 		l.network.mu.Unlock()
 	})
 	return nil
 }
 
 func (l *pipeListener) Addr() net.Addr { return l.addr }
+
+// pipe is a connection's two ends.
+func pipe() (*pipeConn, *pipeConn) {
+	a, b := net.Pipe()
+	client, server := &pipeConn{Conn: a}, &pipeConn{Conn: b}
+	client.peer, server.peer = server, client
+	return client, server
+}
+
+// pipeConn is one end of a connection. Reset by the other end (Reset), it
+// fails reads and writes with ECONNRESET, as a TCP connection does after
+// a RST; closed, with EOF.
+type pipeConn struct {
+	net.Conn
+	peer  *pipeConn
+	reset atomic.Bool
+}
+
+func (c *pipeConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	return n, c.wasReset("read", err)
+}
+
+func (c *pipeConn) Write(b []byte) (int, error) {
+	n, err := c.Conn.Write(b)
+	return n, c.wasReset("write", err)
+}
+
+func (c *pipeConn) wasReset(op string, err error) error {
+	if err != nil && c.reset.Load() {
+		return &net.OpError{Op: op, Net: "tcp", Err: os.NewSyscallError(op, syscall.ECONNRESET)}
+	}
+	return err
+}
+
+// Reset closes the connection as a TCP RST does.
+func (c *pipeConn) Reset() error {
+	c.peer.reset.Store(true)
+	return c.Close()
+}
 
 type pipeAddr string
 

@@ -302,8 +302,12 @@ func Reset(w http.ResponseWriter, _ *http.Request) {
 	if err != nil {
 		return
 	}
-	if tcp, ok := conn.(*net.TCPConn); ok {
-		_ = tcp.SetLinger(0)
+	switch c := conn.(type) {
+	case *net.TCPConn:
+		_ = c.SetLinger(0)
+	case interface{ Reset() error }: // a Network's
+		_ = c.Reset()
+		return
 	}
 	_ = conn.Close()
 }
