@@ -14,19 +14,22 @@ import (
 // Copy puts the image or index src names at dst, manifests as they are (so
 // under the same digest), with what they reference: blobs mounted within a
 // registry, streamed from src's registry to dst's otherwise. One HEAD when
-// dst already points at src's digest.
-func (a Access) Copy(ctx context.Context, src name.Digest, dst name.Tag) error {
+// dst already points at src's digest; copied says whether anything was
+// written. bounds bound what is copied.
+func (a Access) Copy(ctx context.Context, src name.Digest, dst name.Tag, bounds CopyBounds) (copied bool, err error) {
 	if desc, found, err := a.Lookup(ctx, dst); err != nil {
-		return err
+		return false, err
 	} else if found && desc.Ref.DigestStr() == src.DigestStr() {
-		return nil
+		return false, nil
 	}
-	artifact, err := a.readArtifact(ctx, src)
+	artifact, err := a.readArtifact(ctx, src, bounds.withDefaults())
 	if err != nil {
-		return err
+		return false, err
 	}
-	_, err = a.Write(ctx, dst, artifact)
-	return err
+	if _, err = a.Write(ctx, dst, artifact); err != nil {
+		return false, err
+	}
+	return true, nil
 }
 
 // What one Copy takes: the index is the source registry's to write, and
@@ -48,6 +51,23 @@ const (
 	maxCopyManifestBytes = 8 << 20
 )
 
+// CopyBounds bound the layers one Copy takes, by image and in all; zero:
+// maxCopyLayers and maxCopyAllLayers, sized for run images. A builder's
+// copies take its own bounds (its platforms × its layer limit).
+type CopyBounds struct {
+	ImageLayers, AllLayers int
+}
+
+func (b CopyBounds) withDefaults() CopyBounds {
+	if b.ImageLayers <= 0 {
+		b.ImageLayers = maxCopyLayers
+	}
+	if b.AllLayers <= 0 {
+		b.AllLayers = maxCopyAllLayers
+	}
+	return b
+}
+
 // ReasonImageTooLarge: what Copy was asked to copy names more manifests,
 // nesting or layers than it takes.
 const ReasonImageTooLarge = "ImageTooLarge"
@@ -55,7 +75,7 @@ const ReasonImageTooLarge = "ImageTooLarge"
 // readArtifact reads the manifest src names; what it references is read
 // only when used, under the client's lifetime (as ReadImage's layers are),
 // and is refused past the bounds of a copy.
-func (a Access) readArtifact(ctx context.Context, src name.Digest) (Artifact, error) {
+func (a Access) readArtifact(ctx context.Context, src name.Digest, bounds CopyBounds) (Artifact, error) {
 	c := a.client
 	if insecure, ok := c.hosts.reference(src).(name.Digest); ok {
 		src = insecure
@@ -66,7 +86,7 @@ func (a Access) readArtifact(ctx context.Context, src name.Digest) (Artifact, er
 		if err != nil {
 			return err
 		}
-		budget := &copyBudget{src: src}
+		budget := &copyBudget{src: src, bounds: bounds}
 		switch {
 		case desc.MediaType.IsIndex():
 			var index v1.ImageIndex
@@ -126,6 +146,7 @@ func resolveChildren(index v1.ImageIndex, budget *copyBudget, depth int) (*resol
 // copyBudget is what a copy has taken so far.
 type copyBudget struct {
 	src                           name.Digest
+	bounds                        CopyBounds
 	manifests, layers, manifestsB int
 }
 
@@ -157,11 +178,11 @@ func (b *copyBudget) image(img v1.Image) error {
 	if err != nil {
 		return err
 	}
-	if len(m.Layers) > maxCopyLayers {
-		return b.tooLarge("has an image of %d layers, more than the %d a copy takes", len(m.Layers), maxCopyLayers)
+	if len(m.Layers) > b.bounds.ImageLayers {
+		return b.tooLarge("has an image of %d layers, more than the %d a copy takes", len(m.Layers), b.bounds.ImageLayers)
 	}
-	if b.layers += len(m.Layers); b.layers > maxCopyAllLayers {
-		return b.tooLarge("has images of %d layers together, more than the %d a copy takes", b.layers, maxCopyAllLayers)
+	if b.layers += len(m.Layers); b.layers > b.bounds.AllLayers {
+		return b.tooLarge("has images of %d layers together, more than the %d a copy takes", b.layers, b.bounds.AllLayers)
 	}
 	size, err := img.Size()
 	if err != nil {

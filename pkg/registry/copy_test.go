@@ -78,16 +78,16 @@ func TestCopy(t *testing.T) {
 	// read once.
 	to, _ := name.NewTag(src.Addr + "/builders/go:run-1")
 	src.ForgetRequests()
-	if err := c.As(nil).Copy(ctx, from, to); err != nil {
-		t.Fatal(err)
+	if wrote, err := c.As(nil).Copy(ctx, from, to, CopyBounds{}); err != nil || !wrote {
+		t.Fatalf("Copy = %v, %v; want a copy written", wrote, err)
 	}
 	copied(src, to)
 	if up, mounts, reads := uploaded(src), src.Count(http.MethodPost, "mount="), src.Count(http.MethodGet, "/stacks/run/manifests/"); up != 0 || mounts != 6 || reads != 3 {
 		t.Errorf("copy within a registry: %d blobs uploaded, %d mounted, %d manifests read; want 0, 6 and 3: %q", up, mounts, reads, src.Requests())
 	}
 	src.ForgetRequests()
-	if err := c.As(nil).Copy(ctx, from, to); err != nil {
-		t.Fatal(err)
+	if wrote, err := c.As(nil).Copy(ctx, from, to, CopyBounds{}); err != nil || wrote {
+		t.Fatalf("Copy again = %v, %v; want nothing written", wrote, err)
 	}
 	if got := src.Requests(); len(got) != 1 || src.Count(http.MethodHead, "/manifests/run-1") != 1 {
 		t.Errorf("copying again sent %q, want one HEAD", got)
@@ -96,7 +96,7 @@ func TestCopy(t *testing.T) {
 	// To another registry: every blob uploaded, read from the source.
 	dst := registrytest.New(t)
 	across, _ := name.NewTag(dst.Addr + "/builders/go:run-1")
-	if err := c.As(nil).Copy(ctx, from, across); err != nil {
+	if _, err := c.As(nil).Copy(ctx, from, across, CopyBounds{}); err != nil {
 		t.Fatal(err)
 	}
 	copied(dst, across)
@@ -167,7 +167,7 @@ func TestCopyBounded(t *testing.T) {
 			digest, _ := partial.Digest(tc.artifact)
 			to, _ := name.NewTag(src.Addr + "/builders/go:copy")
 			src.ForgetRequests()
-			err = c.As(nil).Copy(context.Background(), ref.Context().Digest(digest.String()), to)
+			_, err = c.As(nil).Copy(context.Background(), ref.Context().Digest(digest.String()), to, CopyBounds{})
 			f, ok := failure.As(err)
 			if !ok || f.Class != failure.Permanent || f.Reason != ReasonImageTooLarge || !strings.Contains(err.Error(), tc.message) {
 				t.Errorf("Copy = %v (%+v), want permanent %s: %q", err, f, ReasonImageTooLarge, tc.message)

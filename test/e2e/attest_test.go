@@ -33,7 +33,9 @@ import (
 // provenance on the distribution registry (no referrers API: the fallback
 // tag), and the real `cosign verify-attestation --key` accepts both
 // predicates, and refuses them with another key; every image and blob the
-// SBOM names is in the registry.
+// SBOM names is in the registry. Its additional tags (one in its repository,
+// one in another) hold the same image with its labels, and the copy in the
+// other repository is signed and attested there, as cosign verifies it.
 func TestAttestedBuilder(t *testing.T) {
 	ctx := context.Background()
 	keys, private := cosignKeyPairs(t)
@@ -61,8 +63,11 @@ func TestAttestedBuilder(t *testing.T) {
 	useLifecycleImage(t, d.Addr+"/buildsmith/lifecycle:0.21.0")
 	startController(t, "--builder-attestations=all")
 	objects.create(t)
+	// Published to two more tags, one in another repository, labelled.
+	additionalTags := []string{d.Addr + "/builders/app:v1", d.Addr + "/published/app:stable"}
 	objects.createBuilder(t, ns, "app", v1alpha1.NamespacedBuilderSpec{ServiceAccountName: "builder",
-		BuilderSpec: v1alpha1.BuilderSpec{Order: helloOrder(), Signing: &v1alpha1.Signing{Format: v1alpha1.SignatureFormatBoth}}})
+		BuilderSpec: v1alpha1.BuilderSpec{Order: helloOrder(), Signing: &v1alpha1.Signing{Format: v1alpha1.SignatureFormatBoth},
+			AdditionalTags: additionalTags, AdditionalLabels: map[string]string{"org.example.team": "platform"}}})
 
 	var b *v1alpha1.Builder
 	took := eventually(t, 90*time.Second, "the builder Ready with its attestations", func() (bool, string) {
@@ -70,7 +75,8 @@ func TestAttestedBuilder(t *testing.T) {
 		if err != nil {
 			return false, err.Error()
 		}
-		return b.Status.IsReady() && len(b.Status.Attestations) == 2 && len(b.Status.Signatures) == 2,
+		// Each kind in both repositories.
+		return b.Status.IsReady() && len(b.Status.Attestations) == 4 && len(b.Status.Signatures) == 4,
 			fmt.Sprintf("%+v %+v %+v", b.Status.Conditions, b.Status.Attestations, b.Status.Signatures)
 	})
 	t.Logf("Ready and attested in %v: %+v", took.Round(100*time.Millisecond), b.Status.Attestations)
@@ -79,8 +85,26 @@ func TestAttestedBuilder(t *testing.T) {
 			t.Errorf("attestation %+v: want listed by the fallback tag, signed by %s/cosign", a, ns)
 		}
 	}
-	if s := b.Status.Signatures; s[0].Format != "" || s[1].Format != v1alpha1.SignatureFormatBundle || s[1].ListedBy != registry.ListedByTag {
-		t.Errorf("status.signatures %+v: want the .sig tag's, then a bundle listed by the fallback tag", s)
+	if s := b.Status.Signatures; s[0].Format != "" || s[1].Format != "" || s[2].Format != v1alpha1.SignatureFormatBundle || s[2].ListedBy != registry.ListedByTag {
+		t.Errorf("status.signatures %+v: want the .sig tags', then bundles listed by the fallback tag", s)
+	}
+	latest, err := name.NewDigest(b.Status.LatestImage)
+	if err != nil {
+		t.Fatal(err)
+	}
+	published := d.Addr + "/published/app@" + latest.DigestStr()
+	auth := authn.FromConfig(authn.AuthConfig{Username: registryUser, Password: registryPassword})
+	for _, tag := range append(additionalTags, b.Spec.Tag) {
+		ref, _ := name.ParseReference(tag)
+		img, err := remote.Image(ref, remote.WithAuth(auth))
+		if err != nil {
+			t.Fatalf("reading %s: %v", tag, err)
+		}
+		digest, _ := img.Digest()
+		config, _ := img.ConfigFile()
+		if digest.String() != latest.DigestStr() || config == nil || config.Config.Labels["org.example.team"] != "platform" {
+			t.Errorf("%s: %s, labels %v; want the builder %s, labelled", tag, digest, config, latest.DigestStr())
+		}
 	}
 
 	// cosign reads the registry's credentials from a Docker config.
@@ -89,7 +113,8 @@ func TestAttestedBuilder(t *testing.T) {
 		t.Fatal(err)
 	}
 	verifyAttestations(t, keys, b.Status.LatestImage, "DOCKER_CONFIG="+docker)
-	verifySignatures(t, keys, []string{b.Status.LatestImage}, "DOCKER_CONFIG="+docker)
+	verifyAttestations(t, keys, published, "DOCKER_CONFIG="+docker)
+	verifySignatures(t, keys, []string{b.Status.LatestImage, published}, "DOCKER_CONFIG="+docker)
 	downloadAttestations(t, b.Status.LatestImage, "DOCKER_CONFIG="+docker)
 	checkSBOMDigests(t, b, authn.FromConfig(authn.AuthConfig{Username: registryUser, Password: registryPassword}))
 

@@ -268,7 +268,7 @@ func copyRunImages(ctx context.Context, reg registry.Access, stack *v1alpha1.Clu
 			continue // the builder names the run image as the stack does
 		}
 		from, _ := name.NewDigest(run.LatestImage) // runImageCopy parsed it
-		if err := reg.Copy(ctx, from, to); err != nil {
+		if _, err := reg.Copy(ctx, from, to, registry.CopyBounds{}); err != nil {
 			return err
 		}
 	}

@@ -58,18 +58,21 @@ func (r *Core) attachments(in *inputs, next *v1alpha1.BuilderStatus) ([]attachme
 	if r.Attestations != AttestSigned && r.Attestations != AttestAll {
 		return out, nil
 	}
-	image, err := name.NewDigest(next.LatestImage)
+	latest, err := name.NewDigest(next.LatestImage)
 	if err != nil {
 		return nil, err
 	}
-	for i := range in.keys {
-		if in.keys[i].docker {
-			continue
+	// The image in each repository it is published to.
+	for _, image := range copiesOf([]name.Digest{latest}, otherRepositories(latest.Context(), next.AdditionalTags)) {
+		for i := range in.keys {
+			if in.keys[i].docker {
+				continue
+			}
+			out = append(out, attachment{image, attest.SPDXPredicateType, &in.keys[i]}, attachment{image, attest.ProvenancePredicateType, &in.keys[i]})
 		}
-		out = append(out, attachment{image, attest.SPDXPredicateType, &in.keys[i]}, attachment{image, attest.ProvenancePredicateType, &in.keys[i]})
-	}
-	if len(in.keys) == 0 && r.Attestations == AttestAll {
-		out = append(out, attachment{image: image, predicateType: attest.SPDXPredicateType})
+		if len(in.keys) == 0 && r.Attestations == AttestAll {
+			out = append(out, attachment{image: image, predicateType: attest.SPDXPredicateType})
+		}
 	}
 	return out, nil
 }
@@ -148,6 +151,9 @@ func (r *Core) referrers(ctx context.Context, obj object, in *inputs, status, ne
 		if len(in.pushed) > 0 {
 			recorded = nil // each .sig tag read: one HEAD, and the signature kept if there
 		}
+		recorded = slices.DeleteFunc(slices.Clone(recorded), func(s v1alpha1.ImageSignature) bool {
+			return in.published.rewritten(s.Image)
+		})
 		var err error
 		if signatures, err = sign(ctx, in.registry, in.keys, next, recorded); err != nil {
 			return nil, nil, err
@@ -169,7 +175,7 @@ func (r *Core) referrers(ctx context.Context, obj object, in *inputs, status, ne
 		same = next.AttestedDocuments == status.AttestedDocuments
 	}
 	recorded := func(a attachment) (attached, bool) {
-		if len(in.pushed) > 0 || !same && a.predicateType != attest.SignPredicateType {
+		if len(in.pushed) > 0 || in.published.rewritten(a.image.String()) || !same && a.predicateType != attest.SignPredicateType {
 			return attached{}, false
 		}
 		return recordedAttachment(status, a)

@@ -137,14 +137,20 @@ func (r *Core) reconcile(ctx context.Context, obj object, spec *v1alpha1.Builder
 	return reconciler.Updating(r.finish(ctx, obj, in, status, next))
 }
 
-// finish signs the builder's images when it has signing keys, attaches
-// its attestations, and records next as its status. A failed signature or
-// attestation leaves the status as it was: the next reconcile finds the
-// pushed image (one HEAD) and signs or attests it then.
+// finish points the additional tags at the builder image, signs its images
+// (in every repository it is in) when it has signing keys, attaches its
+// attestations, and records next as its status. A failed copy, signature
+// or attestation leaves the status as it was: the next reconcile finds the
+// pushed image (one HEAD) and goes on from there.
 func (r *Core) finish(ctx context.Context, obj object, in *inputs, status *v1alpha1.BuilderStatus, next v1alpha1.BuilderStatus) error {
-	var err error
+	var copyErr, err error
+	in.published, copyErr = publish(ctx, in.registry, in.additionalTags, next.LatestImage, r.copyBounds(len(in.builds)))
+	next.AdditionalTags = in.published.tags
 	if next.Signatures, next.Attestations, err = r.referrers(ctx, obj, in, status, &next); err != nil {
 		return err
+	}
+	if copyErr != nil {
+		return copyErr // what was published is signed; status waits for the rest
 	}
 	*status = next
 	return nil

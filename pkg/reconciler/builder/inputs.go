@@ -18,8 +18,9 @@ import (
 
 // inputs are what a builder is made of, resolved.
 type inputs struct {
-	tag   name.Tag
-	stack *v1alpha1.ClusterStack
+	tag            name.Tag
+	additionalTags []name.Tag
+	stack          *v1alpha1.ClusterStack
 	// sources are the builder's sources of buildpacks (spec.store, then
 	// spec.sources), pooled: what the order is resolved against.
 	sources  []source
@@ -43,6 +44,8 @@ type inputs struct {
 	// pushed describes what this reconcile pushed (none: nil): the image
 	// or index at the tag, then an index's images.
 	pushed []v1.Descriptor
+	// published is what this reconcile did to the additional tags.
+	published published
 }
 
 // resolveInputs validates the spec and resolves the stack, the sources, the
@@ -56,6 +59,9 @@ func (r *Core) resolveInputs(ctx context.Context, obj object, spec *v1alpha1.Bui
 	var err error
 	if in.tag, err = name.NewTag(spec.Tag); err != nil {
 		return nil, failure.Permanentf(reconciler.ReasonInvalidSpec, "spec.tag: %v", err)
+	}
+	if in.additionalTags, err = additionalTagsOf(spec); err != nil {
+		return nil, err
 	}
 	if in.stack, err = ready(r, obj, "ClusterStack", "", spec.Stack.Name, r.Stacks.Get, ReasonStackNotReady); err != nil {
 		return nil, err
@@ -95,13 +101,7 @@ func (r *Core) resolveInputs(ctx context.Context, obj object, spec *v1alpha1.Bui
 	if in.builds, in.skipped, err = r.platforms(ctx, in, spec.Targets); err != nil {
 		return nil, err
 	}
-	// Before any push: a builder whose signatures its status could not
-	// hold is refused whole, not pushed unsigned.
-	in.signing = formatsOf(spec.Signing)
-	if spec.Signing != nil && len(in.keys) == 0 {
-		return nil, noSigningKeys(account)
-	}
-	if err := checkSignatures(plannedImages(in.tag, len(in.builds)), in.keys, in.signing); err != nil {
+	if err := in.checkSigning(spec, account); err != nil {
 		return nil, err
 	}
 	if err := checkRunImageRepositories(in.stack, spec); err != nil {

@@ -115,7 +115,8 @@ func sign(ctx context.Context, reg registry.Access, keys []signingKey, status *v
 }
 
 // signedImages are the images a builder's signatures are of: the tag's,
-// and each platform's of an index.
+// and each platform's of an index; then the same in each other repository
+// of its additional tags.
 func signedImages(status *v1alpha1.BuilderStatus) ([]name.Digest, error) {
 	images := []string{status.LatestImage}
 	if len(status.Platforms) > 1 {
@@ -130,7 +131,7 @@ func signedImages(status *v1alpha1.BuilderStatus) ([]name.Digest, error) {
 			return nil, fmt.Errorf("signing %q: %w", image, err)
 		}
 	}
-	return digests, nil
+	return copiesOf(digests, otherRepositories(digests[0].Context(), status.AdditionalTags)), nil
 }
 
 // status.signatures holds one entry per image, key and format: with a tenant
@@ -172,6 +173,20 @@ func noSigningKeys(account *v1alpha1.ServiceAccountRef) error {
 	return failure.Permanentf(ReasonNoSigningKeys,
 		"spec.signing asks for signed images, and ServiceAccount %s/%s lists no Secret holding a cosign key (%s): add one (cosign generate-key-pair k8s://%s/NAME), or remove spec.signing to push unsigned",
 		account.Namespace, account.Name, cosign.SecretKey, account.Namespace)
+}
+
+// checkSigning sets the formats in's signatures are made in and refuses,
+// before any push, a builder that asks for signatures without a key, or
+// whose signatures its status could not hold (checkSignatures, over its
+// images in every repository it is published to): refused whole, not
+// pushed unsigned.
+func (in *inputs) checkSigning(spec *v1alpha1.BuilderSpec, account *v1alpha1.ServiceAccountRef) error {
+	in.signing = formatsOf(spec.Signing)
+	if spec.Signing != nil && len(in.keys) == 0 {
+		return noSigningKeys(account)
+	}
+	planned := copiesOf(plannedImages(in.tag, len(in.builds)), otherRepositories(in.tag.Context(), spec.AdditionalTags))
+	return checkSignatures(planned, in.keys, in.signing)
 }
 
 // plannedImages are the images a builder of builds platforms pushed to tag
@@ -239,26 +254,28 @@ func checkSignatures(images []name.Digest, keys []signingKey, formats signatureF
 	return nil
 }
 
-// checkSignatureTags refuses, before the builder is pushed, more keys
-// signing into one signature tag than a signature image may have layers:
-// their signatures could never be written.
+// checkSignatureTags refuses, before the builder is pushed, more
+// signatures in one signature tag than a signature image may have layers:
+// they could never be written. A tag holds a layer per key and repository
+// the image is in (each copy's payload names its repository): a key
+// sending its signatures elsewhere (AnnotationSignatureRepository) signs
+// every copy into one tag. images are as plannedImages gives them: the
+// same digest for all, so the images of one repository share their tags,
+// as an image and its own copies do.
 func checkSignatureTags(images []name.Digest, keys []signingKey) error {
-	if len(images) == 0 {
-		return nil
-	}
-	// Every image has a tag of its own, its keys in the same places: the
-	// first image's tags say it for all.
-	byTag := map[name.Tag]map[string]bool{} // the key IDs signing there
+	byTag := map[name.Tag]map[string]bool{} // the keys and repositories signing there
 	limit := signatureLayersBound(keys)
-	for _, k := range keys {
-		tag := k.tagFor(images[0]).tag
-		if byTag[tag] == nil {
-			byTag[tag] = map[string]bool{}
-		}
-		if byTag[tag][k.key.ID] = true; len(byTag[tag]) > limit {
-			return failure.Permanentf(ReasonTooManySignatures,
-				"more than %d signing keys sign into the signature tags of %s, the most layers a signature image may have (--max-signature-layers): sign with fewer keys, or send some keys' signatures elsewhere (annotation %s)",
-				limit, tag.Context(), AnnotationSignatureRepository)
+	for _, image := range images {
+		for _, k := range keys {
+			tag := k.tagFor(image).tag
+			if byTag[tag] == nil {
+				byTag[tag] = map[string]bool{}
+			}
+			if byTag[tag][k.key.ID+" "+repositoryKey(image.Context())] = true; len(byTag[tag]) > limit {
+				return failure.Permanentf(ReasonTooManySignatures,
+					"more than %d signatures (one per signing key and repository the builder is published to) go into the signature tags of %s, the most layers a signature image may have (--max-signature-layers): sign with fewer keys, publish to fewer repositories, or send some keys' signatures elsewhere (annotation %s)",
+					limit, tag.Context(), AnnotationSignatureRepository)
+			}
 		}
 	}
 	return nil

@@ -174,6 +174,21 @@ func TestBuilderTooManySignatures(t *testing.T) {
 	if fresh.Status.LatestImage != "" || len(fresh.Status.Signatures) != 0 || x.f.Count("PUT", "") != 0 {
 		t.Errorf("new builder: latestImage %q, signatures %+v, %d PUTs", fresh.Status.LatestImage, fresh.Status.Signatures, x.f.Count("PUT", ""))
 	}
+
+	// Two keys within the limit, and an additional tag in another
+	// repository: its copy's signatures count too, refused before the push.
+	published := x.builder(func(b *v1alpha1.Builder) {
+		b.Name, b.Spec.ServiceAccountName, b.Spec.Tag = "published", "signer", x.f.Addr+"/builders/published:latest"
+		b.Spec.AdditionalTags = []string{x.f.Addr + "/builders/published:v1", x.f.Addr + "/elsewhere/published:latest"}
+	})
+	x.f.ForgetRequests()
+	copies, events, err, _ := x.run(t, published, lifecycle, two...)
+	rt.Check(t, copies, err, events, rt.Outcome{Ready: corev1.ConditionFalse, Reason: ReasonTooManySignatures, Stalled: true,
+		Requeue: rt.NoRequeue, EventReasons: []string{ReasonTooManySignatures},
+		MessageContains: "the builder's images × signing keys make 2 × 2 = 4 signatures"})
+	if x.f.Count("PUT", "") != 0 {
+		t.Errorf("%d PUTs for a builder whose copies' signatures status could not hold", x.f.Count("PUT", ""))
+	}
 }
 
 // bogusSignatures are n well-formed signatures of payload by a key nobody

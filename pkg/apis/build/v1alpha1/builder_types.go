@@ -56,8 +56,19 @@ type ClusterBuilder struct {
 type BuilderSpec struct {
 	// Tag is where the builder image is pushed.
 	// +kubebuilder:validation:MinLength=1
-	Tag   string   `json:"tag"`
-	Stack StackRef `json:"stack"`
+	Tag string `json:"tag"`
+	// AdditionalTags are further tags the builder image is pushed to, in
+	// its repository or in others, on any registry the builder's
+	// credentials write to: each points at LatestImage. An image in
+	// another repository is signed and attested there too, since cosign
+	// and the referrers API look for signatures and attestations in the
+	// image's own repository.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:items:MaxLength=512
+	AdditionalTags []string `json:"additionalTags,omitempty"`
+	Stack          StackRef `json:"stack"`
 	// Store is the builder's first source of buildpacks and extensions.
 	// It may be left out when Sources names some: a Builder drawing only
 	// from its namespace's Buildpacks needs no ClusterStore.
@@ -366,6 +377,10 @@ type BuilderStatus struct {
 	// failed reconcile never clears it.
 	// +optional
 	LatestImage string `json:"latestImage,omitempty"`
+	// AdditionalTags are the tags of spec.additionalTags that point at
+	// LatestImage.
+	// +optional
+	AdditionalTags []string `json:"additionalTags,omitempty"`
 	// Platforms are the platforms LatestImage was built for, each with its
 	// builder image (LatestImage itself when there is one platform).
 	// +optional
