@@ -12,10 +12,14 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/buildsmith/buildsmith/pkg/apis/build/v1alpha1"
 	"github.com/buildsmith/buildsmith/pkg/cnb"
+	"github.com/buildsmith/buildsmith/pkg/cosign"
 	rt "github.com/buildsmith/buildsmith/pkg/reconciler/reconcilertest"
+	"github.com/buildsmith/buildsmith/test/cosigntest"
+	"github.com/buildsmith/buildsmith/test/registrytest"
 	"github.com/buildsmith/buildsmith/test/sampleimages"
 )
 
@@ -220,6 +224,37 @@ func TestMultiPlatformBuilder(t *testing.T) {
 			_, hasX86 := files["cnb/buildpacks/example_x86/1.0.0/buildpack.toml"]
 			if hasX86 != (p.Arch == "amd64") || strings.Contains(files["cnb/order.toml"], "example/x86") != (p.Arch == "amd64") {
 				t.Errorf("%s builder: x86 buildpack %v, order.toml:\n%s", p.Arch, hasX86, files["cnb/order.toml"])
+			}
+		}
+	})
+
+	t.Run("published to another registry: the index and each platform's image copied and signed there", func(t *testing.T) {
+		other := registrytest.New(t)
+		key, _ := cosigntest.KeyPair(t, "")
+		account := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: "publisher"},
+			Secrets: []corev1.ObjectReference{{Name: "signer"}}}
+		b := x.builder(func(b *v1alpha1.Builder) {
+			b.Name, b.Spec.Tag, b.Spec.ServiceAccountName = "mirrored", x.f.Addr+"/builders/mirrored:latest", "publisher"
+			b.Spec.Order = order("example/hello")
+			b.Spec.AdditionalTags = []string{other.Addr + "/mirror/hello:latest"}
+		})
+		got, events, err, _ := x.run(t, b, lifecycle, account, cosigntest.Secret("apps", "signer", key, ""))
+		rt.Check(t, got, err, events, ready)
+		images := []string{got.Status.LatestImage}
+		for _, p := range got.Status.Platforms {
+			images = append(images, p.Image)
+		}
+		if len(images) != 3 || len(got.Status.Signatures) != 2*len(images) {
+			t.Fatalf("images %q, %d signatures; want an index and two platforms' images, each signed in both repositories", images, len(got.Status.Signatures))
+		}
+		for _, image := range images {
+			digest, _ := name.NewDigest(image)
+			copied, _ := name.NewDigest(other.Addr + "/mirror/hello@" + digest.DigestStr())
+			if _, err := other.Resolve(copied.String()); err != nil {
+				t.Errorf("%s not copied: %v", copied, err)
+			}
+			if _, err := other.Resolve(cosign.SignatureTag(copied.Context(), copied).String()); err != nil {
+				t.Errorf("%s not signed in its repository: %v", copied, err)
 			}
 		}
 	})
