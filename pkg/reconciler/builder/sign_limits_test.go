@@ -399,7 +399,7 @@ func TestSignatureTagsBounded(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			err := checkSignatures(images, tc.keys, signatureFormats{sig: true})
 			f, ok := failure.As(err)
-			const message = "more than 2 signing keys sign into the signature tags of registry.example.com/builders/go, the most layers a signature image may have (--max-signature-layers)"
+			const message = "more than 2 signatures (one per signing key and repository the builder is published to) go into the signature tags of registry.example.com/builders/go, the most layers a signature image may have (--max-signature-layers)"
 			if tc.refused != (err != nil) || tc.refused && (!ok || f.Class != failure.Permanent || f.Reason != ReasonTooManySignatures || !strings.Contains(err.Error(), message)) {
 				t.Errorf("error %v, want refused %v with %q", err, tc.refused, message)
 			}
